@@ -1,0 +1,208 @@
+"""The HTTP layer shared by the master and the agent, routed as libprocess does.
+
+* Every endpoint of a process also answers under ``/<process id>/`` (the master's
+  is ``master``, the agent's ``slave(1)``), trailing slashes are ignored, and an
+  unknown path falls back to the longest registered prefix, so
+  ``/api/v1/operator`` reaches ``/api/v1``.
+* Handlers raise `mesilla.common.errors.HttpError`; one middleware turns them
+  into plain-text responses. Anything else is a bug and answers 500.
+* Each route names the authentication realm it belongs to (Mesos's
+  ``mesos-master-readonly`` and so on); authentication plugs in there.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+import msgspec
+from aiohttp import web
+
+from mesilla.common import recordio
+from mesilla.common.errors import (
+    BadRequest,
+    HttpError,
+    NotAcceptable,
+    NotFound,
+    UnsupportedMediaType,
+)
+from mesilla.v1 import codec
+
+log = logging.getLogger(__name__)
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+JSON = "application/json"
+PROTOBUF = "application/x-protobuf"
+RECORDIO = "application/recordio"
+MAX_BODY_SIZE = 16 * 1024 * 1024
+
+
+@dataclass(frozen=True)
+class Route:
+    path: str
+    handler: Handler
+    methods: frozenset[str]
+    realm: str | None
+
+
+class Router:
+    def __init__(self, process_id: str) -> None:
+        self.process_id = process_id
+        self._routes: dict[str, Route] = {}
+
+    def add(
+        self,
+        path: str,
+        handler: Handler,
+        *,
+        methods: tuple[str, ...] = ("GET", "POST"),
+        realm: str | None = None,
+    ) -> None:
+        self._routes[path.rstrip("/") or "/"] = Route(path, handler, frozenset(methods), realm)
+
+    def resolve(self, path: str) -> Route | None:
+        path = path.rstrip("/") or "/"
+        prefix = f"/{self.process_id}"
+        if path == prefix:
+            path = "/"
+        elif path.startswith(prefix + "/"):
+            path = path[len(prefix) :]
+        while True:
+            route = self._routes.get(path)
+            if route is not None:
+                return route
+            if path in ("", "/"):
+                return None
+            path = path.rsplit("/", 1)[0] or "/"
+
+    def paths(self) -> list[str]:
+        return sorted(self._routes)
+
+
+def _error_response(exc: HttpError) -> web.Response:
+    return web.Response(status=exc.status, text=exc.reason, headers=exc.headers)
+
+
+def make_app(router: Router) -> web.Application:
+    async def dispatch(request: web.Request) -> web.StreamResponse:
+        route = router.resolve(request.path)
+        if route is None:
+            raise NotFound(f"No endpoint at '{request.path}'")
+        if request.method not in route.methods:
+            if request.method == "HEAD" and "GET" in route.methods:
+                return await route.handler(request)
+            return web.Response(
+                status=405,
+                text=f"Expecting one of {{ {', '.join(sorted(route.methods))} }}, "
+                f"but received '{request.method}'",
+                headers={"Allow": ", ".join(sorted(route.methods))},
+            )
+        return await route.handler(request)
+
+    @web.middleware
+    async def errors(request: web.Request, handler: Handler) -> web.StreamResponse:
+        try:
+            return await handler(request)
+        except HttpError as exc:
+            return _error_response(exc)
+        except web.HTTPException:
+            raise
+        except (asyncio.CancelledError, ConnectionResetError):
+            raise
+        except Exception:
+            log.exception("internal error serving %s %s", request.method, request.path)
+            return web.Response(status=500, text="Internal server error")
+
+    app = web.Application(middlewares=[errors], client_max_size=MAX_BODY_SIZE)
+    app.router.add_route("*", "/{tail:.*}", dispatch)
+    return app
+
+
+# --- request helpers -------------------------------------------------------------
+
+
+def check_content_type(request: web.Request) -> None:
+    ctype = request.content_type
+    if ctype == PROTOBUF:
+        raise UnsupportedMediaType(
+            "Mesilla speaks the JSON form of the v1 API only: "
+            "send 'Content-Type: application/json'"
+        )
+    if ctype not in (JSON, "application/octet-stream") and request.headers.get("Content-Type"):
+        raise UnsupportedMediaType(
+            f"Expecting 'Content-Type' of {JSON}, got '{request.headers['Content-Type']}'"
+        )
+
+
+def check_accept(request: web.Request, *, streaming: bool = False) -> None:
+    """A missing Accept header, or one allowing JSON (or RecordIO for streams), is fine."""
+    accept = request.headers.get("Accept", "").strip()
+    if not accept:
+        return
+    acceptable = {JSON, "*/*", "application/*"}
+    if streaming:
+        acceptable.add(RECORDIO)
+    offered = {part.split(";")[0].strip() for part in accept.split(",")}
+    if not offered & acceptable:
+        raise NotAcceptable(f"Expecting 'Accept' to allow '{JSON}'")
+
+
+async def read_message(request: web.Request, type_: type[Any]) -> Any:
+    """Parses the body as a v1 message; every failure is a 400 naming the problem."""
+    check_content_type(request)
+    body = await request.read()
+    if not body.strip():
+        raise BadRequest(f"Expecting a JSON {type_.__name__} in the request body")
+    return codec.decode(body, type_)
+
+
+def json_response(msg: Any, *, status: int = 200, headers: dict[str, str] | None = None) -> web.Response:
+    return web.Response(
+        status=status, body=codec.encode(msg), content_type=JSON, headers=headers
+    )
+
+
+def jsonp_response(request: web.Request, obj: Any) -> web.Response:
+    """For the v0 JSON endpoints, which accept `?jsonp=callback`."""
+    body = msgspec.json.encode(obj)
+    callback = request.query.get("jsonp")
+    if callback:
+        return web.Response(
+            body=callback.encode() + b"(" + body + b");", content_type="text/javascript"
+        )
+    return web.Response(body=body, content_type=JSON)
+
+
+class EventStream:
+    """A chunked RecordIO response of JSON events; `closed` is set when the peer goes away."""
+
+    def __init__(self, response: web.StreamResponse) -> None:
+        self._response = response
+        self._lock = asyncio.Lock()
+        self.closed = asyncio.Event()
+
+    @classmethod
+    async def open(cls, request: web.Request, headers: dict[str, str] | None = None) -> EventStream:
+        response = web.StreamResponse(status=200, headers=headers or {})
+        response.content_type = JSON
+        response.enable_chunked_encoding()
+        await response.prepare(request)
+        return cls(response)
+
+    async def send(self, event: Any) -> bool:
+        if self.closed.is_set():
+            return False
+        async with self._lock:
+            try:
+                await self._response.write(recordio.encode(codec.encode(event)))
+            except (ConnectionError, RuntimeError):
+                self.closed.set()
+                return False
+        return True
+
+    def close(self) -> None:
+        self.closed.set()

@@ -1,0 +1,320 @@
+"""Resources as Mesos models them: scalars, ranges and sets, per role.
+
+Scalars are kept as whole thousandths, as Mesos's fixed-point arithmetic does
+(`src/common/values.cpp`), so that adding and subtracting offers never drifts.
+A `Resources` value is immutable; `+` and `-` return new values.
+
+The agent resource string format: ``cpus:2;mem:1024;ports:[31000-32000];
+disk(role):100;zones:{a,b}``, or the same as a JSON list of `Resource`s.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+
+import msgspec
+
+from mesilla.v1.mesos import (
+    AllocationInfo,
+    Range,
+    Ranges,
+    ReservationInfo,
+    Resource,
+    Scalar,
+    ValueSet,
+    ValueType,
+)
+
+UNRESERVED = "*"
+_SCALE = 1000
+
+
+class ResourcesError(ValueError):
+    """Malformed or inconsistent resources; the message names the resource."""
+
+
+def to_fixed(value: float) -> int:
+    return round(value * _SCALE)
+
+
+def from_fixed(value: int) -> float:
+    return value / _SCALE
+
+
+# --- value types ---------------------------------------------------------------
+
+
+def _normalize_ranges(ranges: Iterable[tuple[int, int]]) -> tuple[tuple[int, int], ...]:
+    merged: list[list[int]] = []
+    for begin, end in sorted(ranges):
+        if begin > end:
+            raise ResourcesError(f"invalid range [{begin}-{end}]: begin is after end")
+        if merged and begin <= merged[-1][1] + 1:
+            merged[-1][1] = max(merged[-1][1], end)
+        else:
+            merged.append([begin, end])
+    return tuple((b, e) for b, e in merged)
+
+
+def _subtract_ranges(
+    left: tuple[tuple[int, int], ...], right: tuple[tuple[int, int], ...]
+) -> tuple[tuple[int, int], ...]:
+    result = list(left)
+    for rb, re_ in right:
+        nxt = []
+        for b, e in result:
+            if re_ < b or rb > e:
+                nxt.append((b, e))
+                continue
+            if b < rb:
+                nxt.append((b, rb - 1))
+            if e > re_:
+                nxt.append((re_ + 1, e))
+        result = nxt
+    return tuple(result)
+
+
+def _ranges_contain(outer: tuple[tuple[int, int], ...], inner: tuple[tuple[int, int], ...]) -> bool:
+    return not _subtract_ranges(inner, outer)
+
+
+Value = int | tuple[tuple[int, int], ...] | frozenset[str]
+
+
+@dataclass(frozen=True)
+class _Key:
+    name: str
+    role: str  # "*" for unreserved
+    kind: ValueType
+
+
+class Resources:
+    __slots__ = ("_items",)
+
+    def __init__(self, items: dict[_Key, Value] | None = None) -> None:
+        self._items: dict[_Key, Value] = {k: v for k, v in (items or {}).items() if v}
+
+    # -- construction --
+
+    @classmethod
+    def from_list(cls, resources: Iterable[Resource]) -> Resources:
+        total = cls()
+        for resource in resources:
+            total = total + cls._from_one(resource)
+        return total
+
+    @classmethod
+    def _from_one(cls, r: Resource) -> Resources:
+        if not r.name:
+            raise ResourcesError("resource without a name")
+        role = UNRESERVED
+        if r.reservations:
+            role = r.reservations[-1].role or UNRESERVED
+        elif r.role:
+            role = r.role
+        key = _Key(r.name, role, r.type)
+        value: Value
+        if r.type is ValueType.SCALAR:
+            if r.scalar is None:
+                raise ResourcesError(f"scalar resource '{r.name}' has no 'scalar' value")
+            if r.scalar.value < 0:
+                raise ResourcesError(f"resource '{r.name}' is negative: {r.scalar.value}")
+            value = to_fixed(r.scalar.value)
+        elif r.type is ValueType.RANGES:
+            if r.ranges is None:
+                raise ResourcesError(f"ranges resource '{r.name}' has no 'ranges' value")
+            value = _normalize_ranges((x.begin, x.end) for x in r.ranges.range)
+        elif r.type is ValueType.SET:
+            if r.set is None:
+                raise ResourcesError(f"set resource '{r.name}' has no 'set' value")
+            value = frozenset(r.set.item)
+        else:
+            raise ResourcesError(f"resource '{r.name}' has unsupported type {r.type.value}")
+        return cls({key: value})
+
+    @classmethod
+    def parse(cls, text: str, default_role: str = UNRESERVED) -> Resources:
+        """The agent's `--resources`: the `name(role):value;...` string or a JSON list."""
+        text = text.strip()
+        if text.startswith("["):
+            try:
+                return cls.from_list(msgspec.json.decode(text, type=list[Resource]))
+            except msgspec.MsgspecError as exc:
+                raise ResourcesError(f"invalid JSON resources: {exc}") from None
+        result = cls()
+        for part in filter(None, (p.strip() for p in text.split(";"))):
+            match = re.fullmatch(r"([A-Za-z0-9_./-]+)(?:\(([^)]*)\))?\s*:\s*(.+)", part)
+            if not match:
+                raise ResourcesError(f"invalid resource '{part}': expected name(role):value")
+            name, role, value = match.group(1), match.group(2) or default_role, match.group(3).strip()
+            result = result + cls._parse_value(name, role, value)
+        return result
+
+    @classmethod
+    def _parse_value(cls, name: str, role: str, text: str) -> Resources:
+        if text.startswith("["):
+            if not text.endswith("]"):
+                raise ResourcesError(f"invalid ranges for '{name}': {text}")
+            ranges = []
+            for item in filter(None, (x.strip() for x in text[1:-1].split(","))):
+                begin, _, end = item.partition("-")
+                try:
+                    ranges.append((int(begin), int(end or begin)))
+                except ValueError:
+                    raise ResourcesError(f"invalid range '{item}' for '{name}'") from None
+            return cls({_Key(name, role, ValueType.RANGES): _normalize_ranges(ranges)})
+        if text.startswith("{"):
+            if not text.endswith("}"):
+                raise ResourcesError(f"invalid set for '{name}': {text}")
+            items = frozenset(x.strip() for x in text[1:-1].split(",") if x.strip())
+            return cls({_Key(name, role, ValueType.SET): items})
+        try:
+            number = float(text)
+        except ValueError:
+            raise ResourcesError(f"invalid scalar '{text}' for '{name}'") from None
+        if number < 0:
+            raise ResourcesError(f"resource '{name}' is negative: {text}")
+        return cls({_Key(name, role, ValueType.SCALAR): to_fixed(number)})
+
+    # -- queries --
+
+    def __bool__(self) -> bool:
+        return bool(self._items)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Resources) and self._items == other._items
+
+    def __hash__(self) -> int:
+        return hash(frozenset(self._items.items()))
+
+    def __iter__(self) -> Iterator[tuple[str, str, Value]]:
+        for key, value in self._items.items():
+            yield key.name, key.role, value
+
+    def scalar(self, name: str) -> float:
+        """The total of a scalar resource across roles."""
+        return from_fixed(self.scalar_fixed(name))
+
+    def scalar_fixed(self, name: str) -> int:
+        return sum(
+            v for k, v in self._items.items() if k.name == name and k.kind is ValueType.SCALAR
+        )  # type: ignore[misc]
+
+    def names(self) -> set[str]:
+        return {k.name for k in self._items}
+
+    def roles(self) -> set[str]:
+        return {k.role for k in self._items}
+
+    def reserved(self, role: str) -> Resources:
+        return Resources({k: v for k, v in self._items.items() if k.role == role})
+
+    def unreserved(self) -> Resources:
+        return self.reserved(UNRESERVED)
+
+    def allocatable_to(self, role: str) -> Resources:
+        """Unreserved resources plus those reserved to `role` (or an ancestor role)."""
+        return Resources(
+            {
+                k: v
+                for k, v in self._items.items()
+                if k.role == UNRESERVED or k.role == role or role.startswith(k.role + "/")
+            }
+        )
+
+    def contains(self, other: Resources) -> bool:
+        for key, value in other._items.items():
+            mine = self._items.get(key)
+            if mine is None:
+                return False
+            if key.kind is ValueType.SCALAR:
+                if mine < value:  # type: ignore[operator]
+                    return False
+            elif key.kind is ValueType.RANGES:
+                if not _ranges_contain(mine, value):  # type: ignore[arg-type]
+                    return False
+            elif not value <= mine:  # type: ignore[operator]
+                return False
+        return True
+
+    # -- arithmetic --
+
+    def __add__(self, other: Resources) -> Resources:
+        items = dict(self._items)
+        for key, value in other._items.items():
+            mine = items.get(key)
+            if mine is None:
+                items[key] = value
+            elif key.kind is ValueType.SCALAR:
+                items[key] = mine + value  # type: ignore[operator]
+            elif key.kind is ValueType.RANGES:
+                items[key] = _normalize_ranges(mine + value)  # type: ignore[operator]
+            else:
+                items[key] = mine | value  # type: ignore[operator]
+        return Resources(items)
+
+    def __sub__(self, other: Resources) -> Resources:
+        items = dict(self._items)
+        for key, value in other._items.items():
+            mine = items.get(key)
+            if mine is None:
+                continue
+            if key.kind is ValueType.SCALAR:
+                items[key] = max(0, mine - value)  # type: ignore[operator]
+            elif key.kind is ValueType.RANGES:
+                items[key] = _subtract_ranges(mine, value)  # type: ignore[arg-type]
+            else:
+                items[key] = mine - value  # type: ignore[operator]
+        return Resources(items)
+
+    # -- output --
+
+    def to_list(self, allocation_role: str | None = None) -> list[Resource]:
+        """As v1 `Resource`s; `allocation_role` stamps `allocation_info` as offers carry it."""
+        out = []
+        for key in sorted(self._items, key=lambda k: (k.name, k.role)):
+            value = self._items[key]
+            resource = Resource(name=key.name, type=key.kind, role=key.role)
+            if key.kind is ValueType.SCALAR:
+                resource.scalar = Scalar(value=from_fixed(value))  # type: ignore[arg-type]
+            elif key.kind is ValueType.RANGES:
+                resource.ranges = Ranges(range=[Range(begin=b, end=e) for b, e in value])  # type: ignore[union-attr]
+            else:
+                resource.set = ValueSet(item=sorted(value))  # type: ignore[arg-type]
+            if key.role != UNRESERVED:
+                resource.reservations = [ReservationInfo(type="STATIC", role=key.role)]
+            if allocation_role is not None:
+                resource.allocation_info = AllocationInfo(role=allocation_role)
+            out.append(resource)
+        return out
+
+    def to_json_summary(self) -> dict[str, object]:
+        """Mesos's `/state` style: ``{"cpus": 2.0, "mem": 1024.0, "ports": "[31000-32000]"}``."""
+        summary: dict[str, object] = {}
+        for key in sorted(self._items, key=lambda k: k.name):
+            value = self._items[key]
+            if key.kind is ValueType.SCALAR:
+                summary[key.name] = float(summary.get(key.name, 0.0)) + from_fixed(value)  # type: ignore[arg-type]
+            elif key.kind is ValueType.RANGES:
+                summary[key.name] = "[" + ", ".join(f"{b}-{e}" for b, e in value) + "]"  # type: ignore[union-attr]
+            else:
+                summary[key.name] = "{" + ", ".join(sorted(value)) + "}"  # type: ignore[arg-type]
+        for name in ("cpus", "mem", "disk", "gpus"):
+            summary.setdefault(name, 0.0)
+        return summary
+
+    def __repr__(self) -> str:
+        parts = []
+        for key in sorted(self._items, key=lambda k: (k.name, k.role)):
+            value = self._items[key]
+            role = "" if key.role == UNRESERVED else f"({key.role})"
+            if key.kind is ValueType.SCALAR:
+                text = f"{from_fixed(value):g}"  # type: ignore[arg-type]
+            elif key.kind is ValueType.RANGES:
+                text = "[" + ",".join(f"{b}-{e}" for b, e in value) + "]"  # type: ignore[union-attr]
+            else:
+                text = "{" + ",".join(sorted(value)) + "}"  # type: ignore[arg-type]
+            parts.append(f"{key.name}{role}:{text}")
+        return ";".join(parts)

@@ -1,0 +1,59 @@
+"""The Isolator interface (Mesos `include/mesos/slave/isolator.hpp`).
+
+Every hook has a do-nothing default, so an isolator overrides only what it
+needs. `prepare` runs in `--isolation` order, `cleanup` in reverse; `cleanup`
+may be called for a container the isolator never saw and must not fail then.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from mesilla.containerizer.types import (
+    ContainerConfig,
+    ContainerLaunchInfo,
+    ContainerLimitation,
+    ContainerRuntimeState,
+)
+from mesilla.v1.mesos import ContainerID
+
+
+class Isolator:
+    name: str = ""
+    supports_nesting: bool = False
+    supports_standalone: bool = False
+
+    async def recover(
+        self, states: list[ContainerRuntimeState], orphans: set[ContainerID]
+    ) -> None:
+        return None
+
+    async def prepare(
+        self, container_id: ContainerID, config: ContainerConfig
+    ) -> ContainerLaunchInfo | None:
+        return None
+
+    async def isolate(self, container_id: ContainerID, pid: int) -> None:
+        return None
+
+    async def watch(self, container_id: ContainerID) -> ContainerLimitation:
+        """Resolves when the container hits a limit; by default never."""
+        await asyncio.Event().wait()
+        raise AssertionError("unreachable")
+
+    async def update(
+        self, container_id: ContainerID, resources: list[Any], limits: dict[str, float]
+    ) -> None:
+        return None
+
+    async def usage(self, container_id: ContainerID) -> dict[str, Any]:
+        """ResourceStatistics fields (`mem_rss_bytes`, `cpus_user_time_secs`, ...)."""
+        return {}
+
+    async def status(self, container_id: ContainerID) -> dict[str, Any]:
+        """ContainerStatus fields this isolator knows (`cgroup_info`, `network_infos`)."""
+        return {}
+
+    async def cleanup(self, container_id: ContainerID) -> None:
+        return None

@@ -1,0 +1,1 @@
+"""Isolators, one per module under `<family>/<name>.py`, selected by `--isolation`."""

@@ -1,0 +1,1 @@
+"""Launchers: how a container's first process is created (`--launcher`)."""

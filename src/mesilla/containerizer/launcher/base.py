@@ -1,0 +1,50 @@
+"""The Launcher interface (Mesos `src/slave/containerizer/mesos/launcher.hpp`)."""
+
+from __future__ import annotations
+
+from mesilla.containerizer.types import (
+    ContainerConfig,
+    ContainerLaunchInfo,
+    ContainerRuntimeState,
+)
+from mesilla.v1.mesos import ContainerID
+
+
+class LaunchError(Exception):
+    """The container could not be created; the message says which step and why."""
+
+
+class Launcher:
+    name: str = ""
+
+    async def recover(self, states: list[ContainerRuntimeState]) -> set[ContainerID]:
+        """Re-attaches to live containers; returns those it knows that `states` lacks (orphans)."""
+        raise NotImplementedError
+
+    async def fork(
+        self,
+        container_id: ContainerID,
+        argv: list[str],
+        config: ContainerConfig,
+        launch_info: ContainerLaunchInfo,
+    ) -> int:
+        """Creates the container with its first process held before exec; returns its host pid."""
+        raise NotImplementedError
+
+    async def start(self, container_id: ContainerID) -> None:
+        """Lets the held process exec (after isolate and fetch)."""
+        raise NotImplementedError
+
+    async def wait(self, container_id: ContainerID) -> int | None:
+        """The raw wait status of the container's first process, once it has ended."""
+        raise NotImplementedError
+
+    async def kill(self, container_id: ContainerID, signal: int) -> None:
+        raise NotImplementedError
+
+    async def destroy(self, container_id: ContainerID) -> None:
+        """Kills every process of the container and releases what the launcher holds."""
+        raise NotImplementedError
+
+    def pid(self, container_id: ContainerID) -> int | None:
+        raise NotImplementedError

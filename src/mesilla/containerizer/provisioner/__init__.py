@@ -1,0 +1,1 @@
+"""The provisioner: image stores (`stores/`) and rootfs backends (`backends/`)."""

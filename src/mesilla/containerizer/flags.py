@@ -1,0 +1,29 @@
+"""The agent flags that configure the containerizer (Mesos's names and defaults)."""
+
+from __future__ import annotations
+
+from mesilla.common.flags import Flag
+
+CONTAINERIZER_FLAGS = [
+    Flag("launcher", "The launcher: 'linux' (OCI runtime; default when root with a working "
+         "runtime) or 'posix' (plain processes)."),
+    Flag("oci_runtime", "The OCI runtime binary for the linux launcher (default: the first of "
+         "crun, runc that actually runs a container on this host)."),
+    Flag("isolation", "Comma-separated isolators, by Mesos name.", "posix/cpu,posix/mem"),
+    Flag("runtime_dir", "Where the containerizer keeps its runtime checkpoints (cleared on reboot).",
+         "/var/run/mesilla"),
+    Flag("sandbox_directory", "Where a container with an image sees its sandbox.",
+         "/mnt/mesos/sandbox"),
+    Flag("image_providers", "Comma-separated image providers ('docker').", None, "list"),
+    Flag("docker_store_dir", "Directory of the docker image store.", "/tmp/mesilla/store/docker"),
+    Flag("docker_registry", "Default registry: an http(s) URL of a Docker Registry API v2, or a "
+         "local directory of `docker save` tarballs and OCI layouts.", "https://registry-1.docker.io"),
+    Flag("image_provisioner_backend", "Rootfs backend: overlay, copy or bind (default: overlay "
+         "if the store's filesystem supports it, else copy)."),
+    Flag("container_disk_watch_interval", "How often disk/du measures sandboxes.", 15.0, "duration"),
+    Flag("enforce_container_disk_quota", "Kill containers over their disk quota (disk/du).",
+         False, "bool"),
+    Flag("cgroups_root", "Name of the root cgroup under which containers' cgroups go.", "mesilla"),
+    Flag("cgroups_hierarchy", "Mount point of the cgroup hierarchies.", "/sys/fs/cgroup"),
+    Flag("cgroups_enable_cfs", "Cap CPU with CFS quota, not only shares.", True, "bool"),
+]

@@ -1,0 +1,1 @@
+"""Usage-only isolators for plain processes (Mesos posix/*), plus posix/rlimits."""

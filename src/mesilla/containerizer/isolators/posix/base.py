@@ -1,0 +1,32 @@
+"""What the usage-only posix isolators share: the pid of each container they watch."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from mesilla.containerizer.isolator import Isolator
+from mesilla.containerizer.types import ContainerRuntimeState
+from mesilla.v1.mesos import ContainerID
+
+
+class PosixUsageIsolator(Isolator):
+    """Remembers each container's first pid (its session id); enforces nothing."""
+
+    supports_nesting = True
+    supports_standalone = True
+
+    def __init__(self, flags: Any = None) -> None:
+        self._pids: dict[ContainerID, int] = {}
+
+    async def recover(
+        self, states: list[ContainerRuntimeState], orphans: set[ContainerID]
+    ) -> None:
+        for state in states:
+            if state.pid is not None:
+                self._pids[state.container_id] = state.pid
+
+    async def isolate(self, container_id: ContainerID, pid: int) -> None:
+        self._pids[container_id] = pid
+
+    async def cleanup(self, container_id: ContainerID) -> None:
+        self._pids.pop(container_id, None)

@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Idempotent set-up on a fresh Debian 12 machine, as root: the system packages
+# Mesilla runs on, a virtualenv in .venv with the package and its test tools,
+# and the pymesos client the acceptance checks use.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+# runc/crun: OCI runtimes for the linux launcher; busybox-static: test images;
+# docker-registry: the registry image tests pull from; iproute2: network
+# namespaces; gcc + python3-dev: pymesos's http-parser builds from source.
+APT_PACKAGES=(runc crun busybox-static docker-registry iproute2 gcc python3-dev python3-venv procps)
+missing=()
+for pkg in "${APT_PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "setup: installing ${missing[*]}"
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+PYTHON="${PYTHON:-python3}"
+"$PYTHON" -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else 1)' \
+  || { echo "setup: Mesilla needs Python >= 3.11 ($PYTHON is older)" >&2; exit 1; }
+[ -x .venv/bin/python ] || "$PYTHON" -m venv .venv
+.venv/bin/python -m pip install -q --upgrade pip >/dev/null
+.venv/bin/python -m pip install -q -e '.[test]'
+
+# The acceptance checks drive Mesilla with pymesos, an unmodified Mesos client.
+SHARED="${MESILLA_SHARED:-$(cd .. && pwd)/shared}"
+if [ -x "$SHARED/acceptance/install_pymesos.sh" ] || [ -f "$SHARED/acceptance/install_pymesos.sh" ]; then
+  PYMESOS_VENV="${PYMESOS_VENV:-/tmp/acceptance-pymesos}" bash "$SHARED/acceptance/install_pymesos.sh" >/dev/null
+fi
+echo "setup: ready (.venv/bin/mesilla)"

@@ -1,0 +1,5 @@
+import sys
+
+from mesilla.cli import main
+
+sys.exit(main())

@@ -1,0 +1,180 @@
+"""The `mesilla` command: `master`, `agent` and `local` (a whole cluster on 127.0.0.1).
+
+`mesilla local` runs one master and `--num_agents` agents as child processes of
+its own, handing each flag to the side(s) that know it, so that a crash or a
+`kill -9` of one daemon behaves exactly as it would on a real cluster.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Awaitable, Callable, Sequence
+
+from mesilla.common.flags import Flag, FlagError, Flags, parse, usage
+
+USAGE = """Usage: mesilla <command> [--flag=value ...]
+
+Commands:
+  master   run a master (scheduler, operator and agent-facing APIs)
+  agent    run an agent (executor and agent APIs, containerizer)
+  local    run a master and --num_agents agents on 127.0.0.1
+
+`mesilla <command> --help` lists the command's flags. Every flag can also come
+from the environment as MESILLA_<FLAG>.
+"""
+
+LOCAL_FLAGS = [
+    Flag("num_agents", "How many agents to run.", 1, "int"),
+    Flag("work_dir", "Parent of the master's and each agent's work_dir.", "/tmp/mesilla-local"),
+    Flag("ip", "Address every daemon listens on.", "127.0.0.1"),
+    Flag("port", "The master's port; agents take the following ones from 5051.", 5050, "int"),
+    Flag("agent_port", "The first agent's port.", 5051, "int"),
+]
+
+
+def _setup_logging(level: str | None) -> None:
+    logging.basicConfig(
+        level=getattr(logging, (level or "INFO").upper(), logging.INFO),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+
+
+def _run_daemon(kind: str, argv: Sequence[str]) -> int:
+    if kind == "master":
+        from mesilla.master.main import MASTER_FLAGS as specs
+        from mesilla.master.main import run
+    else:
+        from mesilla.agent.main import AGENT_FLAGS as specs
+        from mesilla.agent.main import run
+    if "--help" in argv:
+        print(usage(f"mesilla {kind}", specs))
+        return 0
+    try:
+        flags = parse(specs, argv)
+    except FlagError as exc:
+        print(f"mesilla {kind}: {exc}\n\nSee 'mesilla {kind} --help'.", file=sys.stderr)
+        return 1
+    _setup_logging(flags.get("logging_level"))
+    asyncio.run(_serve(run, flags))
+    return 0
+
+
+async def _serve(run: Callable[[Flags], Awaitable[None]], flags: Flags) -> None:
+    """Runs a daemon until SIGINT or SIGTERM cancels it, which makes it shut down cleanly."""
+    loop = asyncio.get_running_loop()
+    task = asyncio.current_task()
+    assert task is not None
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(signum, task.cancel)
+    try:
+        await run(flags)
+    except asyncio.CancelledError:
+        pass
+
+
+def _split_local_flags(argv: Sequence[str]) -> tuple[list[str], list[str], list[str]]:
+    """Sorts `mesilla local`'s arguments into (local, master, agent) flags."""
+    from mesilla.agent.main import AGENT_FLAGS
+    from mesilla.master.main import MASTER_FLAGS
+
+    local_names = {f.name for f in LOCAL_FLAGS}
+    master_names = {f.name for f in MASTER_FLAGS}
+    agent_names = {f.name for f in AGENT_FLAGS}
+    local, master, agent = [], [], []
+    for arg in argv:
+        name = arg[2:].partition("=")[0].replace("-", "_") if arg.startswith("--") else ""
+        bare = name[3:] if name.startswith("no_") else name
+        if bare in local_names:
+            local.append(arg)
+            continue
+        known = False
+        if bare in master_names:
+            master.append(arg)
+            known = True
+        if bare in agent_names:
+            agent.append(arg)
+            known = True
+        if not known:
+            raise FlagError(f"Unknown flag '{arg}': neither the master nor the agent knows it")
+    return local, master, agent
+
+
+def _run_local(argv: Sequence[str]) -> int:
+    if "--help" in argv:
+        print(usage("mesilla local", LOCAL_FLAGS))
+        print("\nplus every flag of `mesilla master --help` and `mesilla agent --help`.")
+        return 0
+    try:
+        local_argv, master_argv, agent_argv = _split_local_flags(argv)
+        flags = parse(LOCAL_FLAGS, local_argv)
+    except FlagError as exc:
+        print(f"mesilla local: {exc}", file=sys.stderr)
+        return 1
+    _setup_logging(None)
+    log = logging.getLogger("mesilla.local")
+    work_dir = os.path.abspath(flags.work_dir)
+    master_addr = f"{flags.ip}:{flags.port}"
+    given = {a[2:].partition("=")[0] for a in agent_argv}
+    cmd = [sys.executable, "-m", "mesilla"]
+    children: list[subprocess.Popen[bytes]] = []
+    children.append(
+        subprocess.Popen(
+            [*cmd, "master", f"--ip={flags.ip}", f"--port={flags.port}",
+             f"--work_dir={work_dir}/master", *master_argv]
+        )
+    )
+    for i in range(flags.num_agents):
+        agent_dir = f"{work_dir}/agent-{i}"
+        extra = [] if "runtime_dir" in given else [f"--runtime_dir={agent_dir}/run"]
+        children.append(
+            subprocess.Popen(
+                [*cmd, "agent", f"--ip={flags.ip}", f"--port={flags.agent_port + i}",
+                 f"--master={master_addr}", f"--work_dir={agent_dir}", *extra, *agent_argv]
+            )
+        )
+    log.info("master on http://%s, %d agent(s) from port %d; Ctrl-C stops all",
+             master_addr, flags.num_agents, flags.agent_port)
+
+    def stop(signum: int, _frame: object) -> None:
+        for child in children:
+            if child.poll() is None:
+                child.send_signal(signal.SIGTERM)
+
+    signal.signal(signal.SIGINT, stop)
+    signal.signal(signal.SIGTERM, stop)
+    code = 0
+    while any(child.poll() is None for child in children):
+        for child in children:
+            try:
+                rc = child.wait(timeout=0.5)
+            except subprocess.TimeoutExpired:
+                continue
+            if rc not in (0, -signal.SIGTERM) and code == 0:
+                code = rc if rc > 0 else 1
+                log.error("%s exited with %s; stopping the cluster", child.args[3], rc)
+                stop(signal.SIGTERM, None)
+    return code
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
+    if not args or args[0] in ("-h", "--help", "help"):
+        print(USAGE)
+        return 0 if args else 1
+    command, rest = args[0], args[1:]
+    if command in ("master", "agent"):
+        return _run_daemon(command, rest)
+    if command == "local":
+        return _run_local(rest)
+    print(f"mesilla: unknown command '{command}'\n\n{USAGE}", file=sys.stderr)
+    return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,53 @@
+from aiohttp import web
+from aiohttp.test_utils import TestClient, TestServer
+
+from mesilla.common.errors import BadRequest
+from mesilla.common.http import Router, make_app, read_message
+from mesilla.v1.scheduler import Call
+
+
+async def _ok(request: web.Request) -> web.Response:
+    return web.Response(text=request.path)
+
+
+async def _call(request: web.Request) -> web.Response:
+    call = await read_message(request, Call)
+    if call.framework_id is None:
+        raise BadRequest("Expecting 'framework_id' to be present")
+    return web.Response(status=202)
+
+
+def test_libprocess_routing() -> None:
+    router = Router("master")
+    router.add("/api/v1", _ok)
+    router.add("/state", _ok)
+    router.add("/state.json", _ok)
+    assert router.resolve("/master/state").path == "/state"
+    assert router.resolve("/state/").path == "/state"
+    assert router.resolve("/state.json").path == "/state.json"
+    assert router.resolve("/api/v1/operator").path == "/api/v1"
+    assert router.resolve("/master/api/v1/").path == "/api/v1"
+    assert router.resolve("/nothing") is None
+
+
+async def test_errors_become_plain_text_4xx() -> None:
+    router = Router("master")
+    router.add("/api/v1/scheduler", _call, methods=("POST",))
+    async with TestClient(TestServer(make_app(router))) as client:
+        resp = await client.post("/api/v1/scheduler", data=b"{not json", headers={"Content-Type": "application/json"})
+        assert resp.status == 400
+        assert "JSON" in await resp.text()
+        resp = await client.post("/api/v1/scheduler", json={"type": "NOPE"})
+        assert resp.status == 400
+        assert "$.type" in await resp.text()
+        resp = await client.post("/api/v1/scheduler", json={"type": "TEARDOWN"})
+        assert resp.status == 400
+        assert "framework_id" in await resp.text()
+        resp = await client.post("/api/v1/scheduler", json={"type": "TEARDOWN", "framework_id": {"value": "x"}, "extra": 1})
+        assert resp.status == 202  # unknown fields are ignored
+        resp = await client.get("/api/v1/scheduler")
+        assert resp.status == 405
+        resp = await client.post("/nowhere")
+        assert resp.status == 404
+        resp = await client.post("/api/v1/scheduler", data=b"x", headers={"Content-Type": "application/x-protobuf"})
+        assert resp.status == 415

@@ -1,0 +1,1 @@
+"""Helpers for tests and benchmarks that run real Mesilla daemons and real parts."""

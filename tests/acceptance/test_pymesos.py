@@ -1,0 +1,53 @@
+"""The shared pymesos acceptance checks, run against a real `mesilla local`.
+
+pymesos is an unmodified Mesos client; these checks are the bar the issues set.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from mesilla.testing.cluster import LocalCluster
+
+ACCEPTANCE = Path(os.environ.get("MESILLA_SHARED", Path(__file__).resolve().parents[3] / "shared")) / "acceptance"
+PYMESOS_PYTHON = Path(os.environ.get("PYMESOS_VENV", "/tmp/acceptance-pymesos")) / "bin" / "python"
+
+pytestmark = [pytest.mark.acceptance, pytest.mark.integration]
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+    if not PYMESOS_PYTHON.exists() or not ACCEPTANCE.is_dir():
+        if os.environ.get("CI"):
+            pytest.fail(f"pymesos acceptance client missing ({PYMESOS_PYTHON}, {ACCEPTANCE})")
+        pytest.skip("pymesos acceptance client not installed (scripts/setup.sh installs it)")
+    with LocalCluster(tmp_path_factory.mktemp("acceptance")) as running:
+        yield running
+
+
+def run_check(cluster: LocalCluster, script: str, *args: str, env: dict[str, str] | None = None) -> None:
+    result = subprocess.run(
+        [str(PYMESOS_PYTHON), str(ACCEPTANCE / script), *args],
+        env={**os.environ, "MASTER": cluster.master, "TIMEOUT": "60", **(env or {})},
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    assert result.returncode == 0, (
+        f"{script} {' '.join(args)} failed ({result.returncode}):\n{result.stdout}\n{result.stderr}\n"
+        f"--- cluster log ---\n{cluster.log_tail()}"
+    )
+
+
+@pytest.mark.parametrize("args", [(), ("--fail",), ("--kill",)], ids=["plain", "fail", "kill"])
+def test_pymesos_launch(cluster: LocalCluster, args: tuple[str, ...]) -> None:
+    run_check(cluster, "pymesos_launch.py", *args)
+
+
+def test_pymesos_custom_executor(cluster: LocalCluster) -> None:
+    run_check(cluster, "pymesos_custom.py")

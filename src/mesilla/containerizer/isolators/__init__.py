@@ -20,6 +20,9 @@ ISOLATORS: dict[str, str] = {
     "filesystem/posix": "mesilla.containerizer.isolators.filesystem.posix:PosixFilesystemIsolator",
     "posix/cpu": "mesilla.containerizer.isolators.posix.cpu:PosixCpuIsolator",
     "posix/mem": "mesilla.containerizer.isolators.posix.mem:PosixMemIsolator",
+    "cgroups/cpu": "mesilla.containerizer.isolators.cgroups.cpu:CgroupsCpuIsolator",
+    "cgroups/mem": "mesilla.containerizer.isolators.cgroups.mem:CgroupsMemIsolator",
+    "cgroups/pids": "mesilla.containerizer.isolators.cgroups.pids:CgroupsPidsIsolator",
 }
 
 # Mesos's creators table order (`src/slave/containerizer/mesos/containerizer.cpp`).

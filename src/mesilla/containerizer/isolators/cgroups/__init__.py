@@ -1,0 +1,1 @@
+"""The cgroups isolators (cgroups/cpu, cgroups/mem, cgroups/pids), one controller each."""

@@ -1,0 +1,43 @@
+"""cgroups/pids: a cap on the number of tasks (processes and threads) of a container.
+
+Mesos has no pids resource, so the cap comes from the agent flag
+`--cgroups_max_pids` (unset: no cap, only accounting), the same for every
+container with its own cgroups. A fork beyond the cap fails with EAGAIN inside
+the container; nothing is killed, so there is no limitation to report.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from mesilla.containerizer.isolators.cgroups.subsystem import (
+    CgroupsIsolator,
+    CgroupState,
+    IsolatorConfigError,
+)
+from mesilla.v1.mesos import Resource
+
+
+class CgroupsPidsIsolator(CgroupsIsolator):
+    name = "cgroups/pids"
+    controller = "pids"
+
+    def __init__(self, flags: Any, hierarchy: Any = None) -> None:
+        super().__init__(flags, hierarchy)
+        maximum = flags.get("cgroups_max_pids")
+        if maximum is not None and maximum < 1:
+            raise IsolatorConfigError(f"--cgroups_max_pids={maximum} must be at least 1 (or unset)")
+        self.max_pids: int | None = maximum
+
+    def launch_resources(self, resources: list[Resource], limits: dict[str, float]) -> dict[str, Any]:
+        return {} if self.max_pids is None else {"pids": {"limit": self.max_pids}}
+
+    def apply(self, state: CgroupState) -> None:
+        state.cgroup.write("pids", "pids.max", "max" if self.max_pids is None else self.max_pids)
+
+    def statistics(self, state: CgroupState) -> dict[str, Any]:
+        cgroup = state.cgroup
+        return {
+            "processes": len(cgroup.processes("pids")),
+            "threads": int(cgroup.read("pids", "pids.current")),
+        }

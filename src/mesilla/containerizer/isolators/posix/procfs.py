@@ -18,6 +18,7 @@ _PAGE_SIZE = os.sysconf("SC_PAGE_SIZE")
 @dataclass
 class ProcessSample:
     pid: int
+    state: str
     session: int
     user_ticks: int
     system_ticks: int
@@ -35,6 +36,7 @@ def _read_stat(pid: int) -> ProcessSample | None:
     # fields[0] is field 3 (state) of proc(5).
     return ProcessSample(
         pid=pid,
+        state=fields[0],
         session=int(fields[3]),
         user_ticks=int(fields[11]),
         system_ticks=int(fields[12]),
@@ -43,11 +45,12 @@ def _read_stat(pid: int) -> ProcessSample | None:
 
 
 def session_processes(session: int) -> list[ProcessSample]:
+    """The session's live processes (zombies have nothing left to measure or kill)."""
     samples = []
     for entry in os.listdir("/proc"):
         if entry.isdigit():
             sample = _read_stat(int(entry))
-            if sample is not None and sample.session == session:
+            if sample is not None and sample.session == session and sample.state != "Z":
                 samples.append(sample)
     return samples
 

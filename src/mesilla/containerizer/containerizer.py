@@ -1,0 +1,568 @@
+"""The Mesos containerizer: launch flow, container states, nesting, destroy and recovery.
+
+As Mesos's `MesosContainerizer` (`src/slave/containerizer/mesos/containerizer.cpp`):
+a launch goes STARTING -> PROVISIONING (image only) -> PREPARING (isolators'
+`prepare`, in order; the launcher forks the first process, held) -> ISOLATING
+(`isolate(pid)`) -> FETCHING (CommandInfo.uris) -> RUNNING (the process execs).
+A failure at any step destroys what was built and raises ContainerLaunchError.
+A container ends when its first process exits, when an isolator reports a
+limitation, or when it is destroyed; destroying a container destroys its
+nested containers first. Runtime checkpoints live under `--runtime_dir` (see
+`runtime_paths`), so that `recover` re-attaches after an agent restart.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import enum
+import logging
+import os
+import signal
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from mesilla.containerizer import fetcher
+from mesilla.containerizer.isolator import Isolator
+from mesilla.containerizer.isolators import load_isolators
+from mesilla.containerizer.launcher import load_launcher
+from mesilla.containerizer.launcher.base import Launcher
+from mesilla.containerizer.runtime_paths import RuntimeDir
+from mesilla.containerizer.types import (
+    ContainerClass,
+    ContainerConfig,
+    ContainerLaunchInfo,
+    ContainerLimitation,
+    ContainerRuntimeState,
+    ContainerState,
+    ContainerTermination,
+)
+from mesilla.v1.mesos import ContainerID, Image, Reason, Resource
+
+log = logging.getLogger(__name__)
+
+# Mesos bounds nesting (MAX_NESTING_LEVEL in containerizer.cpp).
+MAX_NESTING_DEPTH = 32
+DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+
+class LaunchResult(enum.Enum):
+    SUCCESS = "SUCCESS"
+    ALREADY_LAUNCHED = "ALREADY_LAUNCHED"
+    NOT_SUPPORTED = "NOT_SUPPORTED"
+
+
+class ContainerLaunchError(Exception):
+    """A launch failed at `step` (a ContainerState name) because of `cause`."""
+
+    reason = Reason.REASON_CONTAINER_LAUNCH_FAILED
+
+    def __init__(self, container_id: ContainerID, step: str, cause: str) -> None:
+        super().__init__(f"Failed to launch container {container_id} during {step}: {cause}")
+        self.container_id = container_id
+        self.step = step
+        self.cause = cause
+
+
+class ContainerNotRemovable(Exception):
+    """`remove` was asked for a container that is still running or is not nested."""
+
+
+@dataclass
+class _Container:
+    id: ContainerID
+    config: ContainerConfig
+    state: ContainerState = ContainerState.STARTING
+    pid: int | None = None
+    launch_info: ContainerLaunchInfo = field(default_factory=ContainerLaunchInfo)
+    children: set[ContainerID] = field(default_factory=set)
+    limitation: ContainerLimitation | None = None
+    provisioned: bool = False
+    forked: bool = False
+    launch_task: asyncio.Task[None] | None = None
+    destroy_task: asyncio.Task[ContainerTermination] | None = None
+    watchers: list[asyncio.Task[None]] = field(default_factory=list)
+    termination: asyncio.Future[ContainerTermination] = field(
+        default_factory=lambda: asyncio.get_running_loop().create_future()
+    )
+
+
+def merge_launch_infos(infos: list[ContainerLaunchInfo]) -> ContainerLaunchInfo:
+    """Isolators' contributions in order; later ones win for single values."""
+    merged = ContainerLaunchInfo()
+    for info in infos:
+        merged.environment.update(info.environment)
+        merged.mounts.extend(info.mounts)
+        merged.clone_namespaces |= info.clone_namespaces
+        merged.enter_namespaces.update(info.enter_namespaces)
+        merged.rlimits.extend(info.rlimits)
+        _merge_dicts(merged.cgroup_resources, info.cgroup_resources)
+        for name in ("working_directory", "rootfs", "capabilities", "command", "user"):
+            if getattr(info, name) is not None:
+                setattr(merged, name, getattr(info, name))
+    return merged
+
+
+def _merge_dicts(into: dict[str, Any], new: dict[str, Any]) -> None:
+    for key, value in new.items():
+        if isinstance(value, dict) and isinstance(into.get(key), dict):
+            _merge_dicts(into[key], value)
+        else:
+            into[key] = value
+
+
+def command_argv(config: ContainerConfig, launch_info: ContainerLaunchInfo) -> list[str]:
+    """The first process's argv: `sh -c value` for shell commands, else `arguments`
+    (argv[0] included, as Mesos) run through the executable `value`."""
+    command = launch_info.command or config.command
+    if command.shell:
+        if not command.value:
+            raise ValueError("a shell command needs 'value'")
+        return ["/bin/sh", "-c", command.value]
+    if not command.value:
+        raise ValueError("a non-shell command needs 'value' (the executable)")
+    if not command.arguments:
+        return [command.value]
+    # Launchers exec argv[0] by path, so `value` takes the place of arguments[0].
+    return [command.value, *command.arguments[1:]]
+
+
+def _environment(
+    config: ContainerConfig, launch_info: ContainerLaunchInfo, sandbox_dir: str
+) -> dict[str, str]:
+    """The agent's variables, then the isolators', then the command's own (Mesos's precedence)."""
+    env = dict(config.environment)
+    env.update(launch_info.environment)
+    command = launch_info.command or config.command
+    if command.environment is not None:
+        for variable in command.environment.variables:
+            if variable.type == "VALUE" and variable.value is not None:
+                env[variable.name] = variable.value
+    env.setdefault("MESOS_SANDBOX", sandbox_dir)
+    env.setdefault("PATH", DEFAULT_PATH)
+    return env
+
+
+class Containerizer:
+    def __init__(
+        self,
+        flags: Any,
+        launcher: Launcher,
+        isolators: list[Isolator],
+        provisioner: Any | None,
+    ) -> None:
+        self._flags = flags
+        self._launcher = launcher
+        self._isolators = isolators
+        self._provisioner = provisioner
+        self._runtime = RuntimeDir(flags.runtime_dir)
+        self._containers: dict[ContainerID, _Container] = {}
+        # Ended nested containers, kept (and checkpointed) for WAIT until `remove`.
+        self._terminated: dict[ContainerID, ContainerTermination] = {}
+
+    @classmethod
+    async def create(cls, flags: Any) -> Containerizer:
+        launcher = await _construct(load_launcher(flags.launcher or _default_launcher()), flags)
+        isolators = await load_isolators(flags.isolation or "", flags)
+        provisioner = None
+        if flags.get("image_providers"):
+            from mesilla.containerizer.provisioner.provisioner import Provisioner
+
+            provisioner = await Provisioner.create(flags)
+        return cls(flags, launcher, isolators, provisioner)
+
+    @property
+    def launcher(self) -> Launcher:
+        return self._launcher
+
+    # --- recovery -------------------------------------------------------------
+
+    async def recover(self, checkpointed: set[ContainerID]) -> None:
+        roots = {cid.root() for cid in checkpointed}
+        states: list[ContainerRuntimeState] = []
+        for container_id in self._runtime.containers():
+            termination = self._runtime.read_termination(container_id)
+            if termination is not None:
+                if container_id.parent is not None and container_id.root() in roots:
+                    self._terminated[container_id] = termination
+                continue
+            if container_id.root() not in roots:
+                continue  # an orphan: the launcher reports it below
+            config = self._runtime.read_config(container_id)
+            pid = self._runtime.read_pid(container_id)
+            if config is None:
+                continue
+            states.append(ContainerRuntimeState(container_id, pid, config.sandbox, config))
+        orphans = await self._launcher.recover(states)
+        for isolator in self._isolators:
+            await isolator.recover(states, orphans)
+        if self._provisioner is not None:
+            await self._provisioner.recover([state.container_id for state in states])
+
+        for state in states:  # parents come before their children
+            assert state.config is not None
+            container = _Container(state.container_id, state.config, ContainerState.RUNNING)
+            container.pid = state.pid
+            container.forked = True
+            container.provisioned = state.config.rootfs is not None
+            self._containers[state.container_id] = container
+            parent = self._containers.get(state.container_id.parent)  # type: ignore[arg-type]
+            if parent is not None:
+                parent.children.add(state.container_id)
+            self._watch(container)
+
+        for orphan in sorted(orphans, key=lambda cid: -len(cid.path())):
+            await self._destroy_orphan(orphan)
+        for container_id in self._runtime.containers():
+            if container_id.root() not in roots and container_id.parent is None:
+                self._runtime.remove(container_id)
+
+    async def _destroy_orphan(self, container_id: ContainerID) -> None:
+        log.info("Destroying orphan container %s", container_id)
+        with contextlib.suppress(Exception):
+            await self._launcher.destroy(container_id)
+        await self._cleanup_isolators(container_id, self._isolators)
+        if self._provisioner is not None:
+            with contextlib.suppress(Exception):
+                await self._provisioner.destroy(container_id)
+
+    # --- launch ---------------------------------------------------------------
+
+    async def launch(self, container_id: ContainerID, config: ContainerConfig) -> LaunchResult:
+        if container_id in self._containers or container_id in self._terminated:
+            return LaunchResult.ALREADY_LAUNCHED
+        info = config.container_info
+        if info is not None and info.type != "MESOS":
+            return LaunchResult.NOT_SUPPORTED
+        if container_id.parent is not None:
+            depth = len(container_id.path()) - 1
+            if depth > MAX_NESTING_DEPTH:
+                raise ContainerLaunchError(
+                    container_id, ContainerState.STARTING.value,
+                    f"nesting depth {depth} exceeds the maximum of {MAX_NESTING_DEPTH}",
+                )  # fmt: skip
+            parent = self._containers.get(container_id.parent)
+            if parent is None or parent.state == ContainerState.DESTROYING:
+                raise ContainerLaunchError(
+                    container_id, ContainerState.STARTING.value,
+                    f"parent container {container_id.parent} does not exist or is being destroyed",
+                )  # fmt: skip
+            parent.children.add(container_id)
+        if self._has_image(config) and self._provisioner is None:
+            raise ContainerLaunchError(
+                container_id, ContainerState.STARTING.value,
+                "the container has an image but no image provider is enabled: "
+                "set --image_providers=docker",
+            )  # fmt: skip
+
+        container = _Container(container_id, config)
+        self._containers[container_id] = container
+        container.launch_task = asyncio.create_task(self._launch(container))
+        try:
+            await asyncio.shield(container.launch_task)
+        except asyncio.CancelledError:
+            if not container.launch_task.done():
+                raise  # our caller was cancelled, not the launch
+        return LaunchResult.SUCCESS
+
+    @staticmethod
+    def _has_image(config: ContainerConfig) -> bool:
+        info = config.container_info
+        return info is not None and info.mesos is not None and info.mesos.image is not None
+
+    def _isolators_for(self, container: _Container) -> list[Isolator]:
+        isolators = self._isolators
+        if container.id.parent is not None:
+            isolators = [i for i in isolators if i.supports_nesting]
+        if container.config.container_class == ContainerClass.DEBUG:
+            # Debug containers (checks, exec sessions) share their parent's isolation.
+            isolators = [i for i in isolators if i.name.startswith("filesystem/")]
+        return isolators
+
+    async def _launch(self, container: _Container) -> None:
+        container_id, config = container.id, container.config
+        try:
+            self._runtime.write_config(container_id, config)
+            if self._has_image(config):
+                container.state = ContainerState.PROVISIONING
+                assert self._provisioner is not None and config.container_info is not None
+                image = config.container_info.mesos.image  # type: ignore[union-attr]
+                provisioned = await self._provisioner.provision(container_id, image)
+                container.provisioned = True
+                config.rootfs = provisioned.rootfs
+                config.image_config = provisioned.image_config
+                self._runtime.write_config(container_id, config)
+
+            container.state = ContainerState.PREPARING
+            infos = []
+            for isolator in self._isolators_for(container):
+                info = await isolator.prepare(container_id, config)
+                if info is not None:
+                    infos.append(info)
+            launch_info = merge_launch_infos(infos)
+            container.launch_info = launch_info
+            sandbox_dir = self._flags.sandbox_directory if config.rootfs else config.sandbox
+            launch_info.environment = _environment(config, launch_info, sandbox_dir)
+            argv = command_argv(config, launch_info)
+            self._runtime.write_launch_info(container_id, launch_info)
+            container.forked = True  # from here on the launcher may hold something to destroy
+            container.pid = await self._launcher.fork(container_id, argv, config, launch_info)
+            self._runtime.write_pid(container_id, container.pid)
+
+            container.state = ContainerState.ISOLATING
+            for isolator in self._isolators_for(container):
+                await isolator.isolate(container_id, container.pid)
+
+            container.state = ContainerState.FETCHING
+            await fetcher.fetch(config.command.uris, config.sandbox, config.user)
+
+            container.state = ContainerState.RUNNING
+            await self._launcher.start(container_id)
+            self._watch(container)
+        except asyncio.CancelledError:
+            await self._abort(container, "the container was destroyed during its launch")
+            raise ContainerLaunchError(
+                container_id, container.state.value, "destroyed during launch"
+            ) from None
+        except Exception as exc:
+            step = container.state
+            cause = str(exc) or type(exc).__name__
+            log.warning("Launch of container %s failed during %s: %s", container_id, step.value, cause)
+            await self._abort(container, f"Failed to launch during {step.value}: {cause}")
+            raise ContainerLaunchError(container_id, step.value, cause) from exc
+
+    async def _abort(self, container: _Container, message: str) -> None:
+        """Undoes a failed launch; waiters see a termination with the launch failure."""
+        await self._finish(
+            container,
+            ContainerTermination(
+                state="TASK_FAILED", reason=Reason.REASON_CONTAINER_LAUNCH_FAILED, message=message
+            ),
+        )
+
+    def _watch(self, container: _Container) -> None:
+        """Ends the container when its first process exits or an isolator limits it."""
+
+        async def on_exit() -> None:
+            await self._launcher.wait(container.id)
+            self._start_destroy(container)
+
+        async def on_limitation(isolator: Isolator) -> None:
+            limitation = await isolator.watch(container.id)
+            if container.limitation is None:
+                container.limitation = limitation
+            self._start_destroy(container)
+
+        container.watchers.append(asyncio.create_task(on_exit()))
+        for isolator in self._isolators_for(container):
+            if type(isolator).watch is not Isolator.watch:
+                container.watchers.append(asyncio.create_task(on_limitation(isolator)))
+
+    # --- wait, kill, destroy ----------------------------------------------------
+
+    async def wait(self, container_id: ContainerID) -> ContainerTermination | None:
+        container = self._containers.get(container_id)
+        if container is not None:
+            return await asyncio.shield(container.termination)
+        return self._terminated.get(container_id)
+
+    async def kill(self, container_id: ContainerID, signal_number: int) -> bool:
+        container = self._containers.get(container_id)
+        if container is None:
+            return False
+        if signal_number == signal.SIGKILL or container.state != ContainerState.RUNNING:
+            self._start_destroy(container)
+        else:
+            await self._launcher.kill(container_id, signal_number)
+        return True
+
+    async def destroy(self, container_id: ContainerID) -> ContainerTermination | None:
+        container = self._containers.get(container_id)
+        if container is None:
+            return None
+        return await asyncio.shield(self._start_destroy(container))
+
+    def _start_destroy(self, container: _Container) -> asyncio.Task[ContainerTermination]:
+        if container.destroy_task is None:
+            container.destroy_task = asyncio.create_task(self._destroy(container))
+        return container.destroy_task
+
+    async def _destroy(self, container: _Container) -> ContainerTermination:
+        launching = container.launch_task is not None and not container.launch_task.done()
+        container.state = ContainerState.DESTROYING
+        children = [self._containers[c] for c in container.children if c in self._containers]
+        await asyncio.gather(*(self._start_destroy(child) for child in children))
+        if launching and container.launch_task is not None:
+            container.launch_task.cancel()
+            with contextlib.suppress(BaseException):
+                await container.launch_task
+            return await asyncio.shield(container.termination)
+        if container.termination.done():
+            return container.termination.result()
+        termination = ContainerTermination()
+        limitation = container.limitation
+        if limitation is not None:
+            termination = ContainerTermination(
+                state="TASK_FAILED",
+                reason=limitation.reason,
+                message=limitation.message,
+                limited_resources=list(limitation.resources),
+            )
+        return await self._finish(container, termination)
+
+    async def _finish(
+        self, container: _Container, termination: ContainerTermination
+    ) -> ContainerTermination:
+        """Tears down launcher, isolators and rootfs, then resolves `wait`."""
+        container_id = container.id
+        for task in container.watchers:
+            if task is not asyncio.current_task():
+                task.cancel()
+        if container.forked:
+            # Asked before destroy: a launcher may forget the container once destroyed.
+            exit_status = asyncio.create_task(self._launcher.wait(container_id))
+            try:
+                await self._launcher.destroy(container_id)
+            except Exception:
+                log.exception("Launcher failed to destroy container %s", container_id)
+            if container.pid is not None:
+                termination.status = await self._exit_status(container_id, exit_status)
+            exit_status.cancel()
+        await self._cleanup_isolators(container_id, self._isolators_for(container))
+        if container.provisioned and self._provisioner is not None:
+            try:
+                await self._provisioner.destroy(container_id)
+            except Exception:
+                log.exception("Provisioner failed to destroy the rootfs of %s", container_id)
+
+        if container_id.parent is not None:
+            self._runtime.write_termination(container_id, termination)
+            self._terminated[container_id] = termination
+        else:
+            # The whole tree's checkpoints go; ended nested containers with them.
+            self._runtime.remove(container_id)
+            for ended in [c for c in self._terminated if c.root() == container_id]:
+                del self._terminated[ended]
+        self._containers.pop(container_id, None)
+        parent = self._containers.get(container_id.parent) if container_id.parent else None
+        if parent is not None:
+            parent.children.discard(container_id)
+        if not container.termination.done():
+            container.termination.set_result(termination)
+        return termination
+
+    async def _exit_status(
+        self, container_id: ContainerID, waiting: asyncio.Task[int | None]
+    ) -> int | None:
+        """The launcher's answer, else the supervisor's checkpoint."""
+        status = None
+        with contextlib.suppress(Exception):
+            status = await asyncio.wait_for(asyncio.shield(waiting), 5)
+        return status if status is not None else self._runtime.read_status(container_id)
+
+    @staticmethod
+    async def _cleanup_isolators(container_id: ContainerID, isolators: list[Isolator]) -> None:
+        for isolator in reversed(isolators):
+            try:
+                await isolator.cleanup(container_id)
+            except Exception:
+                log.exception("Isolator %s failed to clean up %s", isolator.name, container_id)
+
+    # --- the rest of the interface ---------------------------------------------------
+
+    async def update(
+        self, container_id: ContainerID, resources: list[Resource], limits: dict[str, float]
+    ) -> None:
+        container = self._containers.get(container_id)
+        if container is None:
+            raise KeyError(f"Unknown container {container_id}")
+        container.config.resources = list(resources)
+        container.config.limits = dict(limits)
+        for isolator in self._isolators_for(container):
+            await isolator.update(container_id, resources, limits)
+
+    async def usage(self, container_id: ContainerID) -> dict[str, Any]:
+        container = self._containers.get(container_id)
+        if container is None:
+            raise KeyError(f"Unknown container {container_id}")
+        statistics: dict[str, Any] = {"timestamp": time.time()}
+        for resource in container.config.resources:
+            if resource.name == "cpus" and resource.scalar is not None:
+                statistics["cpus_limit"] = statistics.get("cpus_limit", 0) + resource.scalar.value
+            elif resource.name == "mem" and resource.scalar is not None:
+                statistics["mem_limit_bytes"] = statistics.get("mem_limit_bytes", 0) + int(
+                    resource.scalar.value * 1024 * 1024
+                )
+        for isolator in self._isolators_for(container):
+            statistics.update(await isolator.usage(container_id))
+        return statistics
+
+    async def status(self, container_id: ContainerID) -> dict[str, Any]:
+        container = self._containers.get(container_id)
+        if container is None:
+            raise KeyError(f"Unknown container {container_id}")
+        result: dict[str, Any] = {}
+        if container.pid is not None:
+            result["executor_pid"] = container.pid
+        for isolator in self._isolators_for(container):
+            result.update(await isolator.status(container_id))
+        return result
+
+    def containers(self) -> list[ContainerID]:
+        return list(self._containers)
+
+    def state(self, container_id: ContainerID) -> ContainerState | None:
+        container = self._containers.get(container_id)
+        return container.state if container is not None else None
+
+    def config(self, container_id: ContainerID) -> ContainerConfig | None:
+        container = self._containers.get(container_id)
+        return container.config if container is not None else None
+
+    async def remove(self, container_id: ContainerID) -> None:
+        if container_id in self._containers:
+            raise ContainerNotRemovable(
+                f"Container {container_id} is still running: kill it and wait for it first"
+            )
+        self._terminated.pop(container_id, None)
+        self._runtime.remove(container_id)
+        parent = self._containers.get(container_id.parent) if container_id.parent else None
+        if parent is not None:
+            parent.children.discard(container_id)
+
+    async def prune_images(self, excluded: list[Image]) -> None:
+        if self._provisioner is None:
+            return
+        in_use = [
+            c.config.container_info.mesos.image  # type: ignore[union-attr]
+            for c in self._containers.values()
+            if self._has_image(c.config)
+        ]
+        await self._provisioner.prune(excluded, in_use)
+
+    async def close(self) -> None:
+        for container in self._containers.values():
+            for task in container.watchers:
+                task.cancel()
+            container.watchers.clear()
+
+
+def _default_launcher() -> str:
+    """linux when root and the linux launcher works here, else posix (as Mesos)."""
+    if os.geteuid() != 0:
+        return "posix"
+    try:
+        linux = load_launcher("linux")
+    except ImportError:
+        return "posix"
+    available = getattr(linux, "available", None)
+    return "linux" if available is not None and available() else "posix"
+
+
+async def _construct(cls: type[Any], flags: Any) -> Any:
+    """`await cls.create(flags)` when the class defines it, else `cls(flags)`."""
+    create = getattr(cls, "create", None)
+    if create is not None and asyncio.iscoroutinefunction(create):
+        return await create(flags)
+    return cls(flags)

@@ -1,0 +1,267 @@
+"""The posix launcher: a container is a plain process in its own session.
+
+As Mesos's `SubprocessLauncher`, for hosts without root: no namespaces, no
+image, only environment, working directory, user and rlimits. Each container
+gets a small supervisor (`posix_nanny.py`) that forks the first process held
+before exec, reaps it and checkpoints its raw wait status, so that a restarted
+agent learns how a container ended while it was down. The launcher watches the
+supervisor through a pidfd, which works whether or not the supervisor is its
+child (a recovered one is not).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import sys
+from dataclasses import dataclass, field
+from typing import Any
+
+from mesilla.containerizer.isolators.posix.procfs import session_processes
+from mesilla.containerizer.launcher.base import Launcher, LaunchError
+from mesilla.containerizer.runtime_paths import (
+    PID_FILE,
+    STATUS_FILE,
+    RuntimeDir,
+    read_int,
+    write_atomically,
+)
+from mesilla.containerizer.types import (
+    ContainerConfig,
+    ContainerLaunchInfo,
+    ContainerRuntimeState,
+)
+from mesilla.v1.mesos import ContainerID
+
+NANNY_SCRIPT = os.path.join(os.path.dirname(__file__), "posix_nanny.py")
+NANNY_PID_FILE = "nanny.pid"
+
+
+@dataclass
+class _Container:
+    pid: int
+    nanny_pid: int
+    gate: int | None  # write end of the start gate; None once started or recovered
+    exited: asyncio.Future[int | None] = field(default_factory=asyncio.Future)
+
+
+def _rlimit_spec(rlimits: list[tuple[str, int | None, int | None]]) -> str:
+    """`NOFILE:1024:4096,CORE:inf:inf` from Mesos RLimit types (`RLMT_NOFILE`)."""
+    items = []
+    for name, soft, hard in rlimits:
+        short = name.removeprefix("RLMT_").removeprefix("RLIMIT_")
+        items.append(
+            f"{short}:{'inf' if soft is None else soft}:{'inf' if hard is None else hard}"
+        )
+    return ",".join(items) or "-"
+
+
+def _is_nanny_of(nanny_pid: int, status_path: str) -> bool:
+    """Guards against pid reuse: the process must be the nanny writing that status."""
+    try:
+        with open(f"/proc/{nanny_pid}/cmdline", "rb") as f:
+            return status_path.encode() in f.read().split(b"\0")
+    except OSError:
+        return False
+
+
+class PosixLauncher(Launcher):
+    name = "posix"
+
+    def __init__(self, flags: Any) -> None:
+        self._runtime = RuntimeDir(flags.runtime_dir)
+        self._containers: dict[ContainerID, _Container] = {}
+
+    @staticmethod
+    def available() -> bool:
+        return True
+
+    async def recover(self, states: list[ContainerRuntimeState]) -> set[ContainerID]:
+        known = {state.container_id for state in states}
+        orphans: set[ContainerID] = set()
+        for container_id in self._runtime.containers():
+            pid = self._runtime.read_pid(container_id)
+            nanny_pid = read_int(self._runtime.path(container_id, NANNY_PID_FILE))
+            if pid is None or nanny_pid is None or container_id in self._containers:
+                continue
+            container = _Container(pid=pid, nanny_pid=nanny_pid, gate=None)
+            self._containers[container_id] = container
+            status_path = self._runtime.path(container_id, STATUS_FILE)
+            if _is_nanny_of(nanny_pid, status_path):
+                self._watch(container_id, container)
+            else:
+                container.exited.set_result(self._runtime.read_status(container_id))
+            if container_id not in known and not container.exited.done():
+                orphans.add(container_id)
+        return orphans
+
+    async def fork(
+        self,
+        container_id: ContainerID,
+        argv: list[str],
+        config: ContainerConfig,
+        launch_info: ContainerLaunchInfo,
+    ) -> int:
+        if container_id in self._containers:
+            raise LaunchError(f"Container {container_id} has already been forked")
+        if launch_info.rootfs or launch_info.clone_namespaces or launch_info.enter_namespaces:
+            raise LaunchError(
+                f"Container {container_id} needs a rootfs or namespaces, which the posix "
+                "launcher cannot provide: use --launcher=linux (as root)"
+            )
+        directory = self._runtime.path(container_id)
+        os.makedirs(directory, exist_ok=True)
+        stdout = config.stdout or os.path.join(config.sandbox, "stdout")
+        stderr = config.stderr or os.path.join(config.sandbox, "stderr")
+        user = launch_info.user or config.user
+        if user is not None and os.geteuid() != 0:
+            user = None  # only root can switch users; run as ourselves, as Mesos does
+        env = {**config.environment, **launch_info.environment}
+        nanny_argv = [
+            sys.executable, "-s", "-S", NANNY_SCRIPT,
+            os.path.join(directory, STATUS_FILE),
+            os.path.join(directory, PID_FILE),
+            stdout,
+            stderr,
+            launch_info.working_directory or config.sandbox,
+            user or "-",
+            _rlimit_spec(launch_info.rlimits),
+            "--",
+            *argv,
+        ]  # fmt: skip
+        gate_r, gate_w = os.pipe()
+        report_r, report_w = os.pipe()
+        try:
+            nanny_pid = os.posix_spawn(
+                sys.executable,
+                nanny_argv,
+                env,
+                file_actions=[
+                    (os.POSIX_SPAWN_DUP2, gate_r, 0),
+                    (os.POSIX_SPAWN_DUP2, report_w, 1),
+                    (os.POSIX_SPAWN_OPEN, 2, stderr, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644),
+                ],
+                setsid=True,
+            )
+        except OSError as exc:
+            os.close(gate_w)
+            raise LaunchError(f"Failed to start the supervisor of {container_id}: {exc}") from exc
+        finally:
+            os.close(gate_r)
+            os.close(report_w)
+        write_atomically(os.path.join(directory, NANNY_PID_FILE), b"%d\n" % nanny_pid)
+        container = _Container(pid=0, nanny_pid=nanny_pid, gate=gate_w)
+        self._containers[container_id] = container
+        self._watch(container_id, container)
+        try:
+            line = await _read_all(report_r)
+        finally:
+            os.close(report_r)
+        if not line.strip().isdigit():
+            await self.destroy(container_id)
+            raise LaunchError(
+                f"The supervisor of {container_id} failed before forking (see {stderr})"
+            )
+        container.pid = int(line)
+        return container.pid
+
+    async def start(self, container_id: ContainerID) -> None:
+        container = self._containers.get(container_id)
+        if container is None or container.gate is None:
+            raise LaunchError(f"Container {container_id} is not waiting to start")
+        try:
+            os.write(container.gate, b"1")
+        except BrokenPipeError:
+            raise LaunchError(f"Container {container_id} ended before it could start") from None
+        finally:
+            os.close(container.gate)
+            container.gate = None
+
+    async def wait(self, container_id: ContainerID) -> int | None:
+        container = self._containers.get(container_id)
+        if container is None:
+            return None
+        return await asyncio.shield(container.exited)
+
+    async def kill(self, container_id: ContainerID, sig: int) -> None:
+        container = self._containers.get(container_id)
+        if container is None or container.pid <= 0 or container.exited.done():
+            return
+        try:
+            os.killpg(container.pid, sig)
+        except ProcessLookupError:
+            pass
+
+    async def destroy(self, container_id: ContainerID) -> None:
+        container = self._containers.get(container_id)
+        if container is None:
+            return
+        if container.gate is not None:
+            os.close(container.gate)  # a held process then exits without exec
+            container.gate = None
+        if container.pid > 0:
+            _kill_session(container.pid)
+        await asyncio.shield(container.exited)
+        if container.pid > 0:
+            _kill_session(container.pid)  # stragglers forked while we killed
+        self._containers.pop(container_id, None)
+
+    def pid(self, container_id: ContainerID) -> int | None:
+        container = self._containers.get(container_id)
+        return container.pid if container is not None and container.pid > 0 else None
+
+    def _watch(self, container_id: ContainerID, container: _Container) -> None:
+        loop = asyncio.get_running_loop()
+        try:
+            pidfd = os.pidfd_open(container.nanny_pid)
+        except ProcessLookupError:
+            container.exited.set_result(self._runtime.read_status(container_id))
+            return
+
+        def on_exit() -> None:
+            loop.remove_reader(pidfd)
+            os.close(pidfd)
+            try:  # reap it if it is our child; a recovered one is not
+                os.waitpid(container.nanny_pid, os.WNOHANG)
+            except ChildProcessError:
+                pass
+            if not container.exited.done():
+                container.exited.set_result(self._runtime.read_status(container_id))
+
+        loop.add_reader(pidfd, on_exit)
+
+
+def _kill_session(leader: int) -> None:
+    """SIGKILLs the process group and every process of the session (subgroups too)."""
+    try:
+        os.killpg(leader, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    for process in session_processes(leader):
+        try:
+            os.kill(process.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+async def _read_all(fd: int) -> bytes:
+    """Reads a pipe until EOF without blocking the loop."""
+    loop = asyncio.get_running_loop()
+    os.set_blocking(fd, False)
+    chunks: list[bytes] = []
+    done: asyncio.Future[None] = loop.create_future()
+
+    def readable() -> None:
+        data = os.read(fd, 64)
+        if data:
+            chunks.append(data)
+        elif not done.done():
+            done.set_result(None)
+
+    loop.add_reader(fd, readable)
+    try:
+        await done
+    finally:
+        loop.remove_reader(fd)
+    return b"".join(chunks)

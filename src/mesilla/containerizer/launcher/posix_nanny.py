@@ -1,0 +1,108 @@
+"""The posix launcher's per-container supervisor ("nanny"); a standalone script.
+
+Run as `python -I -S posix_nanny.py STATUS PID_FILE STDOUT STDERR CWD USER RLIMITS -- ARGV...`
+with the container's environment, fd 0 the start gate and fd 1 a pipe to the
+launcher. It imports nothing beyond what the interpreter has already loaded, so
+it stays a few megabytes: it must outlive the agent, so it is paid per container.
+
+It forks the container's first process, which becomes a session (and process
+group) leader, opens its stdout/stderr, applies cwd, user and rlimits, and then
+waits on the gate: one byte "1" lets it exec; EOF (the launcher went away
+before `start`) makes it exit 1 without running anything. The nanny writes the
+child's pid file, reports the pid on fd 1, reaps the child and writes its raw
+wait status to STATUS atomically, so the status survives an agent restart.
+"""
+
+import os
+import sys
+
+ABORTED_EXIT_CODE = 1
+EXEC_FAILED_EXIT_CODE = 127
+
+
+def write_atomically(path, data):
+    tmp = path + ".tmp.%d" % os.getpid()
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        os.write(fd, data)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.rename(tmp, path)
+    dir_fd = os.open(os.path.dirname(path), os.O_RDONLY)
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)
+
+
+def apply_rlimits(spec):
+    import resource  # only containers with rlimits pay for it
+
+    for item in spec.split(","):
+        name, soft, hard = item.split(":")
+        unlimited = resource.RLIM_INFINITY
+        resource.setrlimit(
+            getattr(resource, "RLIMIT_" + name),
+            (unlimited if soft == "inf" else int(soft), unlimited if hard == "inf" else int(hard)),
+        )
+
+
+def switch_user(name):
+    import pwd
+
+    entry = pwd.getpwnam(name)
+    os.initgroups(name, entry.pw_gid)
+    os.setgid(entry.pw_gid)
+    os.setuid(entry.pw_uid)
+    os.environ.setdefault("HOME", entry.pw_dir)
+    os.environ.setdefault("USER", name)
+
+
+def child(stdout, stderr, cwd, user, rlimits, argv):
+    os.setsid()
+    flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND
+    os.dup2(os.open(stdout, flags, 0o644), 1)
+    os.dup2(os.open(stderr, flags, 0o644), 2)
+    try:
+        os.chdir(cwd)
+        if rlimits != "-":
+            apply_rlimits(rlimits)
+        if user != "-":
+            switch_user(user)
+    except Exception as exc:
+        os.write(2, ("Failed to set up the container's process: %s\n" % exc).encode())
+        os._exit(EXEC_FAILED_EXIT_CODE)
+    if os.read(0, 1) != b"1":
+        os._exit(ABORTED_EXIT_CODE)
+    null = os.open("/dev/null", os.O_RDONLY)
+    os.dup2(null, 0)
+    os.close(null)
+    try:
+        os.execvpe(argv[0], argv, os.environ)
+    except OSError as exc:
+        os.write(2, ("Failed to execute '%s': %s\n" % (argv[0], exc.strerror)).encode())
+    os._exit(EXEC_FAILED_EXIT_CODE)
+
+
+def main():
+    args = sys.argv[1:]
+    separator = args.index("--")
+    status_path, pid_path, stdout, stderr, cwd, user, rlimits = args[:separator]
+    argv = args[separator + 1 :]
+
+    pid = os.fork()
+    if pid == 0:
+        child(stdout, stderr, cwd, user, rlimits, argv)
+    # The gate belongs to the child alone: its EOF must follow the launcher's end.
+    null = os.open("/dev/null", os.O_RDWR)
+    os.dup2(null, 0)
+    write_atomically(pid_path, b"%d\n" % pid)
+    os.write(1, b"%d\n" % pid)
+    os.dup2(null, 1)
+    os.close(null)
+    _, status = os.waitpid(pid, 0)
+    write_atomically(status_path, b"%d\n" % status)
+
+
+main()

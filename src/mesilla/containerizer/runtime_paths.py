@@ -1,0 +1,143 @@
+"""The containerizer's checkpoints under `--runtime_dir`, in Mesos's layout.
+
+    <runtime_dir>/containers/<root>/
+        pid            host pid of the container's first process
+        status         its raw wait(2) status, written by the supervisor when it exits
+        termination    the ContainerTermination the containerizer decided (JSON)
+        config         the ContainerConfig it was launched with (JSON)
+        launch_info    the merged ContainerLaunchInfo (JSON)
+        containers/<child>/...   the same, recursively, for nested containers
+
+Every file is written atomically (temporary file, fsync, rename), so a crash
+leaves either the old or the new content, never a torn file.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from typing import Any
+
+import msgspec
+
+from mesilla.containerizer.types import ContainerConfig, ContainerLaunchInfo, ContainerTermination
+from mesilla.v1.mesos import ContainerID
+
+PID_FILE = "pid"
+STATUS_FILE = "status"
+TERMINATION_FILE = "termination"
+CONFIG_FILE = "config"
+LAUNCH_INFO_FILE = "launch_info"
+CONTAINERS_DIR = "containers"
+
+
+def container_dir(runtime_dir: str, container_id: ContainerID) -> str:
+    parts = [runtime_dir]
+    for value in container_id.path():
+        parts += [CONTAINERS_DIR, value]
+    return os.path.join(*parts)
+
+
+def write_atomically(path: str, data: bytes) -> None:
+    directory = os.path.dirname(path)
+    os.makedirs(directory, exist_ok=True)
+    tmp = f"{path}.tmp.{os.getpid()}"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        os.write(fd, data)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.rename(tmp, path)
+    # The rename itself must reach the disk too.
+    dir_fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)
+
+
+def _read(path: str) -> bytes | None:
+    try:
+        with open(path, "rb") as f:
+            return f.read()
+    except FileNotFoundError:
+        return None
+
+
+def read_int(path: str) -> int | None:
+    data = _read(path)
+    if data is None or not data.strip():
+        return None
+    try:
+        return int(data.strip())
+    except ValueError:
+        return None
+
+
+class RuntimeDir:
+    """Typed access to one runtime directory's container checkpoints."""
+
+    def __init__(self, root: str) -> None:
+        self.root = root
+
+    def path(self, container_id: ContainerID, name: str = "") -> str:
+        base = container_dir(self.root, container_id)
+        return os.path.join(base, name) if name else base
+
+    def write_pid(self, container_id: ContainerID, pid: int) -> None:
+        write_atomically(self.path(container_id, PID_FILE), b"%d\n" % pid)
+
+    def read_pid(self, container_id: ContainerID) -> int | None:
+        return read_int(self.path(container_id, PID_FILE))
+
+    def read_status(self, container_id: ContainerID) -> int | None:
+        return read_int(self.path(container_id, STATUS_FILE))
+
+    def write_config(self, container_id: ContainerID, config: ContainerConfig) -> None:
+        write_atomically(self.path(container_id, CONFIG_FILE), msgspec.json.encode(config))
+
+    def read_config(self, container_id: ContainerID) -> ContainerConfig | None:
+        return self._decode(self.path(container_id, CONFIG_FILE), ContainerConfig)
+
+    def write_launch_info(self, container_id: ContainerID, info: ContainerLaunchInfo) -> None:
+        write_atomically(self.path(container_id, LAUNCH_INFO_FILE), msgspec.json.encode(info))
+
+    def write_termination(self, container_id: ContainerID, term: ContainerTermination) -> None:
+        write_atomically(self.path(container_id, TERMINATION_FILE), msgspec.json.encode(term))
+
+    def read_termination(self, container_id: ContainerID) -> ContainerTermination | None:
+        return self._decode(self.path(container_id, TERMINATION_FILE), ContainerTermination)
+
+    @staticmethod
+    def _decode(path: str, type_: type[Any]) -> Any:
+        data = _read(path)
+        if data is None:
+            return None
+        try:
+            return msgspec.json.decode(data, type=type_)
+        except msgspec.MsgspecError:
+            return None  # unreadable checkpoint: recovery treats the field as unknown
+
+    def containers(self) -> list[ContainerID]:
+        """Every checkpointed container, parents before their children."""
+        found: list[ContainerID] = []
+
+        def walk(directory: str, parent: ContainerID | None) -> None:
+            try:
+                names = sorted(os.listdir(directory))
+            except FileNotFoundError:
+                return
+            for name in names:
+                child_dir = os.path.join(directory, name)
+                if not os.path.isdir(child_dir):
+                    continue
+                container_id = ContainerID(value=name, parent=parent)
+                found.append(container_id)
+                walk(os.path.join(child_dir, CONTAINERS_DIR), container_id)
+
+        walk(os.path.join(self.root, CONTAINERS_DIR), None)
+        return found
+
+    def remove(self, container_id: ContainerID) -> None:
+        shutil.rmtree(self.path(container_id), ignore_errors=True)

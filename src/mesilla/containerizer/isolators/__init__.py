@@ -23,6 +23,7 @@ ISOLATORS: dict[str, str] = {
     "cgroups/cpu": "mesilla.containerizer.isolators.cgroups.cpu:CgroupsCpuIsolator",
     "cgroups/mem": "mesilla.containerizer.isolators.cgroups.mem:CgroupsMemIsolator",
     "cgroups/pids": "mesilla.containerizer.isolators.cgroups.pids:CgroupsPidsIsolator",
+    "docker/runtime": "mesilla.containerizer.isolators.docker.runtime:DockerRuntimeIsolator",
 }
 
 # Mesos's creators table order (`src/slave/containerizer/mesos/containerizer.cpp`).

@@ -1,0 +1,45 @@
+"""Rootfs backends by Mesos name (`--image_provisioner_backend`), imported when chosen."""
+
+from __future__ import annotations
+
+import importlib
+import logging
+
+from mesilla.containerizer.provisioner.backends.base import Backend
+from mesilla.containerizer.provisioner.errors import BackendError
+
+log = logging.getLogger(__name__)
+
+BACKENDS = {
+    "overlay": "mesilla.containerizer.provisioner.backends.overlay:OverlayBackend",
+    "copy": "mesilla.containerizer.provisioner.backends.copy:CopyBackend",
+    "bind": "mesilla.containerizer.provisioner.backends.bind:BindBackend",
+}
+
+
+def load_backend(name: str) -> type[Backend]:
+    try:
+        target = BACKENDS[name]
+    except KeyError:
+        raise BackendError(
+            f"Unknown --image_provisioner_backend '{name}' (known: {', '.join(BACKENDS)})"
+        ) from None
+    module, _, attribute = target.partition(":")
+    backend: type[Backend] = getattr(importlib.import_module(module), attribute)
+    return backend
+
+
+def choose_backend(name: str | None, store_dir: str) -> Backend:
+    """The named backend after checking this host supports it; unnamed, Mesos's choice:
+    overlay when the store's filesystem supports it, else copy."""
+    if name:
+        backend = load_backend(name)
+        backend.check(store_dir)
+        return backend()
+    overlay = load_backend("overlay")
+    try:
+        overlay.check(store_dir)
+        return overlay()
+    except BackendError as exc:
+        log.info("Using the copy backend: %s", exc)
+        return load_backend("copy")()

@@ -1,0 +1,1 @@
+"""Isolators for docker images (docker/runtime)."""

@@ -1,0 +1,50 @@
+"""Provisioner errors, each naming the image, blob or path at fault and the fix.
+
+    ProvisionerError
+    ├── ImageReferenceError   an image name that cannot be parsed
+    ├── ImageNotFound         no such image in the registry or local directory
+    ├── RegistryError         the registry answered with an error or not at all
+    │   └── RegistryAuthError  authentication failed
+    ├── UnsupportedImage      a manifest type, media type or platform we cannot use
+    ├── BlobDigestMismatch    a blob whose content does not match its digest
+    ├── LayerExtractionError  a layer tarball that is unsafe or malformed
+    └── BackendError          a rootfs backend that cannot be used or failed
+"""
+
+from __future__ import annotations
+
+
+class ProvisionerError(Exception):
+    """Base of every provisioning failure (the containerizer reports it as PROVISIONING)."""
+
+
+class ImageReferenceError(ProvisionerError, ValueError):
+    pass
+
+
+class ImageNotFound(ProvisionerError):
+    pass
+
+
+class RegistryError(ProvisionerError):
+    pass
+
+
+class RegistryAuthError(RegistryError):
+    pass
+
+
+class UnsupportedImage(ProvisionerError):
+    pass
+
+
+class BlobDigestMismatch(ProvisionerError):
+    pass
+
+
+class LayerExtractionError(ProvisionerError):
+    pass
+
+
+class BackendError(ProvisionerError):
+    pass

@@ -1,0 +1,103 @@
+"""The master's record of one agent (Mesos's `Slave` in `src/master/master.hpp`).
+
+An agent is *connected* while its REGISTER stream is open. When the stream
+closes it is disconnected (its offers are rescinded) and, unless it comes
+back within ``--agent_ping_timeout`` x ``--max_agent_ping_timeouts``, it is
+marked unreachable and leaves `Master.agents` for `Master.unreachable_agents`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass, field
+
+from mesilla.common.http import EventStream
+from mesilla.common.resources import Resources
+from mesilla.v1 import internal
+from mesilla.v1.mesos import AgentCapability, AgentInfo, ExecutorInfo, Offer, Task
+
+
+@dataclass
+class Agent:
+    """State of one registered agent; attributes are read by the operator API and `/state`."""
+
+    id: str
+    info: AgentInfo  # always has `id` set
+    #: libprocess-style address, ``slave(1)@ip:port``, as `/state` shows it.
+    pid: str
+    version: str | None = None
+    capabilities: list[AgentCapability] = field(default_factory=list)
+    stream: EventStream | None = None
+    stream_id: str | None = None
+    connected: bool = True
+    #: False while disconnected: no offers are made for it.
+    active: bool = True
+    registered_time: float = field(default_factory=time.time)
+    reregistered_time: float | None = None
+    #: framework_id -> task_id -> Task (the same objects as in `Framework.tasks`).
+    tasks: dict[str, dict[str, Task]] = field(default_factory=dict)
+    #: framework_id -> executor_id -> ExecutorInfo.
+    executors: dict[str, dict[str, ExecutorInfo]] = field(default_factory=dict)
+    #: offer_id -> Offer, outstanding offers of this agent's resources.
+    offers: dict[str, Offer] = field(default_factory=dict)
+    #: Pending unreachability after a disconnection.
+    unreachable_timer: asyncio.TimerHandle | None = None
+
+    @property
+    def hostname(self) -> str:
+        return self.info.hostname
+
+    @property
+    def total_resources(self) -> Resources:
+        return Resources.from_list(self.info.resources)
+
+    def used_resources(self) -> dict[str, Resources]:
+        """framework_id -> resources of its live tasks and executors on this agent."""
+        used: dict[str, Resources] = {}
+        for framework_id, tasks in self.tasks.items():
+            for task in tasks.values():
+                if not task.state.terminal:
+                    used[framework_id] = used.get(framework_id, Resources()) + Resources.from_list(
+                        task.resources
+                    )
+        for framework_id, executors in self.executors.items():
+            for executor in executors.values():
+                used[framework_id] = used.get(framework_id, Resources()) + Resources.from_list(
+                    executor.resources
+                )
+        return used
+
+    def offered_resources(self) -> Resources:
+        total = Resources()
+        for offer in self.offers.values():
+            total = total + Resources.from_list(offer.resources)
+        return total
+
+    def add_task(self, task: Task) -> None:
+        self.tasks.setdefault(task.framework_id.value, {})[task.task_id.value] = task
+
+    def remove_task(self, task: Task) -> None:
+        tasks = self.tasks.get(task.framework_id.value)
+        if tasks is not None:
+            tasks.pop(task.task_id.value, None)
+            if not tasks:
+                del self.tasks[task.framework_id.value]
+
+    def has_executor(self, framework_id: str, executor_id: str) -> bool:
+        return executor_id in self.executors.get(framework_id, {})
+
+    def add_executor(self, framework_id: str, executor: ExecutorInfo) -> None:
+        self.executors.setdefault(framework_id, {})[executor.executor_id.value] = executor
+
+    def remove_executor(self, framework_id: str, executor_id: str) -> ExecutorInfo | None:
+        executors = self.executors.get(framework_id, {})
+        executor = executors.pop(executor_id, None)
+        if not executors:
+            self.executors.pop(framework_id, None)
+        return executor
+
+    async def send(self, event: internal.AgentEvent) -> bool:
+        if self.stream is None:
+            return False
+        return await self.stream.send(event)

@@ -1,0 +1,88 @@
+"""``POST /internal/agent``: the agent <-> master protocol of `mesilla.v1.internal`.
+
+REGISTER opens a stream of `AgentEvent`s (200, ``Mesos-Stream-Id``); the
+other calls carry the agent id and that stream id and are answered 202. An
+unknown agent or a stale stream id gets 403, so the agent re-registers.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import TYPE_CHECKING
+
+from aiohttp import web
+
+from mesilla.common.errors import BadRequest, Forbidden, ServiceUnavailable
+from mesilla.common.http import EventStream, Router, read_message
+from mesilla.common.resources import Resources, ResourcesError
+from mesilla.master.scheduler_api import STREAM_ID_HEADER
+from mesilla.master.streams import hold
+from mesilla.v1 import internal
+
+if TYPE_CHECKING:
+    from mesilla.master.master import Master
+
+_FIELDS = {
+    internal.AgentCallType.REGISTER: "register",
+    internal.AgentCallType.STATUS_UPDATE: "status_update",
+    internal.AgentCallType.EXECUTOR_MESSAGE: "executor_message",
+    internal.AgentCallType.EXITED_EXECUTOR: "exited_executor",
+}
+
+
+def install(router: Router, master: Master) -> None:
+    async def handler(request: web.Request) -> web.StreamResponse:
+        return await agent_call(request, master)
+
+    router.add("/internal/agent", handler, methods=("POST",))
+
+
+def _validate(call: internal.AgentCall) -> None:
+    if call.type is internal.AgentCallType.UNKNOWN:
+        raise BadRequest("Expecting 'type' to be present and known")
+    name = _FIELDS.get(call.type)
+    if name is not None and getattr(call, name) is None:
+        raise BadRequest(f"Expecting '{name}' to be present")
+    if call.register is not None:
+        try:
+            Resources.from_list(call.register.agent_info.resources)
+        except ResourcesError as exc:
+            raise BadRequest(f"Invalid 'register.agent_info.resources': {exc}") from None
+    if call.status_update is not None and call.status_update.status.uuid is None:
+        raise BadRequest("Expecting 'status_update.status.uuid' to be present")
+
+
+async def agent_call(request: web.Request, master: Master) -> web.StreamResponse:
+    if not master.recovered:
+        raise ServiceUnavailable("Master has not finished recovery")
+    call: internal.AgentCall = await read_message(request, internal.AgentCall)
+    _validate(call)
+    if call.type is internal.AgentCallType.REGISTER:
+        assert call.register is not None
+        return await _register(request, master, call.register)
+    if call.agent_id is None:
+        raise BadRequest("Expecting 'agent_id' to be present")
+    agent = master.agents.get(call.agent_id.value)
+    if agent is None:
+        raise Forbidden(f"Agent {call.agent_id.value} is not registered: send REGISTER")
+    if request.headers.get(STREAM_ID_HEADER) != agent.stream_id or agent.stream_id is None:
+        raise Forbidden(f"'{STREAM_ID_HEADER}' does not match agent {agent.id}'s stream: re-register")
+    if call.status_update is not None:
+        await master.status_update(agent, call.status_update)
+    elif call.executor_message is not None:
+        await master.executor_message(agent, call.executor_message)
+    elif call.exited_executor is not None:
+        await master.exited_executor(agent, call.exited_executor)
+    elif call.type is internal.AgentCallType.UNREGISTER:
+        await master.unregister_agent(agent)
+    return web.Response(status=202)
+
+
+async def _register(request: web.Request, master: Master, call: internal.Register) -> web.StreamResponse:
+    stream_id = str(uuid.uuid4())
+    stream = await EventStream.open(request, headers={STREAM_ID_HEADER: stream_id})
+    agent = await master.register_agent(stream, stream_id, call, request.remote or "127.0.0.1")
+    if agent is not None:
+        await hold(request, stream)
+        master.agent_disconnected(agent, stream_id)
+    return stream.response

@@ -1,0 +1,321 @@
+"""Agent life cycle on the master: registration, re-registration, disconnection, unreachability.
+
+A re-registering agent reports what it runs; the master takes that as the
+truth: tasks it did not know (after a master restart) are added, tasks it
+believed were there but the agent does not report are lost. An agent whose
+stream stays closed for ``--agent_ping_timeout`` x ``--max_agent_ping_timeouts``
+is marked unreachable: its tasks go TASK_UNREACHABLE (PARTITION_AWARE
+frameworks) or TASK_LOST, and come back if it re-registers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+
+import msgspec
+
+from mesilla.common.http import EventStream
+from mesilla.master.agent import Agent
+from mesilla.master.base import MasterBase
+from mesilla.master.framework import Framework
+from mesilla.master.status_updates import master_status
+from mesilla.v1 import internal
+from mesilla.v1 import scheduler as sched
+from mesilla.v1.mesos import AgentID, FrameworkID, Reason, Task, TaskState
+
+log = logging.getLogger(__name__)
+
+
+class AgentsMixin(MasterBase):
+    # --- registration -------------------------------------------------------------------
+
+    async def register_agent(
+        self, stream: EventStream, stream_id: str, call: internal.Register, remote_ip: str
+    ) -> Agent | None:
+        """REGISTER on an open stream; returns the agent, or None if it was told to shut down."""
+        info = call.agent_info
+        pid = f"slave(1)@{remote_ip}:{info.port}"
+        if info.id is None:
+            agent_id = self.new_agent_id()
+            info = msgspec.structs.replace(info, id=AgentID(value=agent_id))
+            await self.registry.admit_agent(info)
+            agent = self._add_agent(info, pid, call)
+            self.counters["master/slave_registrations"] += 1
+            self.counters["master/messages_register_slave"] += 1
+        else:
+            agent_id = info.id.value
+            if agent_id in self.gone_agents:
+                await stream.send(
+                    internal.AgentEvent(
+                        type=internal.AgentEventType.SHUTDOWN,
+                        shutdown=internal.Shutdown(message=f"Agent {agent_id} has been marked gone"),
+                    )
+                )
+                stream.close()
+                return None
+            self.counters["master/messages_reregister_slave"] += 1
+            self.counters["master/slave_reregistrations"] += 1
+            known = self.agents.get(agent_id)
+            if known is not None:
+                agent = await self._reregister_known(known, info, pid, call)
+            else:
+                await self.registry.readmit_agent(info)
+                self.recovered_agents.pop(agent_id, None)
+                self.unreachable_agents.pop(agent_id, None)
+                agent = self._add_agent(info, pid, call)
+                agent.reregistered_time = time.time()
+        agent.stream, agent.stream_id = stream, stream_id
+        agent.connected = agent.active = True
+        await agent.send(
+            internal.AgentEvent(
+                type=internal.AgentEventType.REGISTERED,
+                registered=internal.Registered(
+                    agent_id=AgentID(value=agent.id),
+                    master_info=self.master_info,
+                    heartbeat_interval_seconds=self.flags.heartbeat_interval,
+                ),
+            )
+        )
+        self.spawn(self._agent_heartbeat(agent, stream))
+        log.info("agent %s (%s) registered at %s", agent.id, agent.hostname, pid)
+        return agent
+
+    def _add_agent(self, info: internal.AgentInfo, pid: str, call: internal.Register) -> Agent:
+        assert info.id is not None
+        agent = Agent(
+            id=info.id.value,
+            info=info,
+            pid=pid,
+            version=call.version,
+            capabilities=list(call.capabilities),
+        )
+        self.agents[agent.id] = agent
+        frameworks = {f.id.value: f for f in call.frameworks if f.id is not None}
+        for executor in call.executor_infos:
+            if executor.framework_id is not None:
+                framework = self._framework_for(executor.framework_id.value, frameworks)
+                agent.add_executor(framework.id, executor)
+                framework.executors.setdefault(agent.id, {})[executor.executor_id.value] = executor
+        for task in call.tasks:
+            if task.state.terminal:
+                continue
+            framework = self._framework_for(task.framework_id.value, frameworks)
+            record = msgspec.structs.replace(task, agent_id=AgentID(value=agent.id))
+            framework.unreachable_tasks.pop(task.task_id.value, None)
+            framework.tasks[task.task_id.value] = record
+            agent.add_task(record)
+        self.allocator.add_agent(
+            agent.id, agent.hostname, agent.total_resources, used=agent.used_resources()
+        )
+        self.notify("AGENT_ADDED", agent)
+        return agent
+
+    def _framework_for(self, framework_id: str, reported: dict[str, internal.FrameworkInfo]) -> Framework:
+        framework = self.frameworks.get(framework_id)
+        if framework is None:
+            info = reported.get(framework_id) or internal.FrameworkInfo(id=FrameworkID(value=framework_id))
+            framework = self._recover_framework(framework_id, info)
+        return framework
+
+    async def _reregister_known(
+        self, agent: Agent, info: internal.AgentInfo, pid: str, call: internal.Register
+    ) -> Agent:
+        """The agent reconnected (either side may have restarted): reconcile its tasks."""
+        if agent.unreachable_timer is not None:
+            agent.unreachable_timer.cancel()
+            agent.unreachable_timer = None
+        self._close_agent_stream(agent)
+        if info != agent.info:
+            await self.registry.readmit_agent(info)
+            agent.info = info
+            self.allocator.update_agent(agent.id, agent.total_resources)
+        agent.pid = pid
+        agent.version = call.version
+        agent.reregistered_time = time.time()
+        reported = {(t.framework_id.value, t.task_id.value): t for t in call.tasks}
+        for framework_id, tasks in list(agent.tasks.items()):
+            framework = self.frameworks.get(framework_id)
+            for task in list(tasks.values()):
+                if (framework_id, task.task_id.value) in reported or framework is None:
+                    continue
+                if task.state.terminal:
+                    continue
+                # The agent never got it or forgot it: Mesos's agent answers such tasks the same way.
+                state = TaskState.TASK_DROPPED if framework.partition_aware else TaskState.TASK_LOST
+                status = master_status(
+                    task.task_id.value,
+                    state,
+                    Reason.REASON_RECONCILIATION,
+                    "Task is unknown to the agent",
+                    agent_id=agent.id,
+                    executor_id=task.executor_id,
+                )
+                self.update_task(task, status)
+                self.remove_task(task)
+                await self.forward_update(framework, status)
+        self.allocator.activate_agent(agent.id)
+        return agent
+
+    def _close_agent_stream(self, agent: Agent) -> None:
+        stream, agent.stream, agent.stream_id = agent.stream, None, None
+        if stream is not None:
+            stream.close()
+
+    async def _agent_heartbeat(self, agent: Agent, stream: EventStream) -> None:
+        event = internal.AgentEvent(type=internal.AgentEventType.HEARTBEAT)
+        while agent.stream is stream and await stream.send(event):
+            await asyncio.sleep(self.flags.heartbeat_interval)
+
+    # --- disconnection and unreachability ---------------------------------------------------
+
+    def agent_disconnected(self, agent: Agent, stream_id: str) -> None:
+        if agent.stream_id != stream_id or self.agents.get(agent.id) is not agent:
+            return
+        self._close_agent_stream(agent)
+        agent.connected = agent.active = False
+        self.allocator.deactivate_agent(agent.id)
+        for offer in list(agent.offers.values()):
+            self.remove_offer(offer, rescind=True)
+        timeout = self.flags.agent_ping_timeout * self.flags.max_agent_ping_timeouts
+        log.info("agent %s disconnected; unreachable in %ss unless it comes back", agent.id, timeout)
+        self.counters["master/slave_unreachable_scheduled"] += 1
+        agent.unreachable_timer = asyncio.get_running_loop().call_later(
+            timeout, lambda: self.spawn(self.mark_unreachable(agent))
+        )
+
+    async def mark_unreachable(self, agent: Agent) -> None:
+        if self.agents.get(agent.id) is not agent or agent.connected:
+            return
+        now = time.time()
+        await self.registry.mark_agent_unreachable(agent.id, now)
+        self.counters["master/slave_unreachable_completed"] += 1
+        self.counters["master/slave_removals"] += 1
+        self.unreachable_agents[agent.id] = now
+        await self._remove_agent(
+            agent, TaskState.TASK_UNREACHABLE, Reason.REASON_AGENT_REMOVED,
+            f"Agent {agent.hostname} is unreachable", unreachable_time=now,
+        )
+
+    async def _remove_agent(
+        self, agent: Agent, state: TaskState, reason: Reason, message: str,
+        unreachable_time: float | None = None,
+    ) -> None:
+        """Takes an agent out of the cluster; its tasks go `state` (TASK_LOST for frameworks not PARTITION_AWARE)."""
+        self.allocator.remove_agent(agent.id)
+        for offer in list(agent.offers.values()):
+            self.remove_offer(offer, rescind=True, recover=False)
+        for framework_id, tasks in list(agent.tasks.items()):
+            framework = self.frameworks.get(framework_id)
+            if framework is None:
+                continue
+            for task in list(tasks.values()):
+                await self._lose_task(framework, task, state, reason, message, unreachable_time)
+        for framework_id, executors in agent.executors.items():
+            framework = self.frameworks.get(framework_id)
+            if framework is not None:
+                framework.executors.pop(agent.id, None)
+        del self.agents[agent.id]
+        self._close_agent_stream(agent)
+        self.notify("AGENT_REMOVED", agent.id)
+
+    async def _lose_task(
+        self, framework: Framework, task: Task, state: TaskState, reason: Reason, message: str,
+        unreachable_time: float | None,
+    ) -> None:
+        unreachable = state is TaskState.TASK_UNREACHABLE
+        was_terminal = task.state.terminal
+        if not was_terminal:
+            sent = state if framework.partition_aware else TaskState.TASK_LOST
+            status = master_status(
+                task.task_id.value, sent, reason, message,
+                agent_id=task.agent_id.value, executor_id=task.executor_id,
+                unreachable_time=unreachable_time,
+            )
+            self.update_task(task, status, state if unreachable else None, recover=False)
+            await self.forward_update(framework, status)
+        self.remove_task(task, unreachable=unreachable and not was_terminal)
+
+    async def _expire_recovered_agents(self) -> None:
+        """Agents from the registry that did not re-register in ``--agent_reregister_timeout``."""
+        for agent_id in list(self.recovered_agents):
+            now = time.time()
+            await self.registry.mark_agent_unreachable(agent_id, now)
+            del self.recovered_agents[agent_id]
+            self.unreachable_agents[agent_id] = now
+            self.counters["master/recovery_slave_removals"] += 1
+            log.info("agent %s did not re-register after master failover: unreachable", agent_id)
+
+    async def unregister_agent(self, agent: Agent) -> None:
+        """UNREGISTER: the agent is leaving for good (its tasks are lost)."""
+        await self.registry.remove_agent(agent.id)
+        self.counters["master/slave_removals"] += 1
+        await self._remove_agent(
+            agent, TaskState.TASK_GONE, Reason.REASON_AGENT_REMOVED, f"Agent {agent.hostname} removed"
+        )
+
+    # --- messages -------------------------------------------------------------------------
+
+    async def executor_message(self, agent: Agent, msg: internal.ExecutorToFramework) -> None:
+        self.counters["master/messages_executor_to_framework"] += 1
+        framework = self.frameworks.get(msg.framework_id.value)
+        if framework is None or not framework.connected:
+            self.counters["master/invalid_executor_to_framework_messages"] += 1
+            return
+        self.counters["master/valid_executor_to_framework_messages"] += 1
+        await framework.send(
+            sched.Event(
+                type=sched.EventType.MESSAGE,
+                message=sched.FrameworkMessage(
+                    agent_id=AgentID(value=agent.id), executor_id=msg.executor_id, data=msg.data
+                ),
+            )
+        )
+
+    async def exited_executor(self, agent: Agent, msg: internal.ExitedExecutor) -> None:
+        self.counters["master/messages_exited_executor"] += 1
+        self.recover_executor(agent, msg.framework_id.value, msg.executor_id.value)
+        framework = self.frameworks.get(msg.framework_id.value)
+        if framework is not None:
+            await framework.send(
+                sched.Event(
+                    type=sched.EventType.FAILURE,
+                    failure=sched.Failure(
+                        agent_id=AgentID(value=agent.id), executor_id=msg.executor_id, status=msg.status
+                    ),
+                )
+            )
+
+    async def framework_message(self, framework: Framework, msg: sched.FrameworkMessage) -> None:
+        """MESSAGE from a scheduler: to the executor through its agent."""
+        self.counters["master/messages_framework_to_executor"] += 1
+        agent = self.agents.get(msg.agent_id.value)
+        if agent is None or not agent.connected:
+            self.counters["master/invalid_framework_to_executor_messages"] += 1
+            return
+        self.counters["master/valid_framework_to_executor_messages"] += 1
+        await agent.send(
+            internal.AgentEvent(
+                type=internal.AgentEventType.FRAMEWORK_MESSAGE,
+                framework_message=internal.FrameworkToExecutor(
+                    framework_id=FrameworkID(value=framework.id),
+                    executor_id=msg.executor_id,
+                    data=msg.data,
+                ),
+            )
+        )
+
+    async def shutdown_executor(self, framework: Framework, call: sched.Shutdown) -> None:
+        agent = self.agents.get(call.agent_id.value)
+        if agent is None or not agent.connected:
+            log.warning("cannot shut down executor %s: agent not connected", call.executor_id.value)
+            return
+        await agent.send(
+            internal.AgentEvent(
+                type=internal.AgentEventType.SHUTDOWN_EXECUTOR,
+                shutdown_executor=internal.ShutdownExecutor(
+                    framework_id=FrameworkID(value=framework.id), executor_id=call.executor_id
+                ),
+            )
+        )

@@ -1,0 +1,226 @@
+"""ACCEPT: launching tasks and task groups on offered resources (Mesos's `Master::accept`).
+
+Offers are checked first; if they are invalid, every task of the call is
+answered TASK_DROPPED (PARTITION_AWARE frameworks) or TASK_LOST with
+REASON_INVALID_OFFERS. Then operations run in order against the offers'
+resources: an invalid task is answered TASK_ERROR (REASON_TASK_INVALID), an
+invalid group fails whole (REASON_TASK_GROUP_INVALID). What is left goes back
+to the allocator with the call's refuse filter.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import msgspec
+
+from mesilla.common.errors import BadRequest
+from mesilla.common.resources import Resources
+from mesilla.master.agent import Agent
+from mesilla.master.base import MasterBase
+from mesilla.master.framework import Framework
+from mesilla.master.status_updates import master_status
+from mesilla.master.validation import (
+    LaunchContext,
+    task_consumption,
+    validate_offers,
+    validate_task,
+    validate_task_group,
+)
+from mesilla.v1 import internal
+from mesilla.v1 import scheduler as sched
+from mesilla.v1.mesos import (
+    ExecutorInfo,
+    Filters,
+    FrameworkID,
+    LaunchGroup,
+    Operation,
+    OperationType,
+    Reason,
+    Task,
+    TaskGroupInfo,
+    TaskInfo,
+    TaskState,
+)
+
+log = logging.getLogger(__name__)
+
+_SUPPORTED = (OperationType.LAUNCH, OperationType.LAUNCH_GROUP)
+
+
+def check_operations(operations: list[Operation]) -> None:
+    """Rejects (400) operations Mesilla does not implement, before any offer is used."""
+    for index, op in enumerate(operations):
+        if op.type not in _SUPPORTED:
+            raise BadRequest(
+                f"Operation {index} of type {op.type.value} is not supported by Mesilla: "
+                "only LAUNCH and LAUNCH_GROUP are"
+            )
+        if op.type is OperationType.LAUNCH and op.launch is None:
+            raise BadRequest(f"Operation {index} of type LAUNCH needs 'launch'")
+        if op.type is OperationType.LAUNCH_GROUP and op.launch_group is None:
+            raise BadRequest(f"Operation {index} of type LAUNCH_GROUP needs 'launch_group'")
+
+
+def _tasks_of(operations: list[Operation]) -> list[TaskInfo]:
+    tasks: list[TaskInfo] = []
+    for op in operations:
+        if op.launch is not None:
+            tasks.extend(op.launch.task_infos)
+        if op.launch_group is not None:
+            tasks.extend(op.launch_group.task_group.tasks)
+    return tasks
+
+
+def new_task_record(framework: Framework, task: TaskInfo) -> Task:
+    """The master's Task for a TaskInfo; TASK_STAGING, with no statuses yet."""
+    user = task.command.user if task.command is not None and task.command.user else None
+    return Task(
+        name=task.name,
+        task_id=task.task_id,
+        framework_id=FrameworkID(value=framework.id),
+        agent_id=task.agent_id,
+        state=TaskState.TASK_STAGING,
+        resources=list(task.resources),
+        executor_id=task.executor.executor_id if task.executor is not None else None,
+        labels=task.labels,
+        discovery=task.discovery,
+        container=task.container,
+        health_check=task.health_check,
+        check=task.check,
+        kill_policy=task.kill_policy,
+        user=user or framework.info.user or None,
+        limits=dict(task.limits),
+    )
+
+
+class LaunchMixin(MasterBase):
+    async def accept(self, framework: Framework, call: sched.Accept) -> None:
+        check_operations(call.operations)
+        self.counters["master/messages_accept"] += 1
+        offer_ids = [o.value for o in call.offer_ids]
+        connected = {a.id for a in self.agents.values() if a.connected}
+        error = validate_offers(offer_ids, self.offers, framework.id, connected)
+        if error is not None:
+            await self._reject_invalid_offers(framework, offer_ids, call.operations, error)
+            return
+        offers = [self.offers[offer_id] for offer_id in offer_ids]
+        agent = self.agents[offers[0].agent_id.value]
+        available = Resources()
+        for offer in offers:
+            available = available + Resources.from_list(offer.resources)
+            self.remove_offer(offer, rescind=False, recover=False)
+        ctx = LaunchContext(
+            framework_id=framework.id,
+            agent_id=agent.id,
+            available=available,
+            task_ids=set(framework.tasks) | set(framework.unreachable_tasks),
+            executors=dict(agent.executors.get(framework.id, {})),
+        )
+        for op in call.operations:
+            if op.launch is not None:
+                self.counters["master/messages_launch_tasks"] += 1
+                for task in op.launch.task_infos:
+                    await self._launch_task(framework, agent, task, ctx)
+            elif op.launch_group is not None:
+                await self._launch_group(framework, agent, op.launch_group, ctx)
+        if ctx.available:
+            self.allocator.recover_resources(
+                framework.id,
+                agent.id,
+                ctx.available,
+                refuse_seconds=(call.filters or Filters()).refuse_seconds,
+            )
+
+    async def _reject_invalid_offers(
+        self, framework: Framework, offer_ids: list[str], operations: list[Operation], error: str
+    ) -> None:
+        for offer_id in offer_ids:
+            offer = self.offers.get(offer_id)
+            if offer is not None and offer.framework_id.value == framework.id:
+                self.remove_offer(offer, rescind=False)
+        state = TaskState.TASK_DROPPED if framework.partition_aware else TaskState.TASK_LOST
+        for task in _tasks_of(operations):
+            self.counters["master/tasks_" + state.value.removeprefix("TASK_").lower()] += 1
+            await self.forward_update(
+                framework,
+                master_status(
+                    task.task_id.value,
+                    state,
+                    Reason.REASON_INVALID_OFFERS,
+                    f"Task launched with invalid offers: {error}",
+                    agent_id=task.agent_id.value,
+                ),
+            )
+
+    async def _task_error(self, framework: Framework, task: TaskInfo, reason: Reason, error: str) -> None:
+        self.counters["master/tasks_error"] += 1
+        await self.forward_update(
+            framework,
+            master_status(
+                task.task_id.value, TaskState.TASK_ERROR, reason, error, agent_id=task.agent_id.value
+            ),
+        )
+
+    def _add_executor(self, framework: Framework, agent: Agent, executor: ExecutorInfo, ctx: LaunchContext) -> None:
+        if executor.executor_id.value in ctx.executors:
+            return
+        ctx.executors[executor.executor_id.value] = executor
+        agent.add_executor(framework.id, executor)
+        framework.executors.setdefault(agent.id, {})[executor.executor_id.value] = executor
+
+    def _add_task(self, framework: Framework, agent: Agent, task: TaskInfo, ctx: LaunchContext) -> None:
+        record = new_task_record(framework, task)
+        framework.tasks[task.task_id.value] = record
+        agent.add_task(record)
+        ctx.task_ids.add(task.task_id.value)
+        self.notify("TASK_ADDED", record)
+
+    async def _launch_task(self, framework: Framework, agent: Agent, task: TaskInfo, ctx: LaunchContext) -> None:
+        if task.executor is not None:
+            executor = msgspec.structs.replace(task.executor, framework_id=FrameworkID(value=framework.id))
+            task = msgspec.structs.replace(task, executor=executor)
+        error = validate_task(task, ctx)
+        if error is not None:
+            log.info("task %s of framework %s is invalid: %s", task.task_id.value, framework.id, error)
+            await self._task_error(framework, task, Reason.REASON_TASK_INVALID, error)
+            return
+        ctx.available = ctx.available - task_consumption(task, ctx)
+        if task.executor is not None:
+            self._add_executor(framework, agent, task.executor, ctx)
+        self._add_task(framework, agent, task, ctx)
+        await agent.send(
+            internal.AgentEvent(
+                type=internal.AgentEventType.RUN_TASK,
+                run_task=internal.RunTask(framework_info=framework.info, task=task),
+            )
+        )
+
+    async def _launch_group(self, framework: Framework, agent: Agent, op: LaunchGroup, ctx: LaunchContext) -> None:
+        executor = msgspec.structs.replace(op.executor, framework_id=FrameworkID(value=framework.id))
+        error = validate_task_group(executor, op.task_group, ctx)
+        if error is not None:
+            log.info("task group of framework %s is invalid: %s", framework.id, error)
+            for task in op.task_group.tasks:
+                await self._task_error(framework, task, Reason.REASON_TASK_GROUP_INVALID, error)
+            return
+        tasks = [msgspec.structs.replace(t, executor=executor) for t in op.task_group.tasks]
+        needed = Resources()
+        for task in tasks:
+            needed = needed + Resources.from_list(task.resources)
+        if executor.executor_id.value not in ctx.executors:
+            needed = needed + Resources.from_list(executor.resources)
+        ctx.available = ctx.available - needed
+        self._add_executor(framework, agent, executor, ctx)
+        for task in tasks:
+            self._add_task(framework, agent, task, ctx)
+        await agent.send(
+            internal.AgentEvent(
+                type=internal.AgentEventType.RUN_TASK_GROUP,
+                run_task_group=internal.RunTaskGroup(
+                    framework_info=framework.info,
+                    executor_info=executor,
+                    task_group=TaskGroupInfo(tasks=tasks),
+                ),
+            )
+        )

@@ -1,0 +1,102 @@
+"""`mesilla master`: flags and the daemon (Mesos's `src/master/main.cpp` and `flags.cpp`)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import socket
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+
+from aiohttp import web
+
+from mesilla.common.flags import Flag, FlagError, Flags
+from mesilla.common.http import Router, make_app
+from mesilla.master import agent_api, endpoints, operator_api, scheduler_api
+from mesilla.master.master import Master, parse_weights
+from mesilla.master.registry import InMemoryRegistry, Registry, SqliteRegistry
+
+log = logging.getLogger(__name__)
+
+MASTER_FLAGS: list[Flag] = [
+    Flag("ip", "IP address to listen on.", "127.0.0.1"),
+    Flag("port", "Port to listen on.", 5050, "int"),
+    Flag("hostname", "Hostname the master advertises (default: the --ip)."),
+    Flag("advertise_ip", "IP address advertised to frameworks and agents."),
+    Flag("work_dir", "Where the registry (registry.db) lives.", required=True),
+    Flag("registry", "Registry store: 'sqlite' (under --work_dir) or 'in_memory'.", "sqlite"),
+    Flag("heartbeat_interval", "Interval of HEARTBEAT events to schedulers and agents.", 15.0, "duration"),
+    Flag("allocation_interval", "Interval between allocation cycles.", 1.0, "duration"),
+    Flag("offer_timeout", "Offers not accepted or declined within this are rescinded (default: never).",
+         None, "duration"),
+    Flag("agent_ping_timeout", "How long the master waits for a disconnected agent per ping.", 15.0, "duration"),
+    Flag("max_agent_ping_timeouts", "Missed pings after which a disconnected agent is unreachable.", 5, "int"),
+    Flag("agent_reregister_timeout", "How long agents have to re-register after a master failover.",
+         600.0, "duration"),
+    Flag("roles", "Deprecated in Mesos: a comma-separated list of allowed roles (unset: any)."),
+    Flag("weights", "Role weights, e.g. 'role1=2.0,role2=1.5'."),
+    Flag("max_completed_frameworks", "Completed frameworks to remember.", 50, "int"),
+    Flag("max_completed_tasks_per_framework", "Completed tasks to remember per framework.", 1000, "int"),
+    Flag("cluster", "Human readable name of the cluster."),
+    Flag("quiet", "Disable logging to stderr.", False, "bool"),
+    Flag("logging_level", "Log level: INFO, WARNING or ERROR.", "INFO"),
+]
+
+
+def make_registry(flags: Flags) -> Registry:
+    # Mesos's default, the replicated log, maps to SQLite: both are durable in the work_dir.
+    if flags.registry in ("sqlite", "replicated_log"):
+        return SqliteRegistry.in_work_dir(flags.work_dir)
+    if flags.registry == "in_memory":
+        return InMemoryRegistry()
+    raise FlagError(f"Unknown --registry '{flags.registry}': use 'sqlite' or 'in_memory'")
+
+
+@dataclass
+class MasterServer:
+    master: Master
+    runner: web.AppRunner
+    port: int
+
+    @property
+    def address(self) -> str:
+        return f"{self.master.flags.ip}:{self.port}"
+
+
+@asynccontextmanager
+async def serve(flags: Flags) -> AsyncIterator[MasterServer]:
+    """Runs a master on ``--ip``/``--port`` (0 picks a free port) until the block exits."""
+    try:
+        parse_weights(flags.get("weights"))
+    except ValueError as exc:
+        raise FlagError(f"Invalid --weights '{flags.weights}': {exc}") from None
+    master = Master(flags, make_registry(flags))
+    router = Router("master")
+    scheduler_api.install(router, master)
+    agent_api.install(router, master)
+    operator_api.install(router, master)
+    endpoints.install(router, master)
+    runner = web.AppRunner(make_app(router), access_log=None, shutdown_timeout=1.0)
+    await runner.setup()
+    try:
+        site = web.TCPSite(runner, flags.ip, flags.port, reuse_address=True)
+        await site.start()
+        sockets = [s for s in (site._server.sockets if site._server else [])]  # type: ignore[union-attr]
+        port = sockets[0].getsockname()[1] if sockets else flags.port
+        advertised = flags.get("advertise_ip") or flags.ip
+        if advertised == "0.0.0.0":
+            advertised = socket.gethostbyname(socket.gethostname())
+        master.set_address(advertised, port, flags.get("hostname"))
+        await master.start()
+        log.info("master %s listening on %s:%d", master.id, flags.ip, port)
+        yield MasterServer(master, runner, port)
+    finally:
+        await master.stop()
+        await runner.cleanup()
+
+
+async def run(flags: Flags) -> None:
+    """The daemon: serves until cancelled, then closes every stream and stops cleanly."""
+    async with serve(flags):
+        await asyncio.Event().wait()

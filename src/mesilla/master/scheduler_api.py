@@ -1,0 +1,122 @@
+"""``POST /api/v1/scheduler``: the v1 scheduler HTTP API (Mesos's `Master::Http::scheduler`).
+
+SUBSCRIBE answers 200 with a chunked RecordIO stream of events and a
+``Mesos-Stream-Id`` header; every other call must carry that header and is
+answered 202 (UPDATE_FRAMEWORK: 200). Malformed or invalid calls get 400 with
+the reason, an unknown framework 400, a framework that is not subscribed or a
+wrong/missing stream id 403, and calls before the master has recovered 503.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from typing import TYPE_CHECKING
+
+from aiohttp import web
+
+from mesilla.common.errors import BadRequest, Forbidden, ServiceUnavailable
+from mesilla.common.http import EventStream, Router, check_accept, read_message
+from mesilla.master.streams import hold
+from mesilla.master.validation import validate_call
+from mesilla.v1 import scheduler as sched
+
+if TYPE_CHECKING:
+    from mesilla.master.framework import Framework
+    from mesilla.master.master import Master
+
+log = logging.getLogger(__name__)
+
+STREAM_ID_HEADER = "Mesos-Stream-Id"
+
+
+def install(router: Router, master: Master) -> None:
+    async def handler(request: web.Request) -> web.StreamResponse:
+        return await scheduler(request, master)
+
+    router.add("/api/v1/scheduler", handler, methods=("POST",), realm="mesos-master-scheduler")
+
+
+async def scheduler(request: web.Request, master: Master) -> web.StreamResponse:
+    if not master.recovered:
+        raise ServiceUnavailable("Master has not finished recovery")
+    call: sched.Call = await read_message(request, sched.Call)
+    error = validate_call(call)
+    if error is not None:
+        master.counters["master/invalid_scheduler_calls"] += 1
+        raise BadRequest(f"Failed to validate scheduler::Call: {error}")
+    if call.type is sched.CallType.SUBSCRIBE:
+        assert call.subscribe is not None
+        return await _subscribe(request, master, call.subscribe)
+    assert call.framework_id is not None
+    framework = master.frameworks.get(call.framework_id.value)
+    if framework is None:
+        raise BadRequest(f"Framework {call.framework_id.value} cannot be found")
+    if not framework.connected:
+        raise Forbidden(f"Framework {framework.id} is not subscribed: send SUBSCRIBE first")
+    stream_id = request.headers.get(STREAM_ID_HEADER)
+    if stream_id is None:
+        raise Forbidden(f"All non-subscribe calls should include the '{STREAM_ID_HEADER}' header")
+    if stream_id != framework.stream_id:
+        raise Forbidden(
+            f"The stream ID '{stream_id}' included in this request didn't match the stream ID "
+            f"currently associated with framework ID {framework.id}"
+        )
+    master.counters["master/valid_scheduler_calls"] += 1
+    return await _dispatch(master, framework, call)
+
+
+async def _subscribe(request: web.Request, master: Master, call: sched.Subscribe) -> web.StreamResponse:
+    check_accept(request, streaming=True)
+    if STREAM_ID_HEADER in request.headers:
+        raise BadRequest(f"Subscribe calls should not include the '{STREAM_ID_HEADER}' header")
+    stream_id = str(uuid.uuid4())
+    stream = await EventStream.open(request, headers={STREAM_ID_HEADER: stream_id})
+    framework = await master.subscribe(stream, stream_id, call)
+    if framework is not None:
+        await hold(request, stream)
+        master.framework_disconnected(framework, stream_id)
+    return stream.response
+
+
+async def _dispatch(master: Master, framework: Framework, call: sched.Call) -> web.StreamResponse:
+    accepted = web.Response(status=202)
+    kind = call.type
+    if kind is sched.CallType.TEARDOWN:
+        await master.teardown(framework)
+    elif kind is sched.CallType.ACCEPT:
+        assert call.accept is not None
+        await master.accept(framework, call.accept)
+    elif kind is sched.CallType.DECLINE:
+        assert call.decline is not None
+        master.decline(framework.id, call.decline)
+    elif kind is sched.CallType.REVIVE:
+        master.revive(framework, call.revive.roles if call.revive else [])
+    elif kind is sched.CallType.SUPPRESS:
+        master.suppress(framework, call.suppress.roles if call.suppress else [])
+    elif kind is sched.CallType.KILL:
+        assert call.kill is not None
+        await master.kill(framework, call.kill)
+    elif kind is sched.CallType.SHUTDOWN:
+        assert call.shutdown is not None
+        await master.shutdown_executor(framework, call.shutdown)
+    elif kind is sched.CallType.ACKNOWLEDGE:
+        assert call.acknowledge is not None
+        await master.acknowledge(framework, call.acknowledge)
+    elif kind is sched.CallType.RECONCILE:
+        assert call.reconcile is not None
+        await master.reconcile(framework, call.reconcile.tasks)
+    elif kind is sched.CallType.MESSAGE:
+        assert call.message is not None
+        await master.framework_message(framework, call.message)
+    elif kind is sched.CallType.REQUEST:
+        master.counters["master/messages_resource_request"] += 1
+    elif kind is sched.CallType.UPDATE_FRAMEWORK:
+        assert call.update_framework is not None
+        await master.update_framework(framework, call.update_framework)
+        return web.Response(status=200)
+    else:
+        # Inverse offers and operation feedback: Mesilla makes no inverse offers
+        # and runs no offer operations that report status, so there is nothing to act on.
+        log.info("ignoring %s call of framework %s", kind.value, framework.id)
+    return accepted

@@ -193,6 +193,10 @@ class EventStream:
         await response.prepare(request)
         return cls(response)
 
+    @property
+    def response(self) -> web.StreamResponse:
+        return self._response
+
     async def send(self, event: Any) -> bool:
         if self.closed.is_set():
             return False

@@ -1,0 +1,924 @@
+"""The agent: runs the master's tasks in executors, as Mesos's `Slave` (`src/slave/slave.cpp`).
+
+It reacts to three sources and keeps `mesilla.agent.state` up to date:
+
+* the master (`MasterLink` events): RUN_TASK, RUN_TASK_GROUP, KILL_TASK,
+  SHUTDOWN_EXECUTOR, SHUTDOWN_FRAMEWORK, UPDATE_FRAMEWORK, ACKNOWLEDGE,
+  FRAMEWORK_MESSAGE, SHUTDOWN;
+* executors (the executor API): SUBSCRIBE, UPDATE, MESSAGE;
+* the containerizer: an executor's container ended.
+
+Status updates, from executors or made by the agent itself, go through the
+`StatusUpdateManager`, which checkpoints them and delivers them reliably.
+The executor is acknowledged as soon as its update is checkpointed, as Mesos
+does: from then on the agent is responsible for it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import logging
+import os
+import socket
+import time
+import uuid
+from collections import deque
+from collections.abc import Callable, Coroutine
+from typing import Any
+
+from mesilla import MESOS_VERSION
+from mesilla.agent import checkpoints, paths
+from mesilla.agent.executors import (
+    command_executor_info,
+    container_config,
+    executor_environment,
+    new_container_id,
+    shutdown_grace_period,
+)
+from mesilla.agent.files import Files
+from mesilla.agent.state import (
+    MAX_COMPLETED_FRAMEWORKS,
+    Executor,
+    ExecutorState,
+    Framework,
+    FrameworkState,
+    TaskStateError,
+    make_task,
+)
+from mesilla.agent.status_update_manager import (
+    RETRY_INTERVAL_MIN,
+    StatusUpdateError,
+    StatusUpdateManager,
+)
+from mesilla.common.durations import format_duration
+from mesilla.common.flags import Flags
+from mesilla.containerizer.types import ContainerTermination
+from mesilla.v1 import executor as ev
+from mesilla.v1 import internal
+from mesilla.v1.mesos import (
+    AgentID,
+    AgentInfo,
+    ContainerID,
+    ContainerStatus,
+    CgroupInfo,
+    ExecutorID,
+    ExecutorInfo,
+    FrameworkID,
+    FrameworkInfo,
+    KillPolicy,
+    MasterInfo,
+    NetworkInfo,
+    Reason,
+    StatusSource,
+    Task,
+    TaskGroupInfo,
+    TaskID,
+    TaskInfo,
+    TaskResourceLimitation,
+    TaskState,
+    TaskStatus,
+)
+
+log = logging.getLogger(__name__)
+
+
+class AgentStatus(enum.Enum):
+    RECOVERING = "RECOVERING"
+    DISCONNECTED = "DISCONNECTED"
+    RUNNING = "RUNNING"
+    TERMINATING = "TERMINATING"
+
+
+def _partition_aware(info: FrameworkInfo) -> bool:
+    return info.has_capability("PARTITION_AWARE")
+
+
+class Agent:
+    def __init__(
+        self,
+        flags: Flags,
+        containerizer: Any,
+        info: AgentInfo,
+        *,
+        status_update_interval: float = RETRY_INTERVAL_MIN,
+    ) -> None:
+        self.flags = flags
+        self.files = Files()
+        self.containerizer = containerizer
+        self.info = info
+        self.status = AgentStatus.RECOVERING
+        self.frameworks: dict[str, Framework] = {}
+        self.completed_frameworks: deque[Framework] = deque(maxlen=MAX_COMPLETED_FRAMEWORKS)
+        self.master_info: MasterInfo | None = None
+        self.start_time = time.time()
+        self.recovery_time: float | None = None
+        self.endpoint = f"{flags.ip}:{flags.port}"
+        # Set by whoever owns the connection to the master (`MasterLink`).
+        self.send_to_master: Callable[[internal.AgentCall], None] = lambda call: None
+        self.status_updates = StatusUpdateManager(
+            self._forward, initial_interval=status_update_interval
+        )
+        self.metrics: dict[str, int] = {
+            "valid_status_updates": 0,
+            "invalid_status_updates": 0,
+            "valid_framework_messages": 0,
+            "invalid_framework_messages": 0,
+            "executors_terminated": 0,
+            "container_launch_errors": 0,
+            "recovery_errors": 0,
+            "registrations": 0,
+        }
+        self.shutdown_requested = asyncio.Event()
+        self._background: set[asyncio.Task[Any]] = set()
+
+    # -- identity ---------------------------------------------------------------------
+
+    @property
+    def agent_id(self) -> AgentID | None:
+        return self.info.id
+
+    @property
+    def pid(self) -> str:
+        return f"slave(1)@{self.endpoint}"
+
+    def spawn(self, coro: Coroutine[Any, Any, Any], what: str) -> asyncio.Task[Any]:
+        """Runs a background job owned by the agent (cancelled by `close`); failures are logged."""
+        task = asyncio.get_running_loop().create_task(coro, name=what)
+        self._background.add(task)
+
+        def done(t: asyncio.Task[Any]) -> None:
+            self._background.discard(t)
+            if not t.cancelled() and t.exception() is not None:
+                log.error("%s failed", what, exc_info=t.exception())
+
+        task.add_done_callback(done)
+        return task
+
+    async def close(self) -> None:
+        """Stops the agent's own activity; executors and containers keep running."""
+        self.status_updates.close()
+        for framework in self.frameworks.values():
+            for executor in framework.executors.values():
+                self._cancel_timers(executor)
+                if executor.stream is not None:
+                    executor.stream.close()
+        for task in list(self._background):
+            task.cancel()
+        await asyncio.gather(*self._background, return_exceptions=True)
+
+    # -- the master ---------------------------------------------------------------------
+
+    def register_call(self) -> internal.Register:
+        """REGISTER, with what the agent runs when it already has an id (re-registration)."""
+        tasks: list[Task] = []
+        executors: list[ExecutorInfo] = []
+        frameworks: list[FrameworkInfo] = []
+        for framework in self.frameworks.values():
+            frameworks.append(framework.info)
+            for executor in framework.executors.values():
+                if not executor.command_task:
+                    executors.append(executor.info)
+                for info in executor.queued_tasks.values():
+                    tasks.append(
+                        make_task(info, TaskState.TASK_STAGING, framework.id, self._id())
+                    )
+                tasks.extend(executor.launched_tasks.values())
+                tasks.extend(executor.terminated_tasks.values())
+        return internal.Register(
+            agent_info=self.info,
+            version=MESOS_VERSION,
+            capabilities=[],
+            tasks=tasks,
+            executor_infos=executors,
+            frameworks=frameworks,
+        )
+
+    def registered(self, registered: internal.Registered) -> None:
+        if self.info.id is not None and self.info.id != registered.agent_id:
+            log.error(
+                "The master gave agent id %s but this agent is %s: shutting down",
+                registered.agent_id.value,
+                self.info.id.value,
+            )
+            self.shutdown_requested.set()
+            return
+        first = self.info.id is None
+        self.info.id = registered.agent_id
+        self.master_info = registered.master_info
+        if first:
+            checkpoints.checkpoint_agent(self.flags.work_dir, self.info)
+        self.metrics["registrations"] += 1
+        self.status = AgentStatus.RUNNING
+        log.info("Registered with the master as agent %s", registered.agent_id.value)
+        self.status_updates.resume()
+
+    def disconnected(self) -> None:
+        if self.status is AgentStatus.RUNNING:
+            self.status = AgentStatus.DISCONNECTED
+            log.info("Disconnected from the master; status updates are paused")
+        self.status_updates.pause()
+
+    def handle_event(self, event: internal.AgentEvent) -> None:
+        kind = internal.AgentEventType
+        if event.type is kind.RUN_TASK and event.run_task:
+            self.run_task(event.run_task.framework_info, event.run_task.task)
+        elif event.type is kind.RUN_TASK_GROUP and event.run_task_group:
+            msg = event.run_task_group
+            self.run_task_group(msg.framework_info, msg.executor_info, msg.task_group)
+        elif event.type is kind.KILL_TASK and event.kill_task:
+            msg_k = event.kill_task
+            self.kill_task(msg_k.framework_id, msg_k.task_id.value, msg_k.kill_policy)
+        elif event.type is kind.SHUTDOWN_EXECUTOR and event.shutdown_executor:
+            msg_s = event.shutdown_executor
+            self.shutdown_executor(msg_s.framework_id.value, msg_s.executor_id.value)
+        elif event.type is kind.SHUTDOWN_FRAMEWORK and event.shutdown_framework:
+            self.shutdown_framework(event.shutdown_framework.framework_id.value)
+        elif event.type is kind.UPDATE_FRAMEWORK and event.update_framework:
+            self.update_framework(event.update_framework.framework_info)
+        elif event.type is kind.ACKNOWLEDGE and event.acknowledge:
+            ack = event.acknowledge
+            self.acknowledge(ack.framework_id.value, ack.task_id.value, ack.uuid)
+        elif event.type is kind.FRAMEWORK_MESSAGE and event.framework_message:
+            msg_f = event.framework_message
+            self.framework_message(msg_f.framework_id.value, msg_f.executor_id.value, msg_f.data)
+        elif event.type is kind.SHUTDOWN:
+            reason = event.shutdown.message if event.shutdown else None
+            log.warning("The master asked this agent to shut down: %s", reason or "no reason")
+            self.shutdown()
+        elif event.type is kind.RECONCILE_TASKS and event.reconcile_tasks:
+            self.reconcile_tasks(event.reconcile_tasks)
+
+    # -- running tasks ----------------------------------------------------------------
+
+    def _id(self) -> AgentID:
+        assert self.info.id is not None, "the agent has no id before registering"
+        return self.info.id
+
+    def _framework_for_launch(self, info: FrameworkInfo) -> Framework | None:
+        assert info.id is not None
+        framework = self.frameworks.get(info.id.value)
+        if framework is None:
+            framework = self.frameworks[info.id.value] = Framework(info)
+        elif framework.state is FrameworkState.TERMINATING:
+            log.warning("Ignoring a launch for terminating framework %s", info.id.value)
+            return None
+        else:
+            framework.info = info
+        if framework.checkpoint:
+            checkpoints.checkpoint(
+                paths.framework_info_path(self.flags.work_dir, self._id().value, info.id.value),
+                info,
+            )
+        return framework
+
+    def run_task(self, framework_info: FrameworkInfo, task: TaskInfo) -> None:
+        framework = self._framework_for_launch(framework_info)
+        if framework is None:
+            return
+        command_task = task.executor is None
+        info = task.executor or command_executor_info(framework_info, task)
+        if info.framework_id is None:
+            info.framework_id = framework.id
+        self._deliver(framework, info, [task], None, command_task)
+
+    def run_task_group(
+        self, framework_info: FrameworkInfo, info: ExecutorInfo, group: TaskGroupInfo
+    ) -> None:
+        framework = self._framework_for_launch(framework_info)
+        if framework is None:
+            return
+        if info.framework_id is None:
+            info.framework_id = framework.id
+        self._deliver(framework, info, group.tasks, group, False)
+
+    def _deliver(
+        self,
+        framework: Framework,
+        info: ExecutorInfo,
+        tasks: list[TaskInfo],
+        group: TaskGroupInfo | None,
+        command_task: bool,
+    ) -> None:
+        executor = framework.executors.get(info.executor_id.value)
+        if executor is not None and any(executor.has_task(t.task_id.value) for t in tasks):
+            log.warning("Ignoring a duplicate launch of tasks already on executor %s", executor)
+            return
+        if executor is None:
+            executor = self._create_executor(framework, info, command_task)
+            self._queue(executor, tasks, group)
+            self.spawn(self._launch_executor(framework, executor, tasks[0]), f"launch {executor}")
+        elif executor.state is ExecutorState.REGISTERING:
+            self._queue(executor, tasks, group)
+        elif executor.state is ExecutorState.RUNNING:
+            for task in tasks:
+                executor.add_launched(task)
+                self._checkpoint_task(executor, executor.launched_tasks[task.task_id.value])
+            if group is not None:
+                self._send(executor, ev.Event(
+                    type=ev.EventType.LAUNCH_GROUP, launch_group=ev.LaunchGroup(task_group=group)
+                ))
+            else:
+                self._send(executor, ev.Event(
+                    type=ev.EventType.LAUNCH, launch=ev.Launch(task=tasks[0])
+                ))
+        else:
+            state = TaskState.TASK_DROPPED if _partition_aware(framework.info) else TaskState.TASK_LOST
+            for task in tasks:
+                self._agent_update(
+                    framework, None, task.task_id.value, state,
+                    Reason.REASON_EXECUTOR_TERMINATED, "Executor terminating",
+                    executor_id=info.executor_id.value,
+                )
+
+    def _queue(self, executor: Executor, tasks: list[TaskInfo], group: TaskGroupInfo | None) -> None:
+        if group is not None:
+            executor.queue_group(group)
+        else:
+            for task in tasks:
+                executor.queue_task(task)
+        for task in tasks:
+            self._checkpoint_task(
+                executor, make_task(task, TaskState.TASK_STAGING, executor.framework_id, self._id())
+            )
+
+    def _checkpoint_task(self, executor: Executor, task: Task) -> None:
+        if executor.checkpoint:
+            checkpoints.checkpoint(self._task_path(executor, task.task_id.value, "info"), task)
+
+    def _task_path(self, executor: Executor, task_id: str, kind: str) -> str:
+        builder = paths.task_info_path if kind == "info" else paths.task_updates_path
+        return builder(
+            self.flags.work_dir,
+            self._id().value,
+            executor.framework_id.value,
+            executor.id,
+            executor.container_id.value,
+            task_id,
+        )
+
+    def _create_executor(
+        self, framework: Framework, info: ExecutorInfo, command_task: bool
+    ) -> Executor:
+        agent_id = self._id().value
+        container_id = new_container_id()
+        fw, ex = framework.id.value, info.executor_id.value
+        directory = paths.executor_run_dir(self.flags.work_dir, agent_id, fw, ex, container_id.value)
+        os.makedirs(directory, exist_ok=True)
+        paths.update_latest_symlink(
+            paths.executor_latest_run_path(self.flags.work_dir, agent_id, fw, ex), directory
+        )
+        executor = Executor(
+            info=info,
+            framework_id=framework.id,
+            agent_id=self._id(),
+            container_id=container_id,
+            directory=directory,
+            checkpoint=framework.checkpoint,
+            command_task=command_task,
+        )
+        framework.executors[ex] = executor
+        self.attach_sandbox(executor)
+        if executor.checkpoint:
+            checkpoints.checkpoint(
+                paths.executor_info_path(self.flags.work_dir, agent_id, fw, ex), info
+            )
+            run_meta = paths.run_meta_dir(self.flags.work_dir, agent_id, fw, ex, container_id.value)
+            os.makedirs(run_meta, exist_ok=True)
+            paths.update_latest_symlink(
+                os.path.join(os.path.dirname(run_meta), paths.LATEST), run_meta
+            )
+        log.info("Launching executor %s in container %s", executor, container_id.value)
+        return executor
+
+    def attach_sandbox(self, executor: Executor) -> None:
+        """Serves the sandbox under its real path and under the executor's `runs/latest`."""
+        fw, ex = executor.framework_id.value, executor.id
+        self.files.attach(executor.directory, executor.directory)
+        self.files.attach(
+            paths.executor_latest_run_path(self.flags.work_dir, executor.agent_id.value, fw, ex),
+            paths.executor_virtual_path(fw, ex),
+        )
+
+    async def _launch_executor(
+        self, framework: Framework, executor: Executor, first_task: TaskInfo
+    ) -> None:
+        env = executor_environment(
+            self.flags,
+            executor.info,
+            directory=executor.directory,
+            agent_id=self._id().value,
+            endpoint=self.endpoint,
+            checkpoint=executor.checkpoint,
+        )
+        try:
+            config = container_config(
+                executor.info,
+                directory=executor.directory,
+                environment=env,
+                task=first_task if executor.command_task else None,
+                resources=executor.allocated_resources(),
+            )
+            await self.containerizer.launch(executor.container_id, config)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # every launch failure fails the executor's tasks
+            self.metrics["container_launch_errors"] += 1
+            log.error("Failed to launch container of executor %s: %s", executor, exc)
+            executor.pending_termination = ContainerTermination(
+                state=TaskState.TASK_FAILED.value,
+                reason=Reason.REASON_CONTAINER_LAUNCH_FAILED,
+                message=f"Failed to launch container: {exc}",
+            )
+            self.executor_terminated(executor, None)
+            return
+        if executor.checkpoint:
+            await self._checkpoint_pid(executor)
+        timeout = float(self.flags.executor_registration_timeout)
+        loop = asyncio.get_running_loop()
+        executor.timers.append(loop.call_later(timeout, self._registration_timeout, executor))
+        self.spawn(self._watch_executor(executor), f"wait {executor}")
+
+    async def _checkpoint_pid(self, executor: Executor) -> None:
+        try:
+            status = await self.containerizer.status(executor.container_id)
+        except Exception as exc:
+            log.warning("No pid for the container of executor %s: %s", executor, exc)
+            return
+        pid = status.get("executor_pid")
+        if pid is not None:
+            checkpoints.write_atomic(
+                paths.forked_pid_path(
+                    self.flags.work_dir, self._id().value, executor.framework_id.value,
+                    executor.id, executor.container_id.value,
+                ),
+                str(pid).encode(),
+            )
+
+    async def _watch_executor(self, executor: Executor) -> None:
+        termination = await self.containerizer.wait(executor.container_id)
+        self.executor_terminated(executor, termination)
+
+    def _registration_timeout(self, executor: Executor) -> None:
+        if executor.state is not ExecutorState.REGISTERING:
+            return
+        timeout = float(self.flags.executor_registration_timeout)
+        log.warning("Executor %s did not register within %ss: destroying it", executor, timeout)
+        executor.state = ExecutorState.TERMINATING
+        executor.pending_termination = ContainerTermination(
+            state=TaskState.TASK_FAILED.value,
+            reason=Reason.REASON_EXECUTOR_REGISTRATION_TIMEOUT,
+            message=f"Executor did not register within {format_duration(timeout)}",
+        )
+        self.spawn(self.containerizer.destroy(executor.container_id), f"destroy {executor}")
+
+    # -- killing and shutting down ------------------------------------------------------
+
+    def kill_task(
+        self, framework_id: FrameworkID, task_id: str, kill_policy: KillPolicy | None
+    ) -> None:
+        if self.status in (AgentStatus.RECOVERING, AgentStatus.TERMINATING):
+            log.warning("Ignoring kill of task %s: the agent is %s", task_id, self.status.value)
+            return
+        framework = self.frameworks.get(framework_id.value)
+        if framework is None or framework.state is FrameworkState.TERMINATING:
+            log.warning("Ignoring kill of task %s of unknown or terminating framework", task_id)
+            return
+        executor = framework.executor_of_task(task_id)
+        if executor is None:
+            state = TaskState.TASK_DROPPED if _partition_aware(framework.info) else TaskState.TASK_LOST
+            self._agent_update(
+                framework, None, task_id, state,
+                Reason.REASON_EXECUTOR_TERMINATED, "Cannot find executor",
+            )
+            return
+        if executor.state in (ExecutorState.TERMINATING, ExecutorState.TERMINATED):
+            log.warning("Ignoring kill of task %s: executor %s is ending", task_id, executor)
+            return
+        if task_id in executor.queued_tasks:
+            group = executor.queued_group_of(task_id)
+            message = (
+                "A task within the task group was killed before delivery to the executor"
+                if group is not None and executor.state is ExecutorState.REGISTERING
+                else "Killed before delivery to the executor"
+            )
+            victims = [t.task_id.value for t in group.tasks] if group else [task_id]
+            for victim in victims:
+                self._agent_update(
+                    framework, executor, victim, TaskState.TASK_KILLED,
+                    Reason.REASON_TASK_KILLED_DURING_LAUNCH, message,
+                )
+            if (
+                executor.state is ExecutorState.RUNNING
+                and not executor.ever_sent_task
+                and not executor.queued_tasks
+            ):
+                self._shutdown_executor(framework, executor)
+            return
+        if task_id in executor.launched_tasks:
+            executor.killing.add(task_id)
+            self._send(executor, ev.Event(
+                type=ev.EventType.KILL,
+                kill=ev.Kill(task_id=executor.launched_tasks[task_id].task_id, kill_policy=kill_policy),
+            ))
+
+    def shutdown_executor(self, framework_id: str, executor_id: str) -> None:
+        framework = self.frameworks.get(framework_id)
+        if framework is None or framework.state is FrameworkState.TERMINATING:
+            log.warning("Ignoring shutdown of executor %s of unknown framework", executor_id)
+            return
+        executor = framework.executors.get(executor_id)
+        if executor is None or executor.state in (ExecutorState.TERMINATING, ExecutorState.TERMINATED):
+            log.warning("Ignoring shutdown of unknown or ending executor %s", executor_id)
+            return
+        self._shutdown_executor(framework, executor)
+
+    def _shutdown_executor(self, framework: Framework, executor: Executor) -> None:
+        log.info("Shutting down executor %s", executor)
+        executor.state = ExecutorState.TERMINATING
+        self._send(executor, ev.Event(type=ev.EventType.SHUTDOWN))
+        grace = shutdown_grace_period(self.flags, executor.info)
+        loop = asyncio.get_running_loop()
+        executor.timers.append(loop.call_later(grace, self._shutdown_timeout, executor))
+
+    def _shutdown_timeout(self, executor: Executor) -> None:
+        if executor.state is ExecutorState.TERMINATING:
+            log.info("Executor %s did not exit in its grace period: destroying it", executor)
+            self.spawn(self.containerizer.destroy(executor.container_id), f"destroy {executor}")
+
+    def shutdown_framework(self, framework_id: str) -> None:
+        framework = self.frameworks.get(framework_id)
+        if framework is None:
+            return
+        log.info("Shutting down framework %s", framework_id)
+        framework.state = FrameworkState.TERMINATING
+        self.status_updates.cleanup(framework_id)
+        for executor in list(framework.executors.values()):
+            if executor.state in (ExecutorState.REGISTERING, ExecutorState.RUNNING):
+                self._shutdown_executor(framework, executor)
+            elif executor.state is ExecutorState.TERMINATED:
+                self._remove_executor(framework, executor)
+        if framework.idle():
+            self._remove_framework(framework)
+
+    def shutdown(self) -> None:
+        """The master told the agent to go: end every framework, then stop."""
+        self.status = AgentStatus.TERMINATING
+        for framework_id in list(self.frameworks):
+            self.shutdown_framework(framework_id)
+        self.shutdown_requested.set()
+
+    def update_framework(self, info: FrameworkInfo) -> None:
+        if info.id is None or info.id.value not in self.frameworks:
+            return
+        framework = self.frameworks[info.id.value]
+        framework.info = info
+        if framework.checkpoint:
+            checkpoints.checkpoint(
+                paths.framework_info_path(self.flags.work_dir, self._id().value, info.id.value),
+                info,
+            )
+
+    def reconcile_tasks(self, msg: internal.ReconcileTasks) -> None:
+        """Tasks the master expects here but the agent does not know end as unknown to it."""
+        framework = self.frameworks.get(msg.framework_id.value)
+        for task_id in msg.task_ids:
+            if framework is not None and framework.executor_of_task(task_id.value) is not None:
+                continue
+            if framework is None:
+                continue
+            state = TaskState.TASK_GONE if _partition_aware(framework.info) else TaskState.TASK_LOST
+            self._agent_update(
+                framework, None, task_id.value, state,
+                Reason.REASON_RECONCILIATION, "Task is unknown to the agent",
+            )
+
+    # -- executor terminated ----------------------------------------------------------
+
+    def executor_terminated(
+        self, executor: Executor, termination: ContainerTermination | None
+    ) -> None:
+        framework = self.frameworks.get(executor.framework_id.value)
+        if framework is None or framework.executors.get(executor.id) is not executor:
+            return
+        if executor.state is ExecutorState.TERMINATED:
+            return
+        status = termination.status if termination is not None else None
+        log.info("Executor %s terminated (wait status %s)", executor, status)
+        self.metrics["executors_terminated"] += 1
+        executor.state = ExecutorState.TERMINATED
+        self._cancel_timers(executor)
+        if executor.stream is not None:
+            executor.stream.close()
+            executor.stream = None
+        if framework.state is FrameworkState.RUNNING:
+            ending = [t for t, task in executor.launched_tasks.items() if not task.state.terminal]
+            for task_id in [*ending, *executor.queued_tasks]:
+                self._executor_terminated_update(framework, executor, task_id, termination)
+        else:
+            for task_id in list(executor.launched_tasks):
+                executor.terminated_tasks[task_id] = executor.launched_tasks.pop(task_id)
+        if not executor.command_task and self.info.id is not None:
+            self.send_to_master(internal.AgentCall(
+                type=internal.AgentCallType.EXITED_EXECUTOR,
+                agent_id=self.info.id,
+                exited_executor=internal.ExitedExecutor(
+                    framework_id=framework.id, executor_id=executor.info.executor_id, status=status
+                ),
+            ))
+        if (
+            self.status is AgentStatus.TERMINATING
+            or framework.state is FrameworkState.TERMINATING
+            or not executor.incomplete_tasks()
+        ):
+            self._remove_executor(framework, executor)
+        if framework.idle():
+            self._remove_framework(framework)
+
+    def _executor_terminated_update(
+        self,
+        framework: Framework,
+        executor: Executor,
+        task_id: str,
+        termination: ContainerTermination | None,
+    ) -> None:
+        pending = executor.pending_termination
+        state_name = (termination and termination.state) or (pending and pending.state)
+        if state_name:
+            state = TaskState(state_name)
+        elif task_id in executor.killing:
+            state = TaskState.TASK_KILLED
+        else:
+            state = TaskState.TASK_FAILED
+        reason = (termination and termination.reason) or (pending and pending.reason)
+        messages = [m for m in (pending and pending.message, termination and termination.message) if m]
+        if termination is None and pending is None:
+            messages.append("Abnormal executor termination: unknown container")
+        limited = termination.limited_resources if termination else []
+        self._agent_update(
+            framework, executor, task_id, state,
+            reason or Reason.REASON_EXECUTOR_TERMINATED,
+            "; ".join(messages) or "Executor terminated",
+            limitation=TaskResourceLimitation(resources=limited) if limited else None,
+        )
+
+    def _remove_executor(self, framework: Framework, executor: Executor) -> None:
+        log.info("Cleaning up executor %s", executor)
+        self._cancel_timers(executor)
+        if executor.checkpoint and self.info.id is not None:
+            checkpoints.touch(paths.executor_sentinel_path(
+                self.flags.work_dir, self.info.id.value, framework.id.value,
+                executor.id, executor.container_id.value,
+            ))
+        if framework.executors.get(executor.id) is executor:
+            del framework.executors[executor.id]
+            framework.completed_executors.append(executor)
+
+    def _remove_framework(self, framework: Framework) -> None:
+        log.info("Cleaning up framework %s", framework.id.value)
+        self.frameworks.pop(framework.id.value, None)
+        self.completed_frameworks.append(framework)
+
+    @staticmethod
+    def _cancel_timers(executor: Executor) -> None:
+        for timer in executor.timers:
+            timer.cancel()
+        executor.timers.clear()
+
+    # -- status updates -----------------------------------------------------------------
+
+    def _agent_update(
+        self,
+        framework: Framework,
+        executor: Executor | None,
+        task_id: str,
+        state: TaskState,
+        reason: Reason,
+        message: str,
+        *,
+        executor_id: str | None = None,
+        limitation: TaskResourceLimitation | None = None,
+    ) -> None:
+        """A status update the agent itself generates (SOURCE_AGENT, a fresh uuid)."""
+        ex_id = executor.info.executor_id if executor else (
+            ExecutorID(value=executor_id) if executor_id else None
+        )
+        status = TaskStatus(
+            task_id=TaskID(value=task_id),
+            state=state,
+            message=message,
+            source=StatusSource.SOURCE_AGENT,
+            reason=reason,
+            agent_id=self.info.id,
+            executor_id=ex_id,
+            timestamp=time.time(),
+            uuid=uuid.uuid4().bytes,
+            container_status=ContainerStatus(container_id=executor.container_id) if executor else None,
+            limitation=limitation,
+        )
+        self._record_update(framework, executor, status)
+
+    def _record_update(
+        self, framework: Framework, executor: Executor | None, status: TaskStatus
+    ) -> bool:
+        if executor is not None:
+            try:
+                executor.update_task_state(status)
+            except TaskStateError as exc:
+                log.error("Dropping status update: %s", exc)
+                self.metrics["invalid_status_updates"] += 1
+                return False
+        path = None
+        if executor is not None and executor.checkpoint:
+            path = self._task_path(executor, status.task_id.value, "updates")
+        try:
+            self.status_updates.update(
+                internal.StatusUpdate(framework_id=framework.id, status=status), path
+            )
+        except StatusUpdateError as exc:
+            log.error("Dropping status update: %s", exc)
+            self.metrics["invalid_status_updates"] += 1
+            return False
+        self.metrics["valid_status_updates"] += 1
+        return True
+
+    async def executor_update(self, framework: Framework, executor: Executor, status: TaskStatus) -> None:
+        """An UPDATE call from an executor (already validated by the executor API)."""
+        async with executor.lock:
+            assert status.uuid is not None
+            status.agent_id = self.info.id
+            status.executor_id = executor.info.executor_id
+            status.source = StatusSource.SOURCE_EXECUTOR
+            if status.timestamp is None:
+                status.timestamp = time.time()
+            fw_id, task_id = framework.id.value, status.task_id.value
+            if not self.status_updates.seen(fw_id, task_id, status.uuid):
+                if framework.state is FrameworkState.TERMINATING:
+                    log.warning("Ignoring update of task %s of a terminating framework", task_id)
+                else:
+                    status.container_status = await self._container_status(executor, status)
+                    self._record_update(framework, executor, status)
+            # Acknowledged once the agent has taken charge, so the executor stops resending.
+            self._send(executor, ev.Event(
+                type=ev.EventType.ACKNOWLEDGED,
+                acknowledged=ev.Acknowledged(task_id=status.task_id, uuid=status.uuid),
+            ))
+
+    async def _container_status(self, executor: Executor, status: TaskStatus) -> ContainerStatus:
+        given = status.container_status or ContainerStatus()
+        container_id: ContainerID = given.container_id or executor.container_id
+        try:
+            fields = await self.containerizer.status(container_id)
+        except Exception as exc:
+            log.debug("No status for container %s: %s", container_id, exc)
+            fields = {}
+        network_infos = given.network_infos or [
+            NetworkInfo(**_network_info(n)) for n in fields.get("network_infos", [])
+        ]
+        if not network_infos:
+            # As Mesos, the agent's address stands in for a container without its own network.
+            network_infos = [NetworkInfo(ip_addresses=[{"ip_address": _agent_ip(self.flags.ip)}])]
+        cgroup = fields.get("cgroup_info")
+        return ContainerStatus(
+            container_id=container_id,
+            network_infos=network_infos,
+            cgroup_info=given.cgroup_info or (CgroupInfo(**cgroup) if isinstance(cgroup, dict) else None),
+            executor_pid=given.executor_pid or fields.get("executor_pid"),
+        )
+
+    def _forward(self, update: internal.StatusUpdate) -> None:
+        """Sends a stream's head to the master, with the task's latest state (Mesos's `forward`)."""
+        if self.status is not AgentStatus.RUNNING or self.info.id is None:
+            return
+        framework = self.frameworks.get(update.framework_id.value)
+        executor = framework.executor_of_task(update.status.task_id.value) if framework else None
+        task = executor.find_task(update.status.task_id.value) if executor else None
+        if task is not None:
+            task.status_update_state = update.status.state
+            task.status_update_uuid = update.status.uuid
+            update = internal.StatusUpdate(
+                framework_id=update.framework_id, status=update.status, latest_state=task.state
+            )
+        self.send_to_master(internal.AgentCall(
+            type=internal.AgentCallType.STATUS_UPDATE, agent_id=self.info.id, status_update=update
+        ))
+
+    def acknowledge(self, framework_id: str, task_id: str, uuid_: bytes) -> None:
+        ended = self.status_updates.acknowledgement(framework_id, task_id, uuid_)
+        if ended is None:
+            return
+        framework = self.frameworks.get(framework_id)
+        executor = framework.executor_of_task(task_id) if framework else None
+        if framework is None or executor is None:
+            return
+        if ended and task_id in executor.terminated_tasks:
+            executor.complete_task(task_id)
+        if executor.state is ExecutorState.TERMINATED and not executor.incomplete_tasks():
+            self._remove_executor(framework, executor)
+        if framework.idle():
+            self._remove_framework(framework)
+
+    # -- messages -------------------------------------------------------------------------
+
+    def framework_message(self, framework_id: str, executor_id: str, data: bytes) -> None:
+        framework = self.frameworks.get(framework_id)
+        executor = framework.executors.get(executor_id) if framework else None
+        if executor is None or executor.state is not ExecutorState.RUNNING:
+            log.warning("Dropping a framework message for executor %s: not running", executor_id)
+            self.metrics["invalid_framework_messages"] += 1
+            return
+        self.metrics["valid_framework_messages"] += 1
+        self._send(executor, ev.Event(type=ev.EventType.MESSAGE, message=ev.MessageEvent(data=data)))
+
+    def executor_message(self, framework: Framework, executor: Executor, data: bytes) -> None:
+        if self.info.id is None:
+            return
+        self.send_to_master(internal.AgentCall(
+            type=internal.AgentCallType.EXECUTOR_MESSAGE,
+            agent_id=self.info.id,
+            executor_message=internal.ExecutorToFramework(
+                framework_id=framework.id, executor_id=executor.info.executor_id, data=data
+            ),
+        ))
+
+    def _send(self, executor: Executor, event: ev.Event) -> None:
+        if executor.stream is None:
+            log.debug("Executor %s has no connection; dropping %s", executor, event.type.value)
+            return
+        self.spawn(executor.stream.send(event), f"send {event.type.value} to {executor}")
+
+    # -- executor subscription ---------------------------------------------------------
+
+    async def executor_subscribe(
+        self, framework: Framework, executor: Executor, subscribe: ev.Subscribe, stream: Any
+    ) -> None:
+        if (
+            self.status is AgentStatus.TERMINATING
+            or framework.state is FrameworkState.TERMINATING
+            or executor.state in (ExecutorState.TERMINATING, ExecutorState.TERMINATED)
+        ):
+            log.warning("Shutting down executor %s: it subscribed while ending", executor)
+            await stream.send(ev.Event(type=ev.EventType.SHUTDOWN))
+            stream.close()
+            return
+        if executor.stream is not None and executor.stream is not stream:
+            executor.stream.close()
+        executor.state = ExecutorState.RUNNING
+        executor.stream = stream
+        self._cancel_timers(executor)
+        if executor.checkpoint:
+            checkpoints.touch(paths.http_marker_path(
+                self.flags.work_dir, self._id().value, framework.id.value,
+                executor.id, executor.container_id.value,
+            ))
+        for unacked in subscribe.unacknowledged_updates:
+            await self.executor_update(framework, executor, unacked.status)
+        known = {t.task_id.value for t in subscribe.unacknowledged_tasks}
+        for task in list(executor.launched_tasks.values()):
+            if task.state is TaskState.TASK_STAGING and task.task_id.value not in known:
+                state = TaskState.TASK_DROPPED if _partition_aware(framework.info) else TaskState.TASK_LOST
+                self._agent_update(
+                    framework, executor, task.task_id.value, state,
+                    Reason.REASON_AGENT_RESTARTED, "Task launched during agent restart",
+                )
+        if not executor.ever_sent_task and not executor.queued_tasks:
+            log.warning("Shutting down executor %s: all its tasks were killed before delivery", executor)
+            self._shutdown_executor(framework, executor)
+            return
+        await stream.send(ev.Event(
+            type=ev.EventType.SUBSCRIBED,
+            subscribed=ev.Subscribed(
+                executor_info=executor.info,
+                framework_info=framework.info,
+                agent_info=self.info,
+                container_id=executor.container_id,
+            ),
+        ))
+        lone, groups = executor.launch_queued()
+        for info in lone:
+            await stream.send(ev.Event(type=ev.EventType.LAUNCH, launch=ev.Launch(task=info)))
+        for group in groups:
+            await stream.send(ev.Event(
+                type=ev.EventType.LAUNCH_GROUP, launch_group=ev.LaunchGroup(task_group=group)
+            ))
+
+    def find_executor(self, framework_id: str, executor_id: str) -> tuple[Framework, Executor] | None:
+        framework = self.frameworks.get(framework_id)
+        executor = framework.executors.get(executor_id) if framework else None
+        if framework is None or executor is None:
+            return None
+        return framework, executor
+
+
+def _network_info(fields: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in fields.items() if k in ("ip_addresses", "name", "groups", "port_mappings")}
+
+
+def _agent_ip(ip: str) -> str:
+    if ip in ("0.0.0.0", ""):
+        try:
+            return socket.gethostbyname(socket.gethostname())
+        except OSError:
+            return "127.0.0.1"
+    return ip
+

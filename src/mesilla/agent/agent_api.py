@@ -1,0 +1,400 @@
+"""The agent's operator surfaces: `POST /api/v1` and the v0 JSON endpoints.
+
+v1 calls are dispatched through a table by call type, so that the container
+calls (LAUNCH_CONTAINER, WAIT_CONTAINER, ...) can be added with
+`AgentApi.register`. Every answer except GET_HEALTH, GET_VERSION and GET_FLAGS
+needs a recovered agent: before that it is 503 "Agent has not finished
+recovery", as Mesos.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from aiohttp import web
+
+from mesilla import MESOS_VERSION
+from mesilla.agent import files as files_mod
+from mesilla.agent.agent import Agent, AgentStatus
+from mesilla.agent.host import attributes_json
+from mesilla.agent.state import Executor, ExecutorState, Framework, make_task
+from mesilla.common.errors import BadRequest, HttpError, ServiceUnavailable
+from mesilla.common.http import Router, check_accept, json_response, jsonp_response, read_message
+from mesilla.common.resources import Resources, ResourcesError
+from mesilla.v1 import agent as api
+from mesilla.v1 import codec
+from mesilla.v1.mesos import FrameworkInfo, Task, TaskState
+
+log = logging.getLogger(__name__)
+
+CallHandler = Callable[[api.Call, web.Request], Awaitable[web.StreamResponse]]
+
+# Calls a recovering agent still answers (Mesos's http.cpp lets these through).
+_ANSWERED_WHILE_RECOVERING = {
+    api.CallType.GET_HEALTH,
+    api.CallType.GET_VERSION,
+    api.CallType.GET_FLAGS,
+    api.CallType.GET_METRICS,
+    api.CallType.GET_LOGGING_LEVEL,
+}
+
+
+def _require_recovered(agent: Agent) -> None:
+    if agent.status is AgentStatus.RECOVERING:
+        raise ServiceUnavailable("Agent has not finished recovery")
+
+
+def _summary(resources: list[Any]) -> dict[str, object]:
+    try:
+        return Resources.from_list(resources).to_json_summary()
+    except ResourcesError:
+        return {}
+
+
+# --- v1 builders -------------------------------------------------------------------------
+
+
+def get_frameworks(agent: Agent) -> api.GetFrameworks:
+    return api.GetFrameworks(
+        frameworks=[api.FrameworkEntry(framework_info=f.info) for f in agent.frameworks.values()],
+        completed_frameworks=[
+            api.FrameworkEntry(framework_info=f.info) for f in agent.completed_frameworks
+        ],
+    )
+
+
+def get_executors(agent: Agent) -> api.GetExecutors:
+    running, completed = [], []
+    for framework in [*agent.frameworks.values(), *agent.completed_frameworks]:
+        for executor in framework.executors.values():
+            running.append(api.ExecutorEntry(executor_info=executor.info))
+        for executor in framework.completed_executors:
+            completed.append(api.ExecutorEntry(executor_info=executor.info))
+    return api.GetExecutors(executors=running, completed_executors=completed)
+
+
+def get_tasks(agent: Agent) -> api.GetTasks:
+    out = api.GetTasks()
+    for framework in [*agent.frameworks.values(), *agent.completed_frameworks]:
+        for executor in [*framework.executors.values(), *framework.completed_executors]:
+            out.queued_tasks.extend(
+                make_task(t, TaskState.TASK_STAGING, framework.id, executor.agent_id)
+                for t in executor.queued_tasks.values()
+            )
+            out.launched_tasks.extend(executor.launched_tasks.values())
+            out.terminated_tasks.extend(executor.terminated_tasks.values())
+            out.completed_tasks.extend(executor.completed_tasks)
+    return out
+
+
+async def get_containers(agent: Agent, call: api.GetContainersCall) -> api.GetContainers:
+    executors = {
+        executor.container_id: executor
+        for framework in agent.frameworks.values()
+        for executor in framework.executors.values()
+    }
+    out = []
+    for container_id in agent.containerizer.containers():
+        if container_id.parent is not None and not call.show_nested:
+            continue
+        executor = executors.get(container_id.root())
+        if executor is None and not call.show_standalone and container_id.parent is None:
+            continue
+        entry = api.Container(container_id=container_id)
+        if executor is not None:
+            entry.framework_id = codec.to_builtins(executor.framework_id)
+            entry.executor_id = codec.to_builtins(executor.info.executor_id)
+            entry.executor_name = executor.info.name
+        try:
+            entry.container_status = await agent.containerizer.status(container_id)
+            entry.resource_statistics = await agent.containerizer.usage(container_id)
+        except Exception as exc:  # a container may end while it is being listed
+            log.debug("No status for container %s: %s", container_id, exc)
+        out.append(entry)
+    return api.GetContainers(containers=out)
+
+
+def metrics(agent: Agent) -> dict[str, float]:
+    """Mesos's agent metric names (`docs/monitoring.md`)."""
+    tasks = get_tasks(agent)
+    counts: dict[str, int] = {}
+    for task in [*tasks.queued_tasks, *tasks.launched_tasks, *tasks.terminated_tasks, *tasks.completed_tasks]:
+        counts[task.state.value] = counts.get(task.state.value, 0) + 1
+    executors = [e for f in agent.frameworks.values() for e in f.executors.values()]
+    total = Resources.from_list(agent.info.resources)
+    used = Resources.from_list(
+        [r for e in executors for r in e.allocated_resources()]
+    )
+    m: dict[str, float] = {
+        "slave/registered": 1.0 if agent.status is AgentStatus.RUNNING else 0.0,
+        "slave/uptime_secs": time.time() - agent.start_time,
+        "slave/recovery_errors": float(agent.metrics["recovery_errors"]),
+        "slave/container_launch_errors": float(agent.metrics["container_launch_errors"]),
+        "slave/frameworks_active": float(len(agent.frameworks)),
+        "slave/executors_registering": float(
+            sum(e.state is ExecutorState.REGISTERING for e in executors)
+        ),
+        "slave/executors_running": float(sum(e.state is ExecutorState.RUNNING for e in executors)),
+        "slave/executors_terminating": float(
+            sum(e.state is ExecutorState.TERMINATING for e in executors)
+        ),
+        "slave/executors_terminated": float(agent.metrics["executors_terminated"]),
+        "slave/executors_preempted": 0.0,
+        "slave/valid_status_updates": float(agent.metrics["valid_status_updates"]),
+        "slave/invalid_status_updates": float(agent.metrics["invalid_status_updates"]),
+        "slave/valid_framework_messages": float(agent.metrics["valid_framework_messages"]),
+        "slave/invalid_framework_messages": float(agent.metrics["invalid_framework_messages"]),
+    }
+    if agent.recovery_time is not None:
+        m["slave/recovery_time_secs"] = agent.recovery_time
+    for state in ("staging", "starting", "running", "killing", "finished", "failed", "killed", "lost", "gone"):
+        m[f"slave/tasks_{state}"] = float(counts.get(f"TASK_{state.upper()}", 0))
+    for name in ("cpus", "mem", "disk", "gpus"):
+        t, u = total.scalar(name), used.scalar(name)
+        m[f"slave/{name}_total"] = t
+        m[f"slave/{name}_used"] = u
+        m[f"slave/{name}_percent"] = u / t if t else 0.0
+    return m
+
+
+# --- v0 state --------------------------------------------------------------------------
+
+
+def _task_json(task: Task) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "id": task.task_id.value,
+        "name": task.name,
+        "framework_id": task.framework_id.value,
+        "executor_id": task.executor_id.value if task.executor_id else "",
+        "slave_id": task.agent_id.value,
+        "state": task.state.value,
+        "resources": _summary(task.resources),
+        "statuses": [
+            {k: v for k, v in codec.to_builtins(s).items() if k in ("state", "timestamp", "container_status", "healthy", "labels")}
+            for s in task.statuses
+        ],
+    }
+    for name in ("labels", "discovery", "container"):
+        value = getattr(task, name)
+        if value is not None:
+            out[name] = codec.to_builtins(value)
+    return out
+
+
+def _executor_json(executor: Executor) -> dict[str, Any]:
+    info = executor.info
+    queued = [
+        make_task(t, TaskState.TASK_STAGING, executor.framework_id, executor.agent_id)
+        for t in executor.queued_tasks.values()
+    ]
+    return {
+        "id": info.executor_id.value,
+        "name": info.name or "",
+        "source": info.source or "",
+        "container": executor.container_id.value,
+        "directory": executor.directory,
+        "resources": _summary(executor.allocated_resources()),
+        "type": info.type,
+        "framework_id": executor.framework_id.value,
+        "tasks": [_task_json(t) for t in executor.launched_tasks.values()],
+        "queued_tasks": [_task_json(t) for t in queued],
+        "completed_tasks": [
+            _task_json(t) for t in [*executor.terminated_tasks.values(), *executor.completed_tasks]
+        ],
+        **({"labels": codec.to_builtins(info.labels)} if info.labels else {}),
+    }
+
+
+def _framework_json(framework: Framework) -> dict[str, Any]:
+    info: FrameworkInfo = framework.info
+    return {
+        "id": framework.id.value,
+        "name": info.name,
+        "user": info.user,
+        "failover_timeout": info.failover_timeout,
+        "checkpoint": info.checkpoint,
+        "hostname": info.hostname or "",
+        "role": info.role or "*",
+        "roles": info.effective_roles(),
+        "principal": info.principal or "",
+        "capabilities": [c.type for c in info.capabilities],
+        "executors": [_executor_json(e) for e in framework.executors.values()],
+        "completed_executors": [_executor_json(e) for e in framework.completed_executors],
+    }
+
+
+def state_json(agent: Agent) -> dict[str, Any]:
+    info = agent.info
+    return {
+        "version": MESOS_VERSION,
+        "start_time": agent.start_time,
+        "id": info.id.value if info.id else "",
+        "pid": agent.pid,
+        "hostname": info.hostname,
+        "capabilities": [],
+        "resources": _summary(info.resources),
+        "reserved_resources": {},
+        "unreserved_resources": _summary(info.resources),
+        "attributes": attributes_json(info.attributes),
+        "master_hostname": agent.master_info.hostname if agent.master_info else "",
+        "flags": agent.flags.as_strings(),
+        "frameworks": [_framework_json(f) for f in agent.frameworks.values()],
+        "completed_frameworks": [_framework_json(f) for f in agent.completed_frameworks],
+    }
+
+
+# --- installation ----------------------------------------------------------------------
+
+
+class AgentApi:
+    def __init__(self, agent: Agent, files: files_mod.Files) -> None:
+        self.agent = agent
+        self.files = files
+        self._handlers: dict[api.CallType, CallHandler] = {}
+        self._install_defaults()
+
+    def register(self, call_type: api.CallType, handler: CallHandler) -> None:
+        self._handlers[call_type] = handler
+
+    def _respond(self, **fields: Any) -> web.Response:
+        (name,) = fields
+        return json_response(api.Response(type=api.CallType(name.upper()), **fields))
+
+    def _install_defaults(self) -> None:
+        agent = self.agent
+        t = api.CallType
+
+        async def health(call: api.Call, request: web.Request) -> web.StreamResponse:
+            return self._respond(get_health=api.GetHealth(healthy=True))
+
+        async def version(call: api.Call, request: web.Request) -> web.StreamResponse:
+            return self._respond(
+                get_version=api.GetVersion(version_info=api.VersionInfo(version=MESOS_VERSION))
+            )
+
+        async def flags(call: api.Call, request: web.Request) -> web.StreamResponse:
+            values = agent.flags.as_strings()
+            return self._respond(
+                get_flags=api.GetFlags(flags=[api.Flag(name=k, value=v) for k, v in values.items()])
+            )
+
+        async def get_metrics(call: api.Call, request: web.Request) -> web.StreamResponse:
+            values = metrics(agent)
+            return self._respond(get_metrics=api.GetMetrics(
+                metrics=[api.Metric(name=k, value=v) for k, v in sorted(values.items())]
+            ))
+
+        async def logging_level(call: api.Call, request: web.Request) -> web.StreamResponse:
+            level = logging.getLogger().getEffectiveLevel()
+            # Mesos reports glog verbosity: 0 unless verbose logging is on.
+            return self._respond(get_logging_level=api.GetLoggingLevel(level=1 if level <= logging.DEBUG else 0))
+
+        async def state(call: api.Call, request: web.Request) -> web.StreamResponse:
+            return self._respond(get_state=api.GetState(
+                get_tasks=get_tasks(agent),
+                get_executors=get_executors(agent),
+                get_frameworks=get_frameworks(agent),
+            ))
+
+        async def frameworks(call: api.Call, request: web.Request) -> web.StreamResponse:
+            return self._respond(get_frameworks=get_frameworks(agent))
+
+        async def executors(call: api.Call, request: web.Request) -> web.StreamResponse:
+            return self._respond(get_executors=get_executors(agent))
+
+        async def tasks(call: api.Call, request: web.Request) -> web.StreamResponse:
+            return self._respond(get_tasks=get_tasks(agent))
+
+        async def agent_info(call: api.Call, request: web.Request) -> web.StreamResponse:
+            return self._respond(get_agent=api.GetAgent(agent_info=agent.info))
+
+        async def containers(call: api.Call, request: web.Request) -> web.StreamResponse:
+            return self._respond(
+                get_containers=await get_containers(agent, call.get_containers or api.GetContainersCall())
+            )
+
+        async def list_files(call: api.Call, request: web.Request) -> web.StreamResponse:
+            if call.list_files is None:
+                raise BadRequest("Expecting 'list_files' to be present")
+            listing = files_mod.browse(self.files, call.list_files.path)
+            return self._respond(list_files=api.ListFiles(file_infos=[
+                api.FileInfo(
+                    path=str(e["path"]), nlink=int(e["nlink"]), size=int(e["size"]),  # type: ignore[call-overload]
+                    mtime={"nanoseconds": int(e["mtime"]) * 10**9},  # type: ignore[call-overload]
+                    uid=str(e["uid"]), gid=str(e["gid"]),
+                )
+                for e in listing
+            ]))
+
+        async def read_file(call: api.Call, request: web.Request) -> web.StreamResponse:
+            if call.read_file is None:
+                raise BadRequest("Expecting 'read_file' to be present")
+            rf = call.read_file
+            if rf.offset < 0 or (rf.length is not None and rf.length < 0):
+                raise BadRequest("'read_file.offset' and 'read_file.length' may not be negative")
+            size, data = files_mod.read(self.files, rf.path, rf.offset, rf.length)
+            return self._respond(read_file=api.ReadFile(size=size, data=data))
+
+        for call_type, handler in {
+            t.GET_HEALTH: health, t.GET_VERSION: version, t.GET_FLAGS: flags,
+            t.GET_METRICS: get_metrics, t.GET_LOGGING_LEVEL: logging_level,
+            t.GET_STATE: state, t.GET_FRAMEWORKS: frameworks, t.GET_EXECUTORS: executors,
+            t.GET_TASKS: tasks, t.GET_AGENT: agent_info, t.GET_CONTAINERS: containers,
+            t.LIST_FILES: list_files, t.READ_FILE: read_file,
+        }.items():
+            self.register(call_type, handler)
+
+    async def handle(self, request: web.Request) -> web.StreamResponse:
+        call = await read_message(request, api.Call)
+        check_accept(request, streaming=True)
+        if call.type is api.CallType.UNKNOWN:
+            raise BadRequest("Expecting 'type' to be present")
+        if call.type not in _ANSWERED_WHILE_RECOVERING:
+            _require_recovered(self.agent)
+        handler = self._handlers.get(call.type)
+        if handler is None:
+            raise NotImplementedCall(f"Call {call.type.value} is not implemented by this agent")
+        return await handler(call, request)
+
+
+class NotImplementedCall(HttpError):
+    status = 501
+
+
+def install(router: Router, agent: Agent, files: files_mod.Files) -> AgentApi:
+    agent_api = AgentApi(agent, files)
+
+    async def v1(request: web.Request) -> web.StreamResponse:
+        return await agent_api.handle(request)
+
+    async def state(request: web.Request) -> web.StreamResponse:
+        _require_recovered(agent)
+        return jsonp_response(request, state_json(agent))
+
+    async def health(request: web.Request) -> web.StreamResponse:
+        return web.Response(status=200)
+
+    async def version(request: web.Request) -> web.StreamResponse:
+        return jsonp_response(request, {
+            "version": MESOS_VERSION, "build_date": "", "build_time": 0, "build_user": "",
+        })
+
+    async def flags(request: web.Request) -> web.StreamResponse:
+        return jsonp_response(request, {"flags": agent.flags.as_strings()})
+
+    async def metrics_snapshot(request: web.Request) -> web.StreamResponse:
+        return jsonp_response(request, metrics(agent))
+
+    router.add("/api/v1", v1, methods=("POST",), realm="mesos-agent-readonly")
+    router.add("/state", state, methods=("GET",), realm="mesos-agent-readonly")
+    router.add("/state.json", state, methods=("GET",), realm="mesos-agent-readonly")
+    router.add("/health", health, methods=("GET",))
+    router.add("/version", version, methods=("GET",))
+    router.add("/flags", flags, methods=("GET",), realm="mesos-agent-readonly")
+    router.add("/metrics/snapshot", metrics_snapshot, methods=("GET",), realm="mesos-agent-readonly")
+    files_mod.install(router, files)
+    return agent_api
+

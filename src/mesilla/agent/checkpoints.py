@@ -1,0 +1,336 @@
+"""Crash-safe checkpoint files and reading back the agent's checkpointed state.
+
+Mesos checkpoints protobufs; Mesilla writes the same files (see
+`mesilla.agent.paths`) as compact JSON of the v1 messages:
+
+* single-message files (`slave.info`, `framework.info`, `executor.info`,
+  `task.info`, `forked.pid`) are replaced atomically: write a temporary file,
+  fsync it, rename it over the old one, fsync the directory. A crash leaves
+  either the old or the new content, never a mix.
+* `task.updates` is an append-only log of RecordIO-framed records, each
+  fsync'ed before the update is acted upon. A crash can leave a partial last
+  record; reading drops it (the update was never acknowledged to anyone).
+  Anything else unreadable is corruption, reported as `CheckpointError`.
+
+`recover_agent` reads the whole tree back. With ``strict`` a corrupt file
+stops recovery; otherwise it is logged, counted in `errors` and skipped, as
+Mesos's ``--strict=false`` does.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+import msgspec
+
+from mesilla.agent import paths
+from mesilla.common import recordio
+from mesilla.common.errors import BadRequest
+from mesilla.v1 import codec
+from mesilla.v1.internal import StatusUpdate
+from mesilla.v1.mesos import AgentInfo, ExecutorInfo, FrameworkInfo, Message, Task
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+
+class CheckpointError(Exception):
+    """A checkpoint file that cannot be read; the message names the file and the problem."""
+
+    def __init__(self, path: str, problem: str) -> None:
+        super().__init__(
+            f"Checkpoint '{path}' is unreadable: {problem}. Fix or remove it, or start "
+            f"the agent with --strict=false to skip it, or --recover=cleanup"
+        )
+        self.path = path
+
+
+# --- primitive I/O -------------------------------------------------------------------
+
+
+def _fsync_dir(directory: str) -> None:
+    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def write_atomic(path: str, data: bytes) -> None:
+    directory = os.path.dirname(path)
+    os.makedirs(directory, exist_ok=True)
+    tmp = f"{path}.tmp"
+    with open(tmp, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    _fsync_dir(directory)
+
+
+def checkpoint(path: str, message: Any) -> None:
+    """Atomically replaces `path` with the JSON of `message`."""
+    write_atomic(path, codec.encode(message))
+
+
+def read_message(path: str, type_: type[T]) -> T:
+    """The message checkpointed at `path`; `CheckpointError` if it is missing or corrupt."""
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except OSError as exc:
+        raise CheckpointError(path, exc.strerror or str(exc)) from None
+    try:
+        return codec.decode(data, type_)
+    except BadRequest as exc:
+        raise CheckpointError(path, exc.reason) from None
+
+
+def touch(path: str) -> None:
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "ab") as f:
+        os.fsync(f.fileno())
+
+
+def append_record(path: str, record: bytes) -> None:
+    """Appends one framed record and makes it durable before returning."""
+    directory = os.path.dirname(path)
+    created = not os.path.exists(path)
+    if created:
+        os.makedirs(directory, exist_ok=True)
+    with open(path, "ab") as f:
+        f.write(recordio.encode(record))
+        f.flush()
+        os.fsync(f.fileno())
+    if created:
+        _fsync_dir(directory)
+
+
+def read_records(path: str) -> list[bytes]:
+    """The complete records of an append-only log; a partial last record is cut off.
+
+    The partial tail is also truncated away on disk, so later appends start
+    on a record boundary.
+    """
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except OSError as exc:
+        raise CheckpointError(path, exc.strerror or str(exc)) from None
+    decoder = recordio.Decoder()
+    try:
+        records = decoder.feed(data)
+    except BadRequest as exc:
+        raise CheckpointError(path, exc.reason) from None
+    if decoder.pending:
+        complete = sum(len(recordio.encode(r)) for r in records)
+        log.warning(
+            "Truncating a partial record at byte %d of '%s' (left by a crash)", complete, path
+        )
+        with open(path, "r+b") as f:
+            f.truncate(complete)
+            os.fsync(f.fileno())
+    return records
+
+
+# --- status update records -------------------------------------------------------------
+
+
+class UpdateRecord(Message):
+    """One entry of `task.updates` (Mesos's StatusUpdateRecord): an update or its ack."""
+
+    type: str  # UPDATE | ACK
+    update: StatusUpdate | None = None
+    uuid: bytes | None = None
+
+
+def decode_update_records(path: str, records: list[bytes]) -> list[UpdateRecord]:
+    out = []
+    for index, raw in enumerate(records):
+        try:
+            record = msgspec.json.decode(raw, type=UpdateRecord)
+        except msgspec.MsgspecError as exc:
+            raise CheckpointError(path, f"record {index}: {exc}") from None
+        if record.type not in ("UPDATE", "ACK") or (
+            (record.update is None) if record.type == "UPDATE" else (record.uuid is None)
+        ):
+            raise CheckpointError(path, f"record {index} is neither a full UPDATE nor an ACK")
+        out.append(record)
+    return out
+
+
+# --- reading back the agent's state ----------------------------------------------------
+
+
+@dataclass
+class TaskCheckpoint:
+    task_id: str
+    task: Task | None = None
+    records: list[UpdateRecord] = field(default_factory=list)
+
+
+@dataclass
+class RunCheckpoint:
+    container_id: str
+    forked_pid: int | None = None
+    http: bool = False
+    completed: bool = False
+    tasks: dict[str, TaskCheckpoint] = field(default_factory=dict)
+
+
+@dataclass
+class ExecutorCheckpoint:
+    executor_id: str
+    info: ExecutorInfo | None = None
+    latest: str | None = None  # the container id `runs/latest` points at
+    runs: dict[str, RunCheckpoint] = field(default_factory=dict)
+
+
+@dataclass
+class FrameworkCheckpoint:
+    framework_id: str
+    info: FrameworkInfo | None = None
+    executors: dict[str, ExecutorCheckpoint] = field(default_factory=dict)
+
+
+@dataclass
+class AgentCheckpoint:
+    agent_info: AgentInfo
+    frameworks: dict[str, FrameworkCheckpoint] = field(default_factory=dict)
+    errors: int = 0
+
+
+def read_boot_id() -> str | None:
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as f:
+            return f.read().strip()
+    except OSError:
+        return None
+
+
+def _listdir(path: str) -> list[str]:
+    try:
+        return sorted(n for n in os.listdir(path) if n != paths.LATEST and not n.endswith(".tmp"))
+    except FileNotFoundError:
+        return []
+
+
+class _Reader:
+    def __init__(self, work_dir: str, agent_id: str, strict: bool) -> None:
+        self.work_dir = work_dir
+        self.agent_id = agent_id
+        self.strict = strict
+        self.errors = 0
+
+    def guarded(self, fn: Any, *args: Any) -> Any:
+        try:
+            return fn(*args)
+        except CheckpointError as exc:
+            if self.strict:
+                raise
+            self.errors += 1
+            log.error("Skipping during recovery: %s", exc)
+            return None
+
+    def framework(self, fw: str) -> FrameworkCheckpoint:
+        state = FrameworkCheckpoint(fw)
+        info_path = paths.framework_info_path(self.work_dir, self.agent_id, fw)
+        if os.path.exists(info_path):
+            state.info = self.guarded(read_message, info_path, FrameworkInfo)
+        executors_dir = os.path.join(
+            paths.framework_meta_dir(self.work_dir, self.agent_id, fw), "executors"
+        )
+        for ex in _listdir(executors_dir):
+            state.executors[ex] = self.executor(fw, ex)
+        return state
+
+    def executor(self, fw: str, ex: str) -> ExecutorCheckpoint:
+        state = ExecutorCheckpoint(ex)
+        info_path = paths.executor_info_path(self.work_dir, self.agent_id, fw, ex)
+        if os.path.exists(info_path):
+            state.info = self.guarded(read_message, info_path, ExecutorInfo)
+        runs_dir = os.path.join(
+            paths.executor_meta_dir(self.work_dir, self.agent_id, fw, ex), "runs"
+        )
+        latest = os.path.join(runs_dir, paths.LATEST)
+        if os.path.islink(latest):
+            state.latest = os.path.basename(os.readlink(latest))
+        for cid in _listdir(runs_dir):
+            state.runs[cid] = self.run(fw, ex, cid)
+        return state
+
+    def run(self, fw: str, ex: str, cid: str) -> RunCheckpoint:
+        args = (self.work_dir, self.agent_id, fw, ex, cid)
+        state = RunCheckpoint(cid)
+        pid_path = paths.forked_pid_path(*args)
+        if os.path.exists(pid_path):
+            state.forked_pid = self.guarded(_read_pid, pid_path)
+        state.http = os.path.exists(paths.http_marker_path(*args))
+        state.completed = os.path.exists(paths.executor_sentinel_path(*args))
+        for task_id in _listdir(os.path.join(paths.run_meta_dir(*args), "tasks")):
+            state.tasks[task_id] = self.task(*args[1:], task_id)
+        return state
+
+    def task(self, agent: str, fw: str, ex: str, cid: str, task_id: str) -> TaskCheckpoint:
+        state = TaskCheckpoint(task_id)
+        info_path = paths.task_info_path(self.work_dir, agent, fw, ex, cid, task_id)
+        if os.path.exists(info_path):
+            state.task = self.guarded(read_message, info_path, Task)
+        updates_path = paths.task_updates_path(self.work_dir, agent, fw, ex, cid, task_id)
+        if os.path.exists(updates_path):
+            records = self.guarded(
+                lambda p: decode_update_records(p, read_records(p)), updates_path
+            )
+            state.records = records or []
+        return state
+
+
+def _read_pid(path: str) -> int:
+    try:
+        with open(path) as f:
+            return int(f.read().strip())
+    except (OSError, ValueError) as exc:
+        raise CheckpointError(path, f"expecting a process id: {exc}") from None
+
+
+def recover_agent(work_dir: str, strict: bool) -> AgentCheckpoint | None:
+    """The checkpointed agent of this boot, or None if there is none to recover.
+
+    A changed boot id (the host rebooted) means every checkpointed executor is
+    gone: the old state is discarded and the agent registers as a new one.
+    """
+    latest = paths.latest_agent_path(work_dir)
+    if not os.path.islink(latest):
+        return None
+    boot_id_file = paths.boot_id_path(work_dir)
+    if os.path.exists(boot_id_file):
+        with open(boot_id_file) as f:
+            if f.read().strip() != (read_boot_id() or ""):
+                log.info("The host rebooted since the last checkpoint: starting as a new agent")
+                return None
+    agent_id = os.path.basename(os.readlink(latest))
+    reader = _Reader(work_dir, agent_id, strict)
+    info = reader.guarded(read_message, paths.agent_info_path(work_dir, agent_id), AgentInfo)
+    if info is None:
+        return None
+    state = AgentCheckpoint(info)
+    for fw in _listdir(os.path.join(paths.agent_meta_dir(work_dir, agent_id), "frameworks")):
+        state.frameworks[fw] = reader.framework(fw)
+    state.errors = reader.errors
+    return state
+
+
+def checkpoint_agent(work_dir: str, info: AgentInfo) -> None:
+    """Records the registered agent and the boot it belongs to."""
+    assert info.id is not None
+    checkpoint(paths.agent_info_path(work_dir, info.id.value), info)
+    boot_id = read_boot_id()
+    if boot_id is not None:
+        write_atomic(paths.boot_id_path(work_dir), boot_id.encode())
+    paths.update_latest_symlink(
+        paths.latest_agent_path(work_dir), paths.agent_meta_dir(work_dir, info.id.value)
+    )

@@ -1,0 +1,142 @@
+"""The agent's connection to the master (the agent side of `mesilla.v1.internal`).
+
+`MasterLink.run` keeps one REGISTER stream open to ``POST /internal/agent``:
+it registers (or re-registers with what the agent runs, once it has an id),
+hands every event to the agent, and reconnects with backoff when the stream
+ends or three heartbeats in a row fail to arrive. Other calls are separate
+POSTs carrying the stream's ``Mesos-Stream-Id``, sent in order by one sender
+task; a call that fails while disconnected is dropped, since status updates
+are retried by the status update manager and the rest is best effort as in
+Mesos.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+from typing import Any
+
+import aiohttp
+
+from mesilla.common import recordio
+from mesilla.common.errors import BadRequest
+from mesilla.v1 import codec
+from mesilla.v1.internal import AgentCall, AgentCallType, AgentEvent, AgentEventType
+
+log = logging.getLogger(__name__)
+
+# Mesos's REGISTER_RETRY_INTERVAL_MAX: backoff doubles up to this.
+REGISTER_RETRY_INTERVAL_MAX = 60.0
+MISSED_HEARTBEATS = 3
+
+
+class MasterLink:
+    def __init__(self, agent: Any, master: str, backoff_factor: float) -> None:
+        self.agent = agent
+        self.url = f"http://{master.removeprefix('http://').rstrip('/')}/internal/agent"
+        self.backoff_factor = backoff_factor
+        self.stream_id: str | None = None
+        self.connected = asyncio.Event()
+        self._outbox: asyncio.Queue[AgentCall] = asyncio.Queue()
+        self._session: aiohttp.ClientSession | None = None
+        agent.send_to_master = self.send
+
+    def send(self, call: AgentCall) -> None:
+        if self.stream_id is None:
+            log.debug("Not connected to the master: dropping %s", call.type.value)
+            return
+        self._outbox.put_nowait(call)
+
+    async def run(self) -> None:
+        timeout = aiohttp.ClientTimeout(total=None, connect=10, sock_read=None)
+        async with aiohttp.ClientSession(timeout=timeout) as session:
+            self._session = session
+            sender = asyncio.create_task(self._sender(session), name="master sender")
+            try:
+                await self._connect_loop(session)
+            finally:
+                sender.cancel()
+                await asyncio.gather(sender, return_exceptions=True)
+                self._session = None
+
+    async def _connect_loop(self, session: aiohttp.ClientSession) -> None:
+        delay = self.backoff_factor
+        while True:
+            try:
+                registered = await self._session_once(session)
+            except (aiohttp.ClientError, OSError, asyncio.TimeoutError, BadRequest) as exc:
+                log.info("Connection to the master at %s failed: %s", self.url, exc)
+                registered = False
+            finally:
+                self._disconnected()
+            if registered:
+                delay = self.backoff_factor
+            # A random wait in [0, delay] spreads agents out, as Mesos does.
+            await asyncio.sleep(random.uniform(0, delay) if delay > 0 else 0)
+            delay = min(max(delay, 0.1) * 2, REGISTER_RETRY_INTERVAL_MAX)
+
+    def _disconnected(self) -> None:
+        if self.stream_id is not None:
+            log.info("Lost the connection to the master")
+        self.stream_id = None
+        self.connected.clear()
+        while not self._outbox.empty():
+            self._outbox.get_nowait()
+        self.agent.disconnected()
+
+    async def _session_once(self, session: aiohttp.ClientSession) -> bool:
+        register = self.agent.register_call()
+        call = AgentCall(type=AgentCallType.REGISTER, agent_id=register.agent_info.id, register=register)
+        async with session.post(
+            self.url,
+            data=codec.encode(call),
+            headers={"Content-Type": "application/json", "Accept": "application/json"},
+        ) as response:
+            if response.status != 200:
+                text = await response.text()
+                log.warning("The master refused registration (%d): %s", response.status, text)
+                return False
+            stream_id = response.headers.get("Mesos-Stream-Id")
+            registered = False
+            interval: float | None = None
+            decoder = recordio.Decoder()
+            while True:
+                read_timeout = None if interval is None else interval * MISSED_HEARTBEATS
+                try:
+                    chunk = await asyncio.wait_for(response.content.readany(), read_timeout)
+                except asyncio.TimeoutError:
+                    log.warning("Missed %d heartbeats from the master: re-registering", MISSED_HEARTBEATS)
+                    return registered
+                if not chunk:
+                    return registered
+                for record in decoder.feed(chunk):
+                    event = codec.decode(record, AgentEvent)
+                    if event.type is AgentEventType.REGISTERED and event.registered:
+                        interval = event.registered.heartbeat_interval_seconds
+                        self.stream_id = stream_id
+                        registered = True
+                        self.agent.registered(event.registered)
+                        self.connected.set()
+                    elif event.type is not AgentEventType.HEARTBEAT:
+                        self.agent.handle_event(event)
+
+    async def _sender(self, session: aiohttp.ClientSession) -> None:
+        while True:
+            call = await self._outbox.get()
+            stream_id = self.stream_id
+            if stream_id is None:
+                continue
+            try:
+                async with session.post(
+                    self.url,
+                    data=codec.encode(call),
+                    headers={"Content-Type": "application/json", "Mesos-Stream-Id": stream_id},
+                ) as response:
+                    if response.status != 202:
+                        log.warning(
+                            "The master answered %d to %s: %s",
+                            response.status, call.type.value, await response.text(),
+                        )
+            except (aiohttp.ClientError, OSError) as exc:
+                log.info("Sending %s to the master failed: %s", call.type.value, exc)

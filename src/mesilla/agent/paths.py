@@ -1,0 +1,188 @@
+"""The agent's on-disk layout, as Mesos's `src/slave/paths.hpp` lays it out.
+
+Two trees live under ``--work_dir``:
+
+* sandboxes: ``slaves/<agent>/frameworks/<fw>/executors/<exec>/runs/<container>/``
+  (plus a ``runs/latest`` symlink to the newest run);
+* checkpoints: ``meta/`` with ``boot_id``, ``slaves/latest`` and, per agent,
+  ``slave.info``, ``frameworks/<fw>/framework.info``,
+  ``executors/<exec>/executor.info``, ``runs/<container>/pids/forked.pid``,
+  ``runs/<container>/http.marker``, ``runs/<container>/executor.sentinel`` and
+  ``runs/<container>/tasks/<task>/{task.info,task.updates}``.
+
+Every function only builds paths; nothing here touches the disk except
+`update_latest_symlink`.
+"""
+
+from __future__ import annotations
+
+import os
+
+LATEST = "latest"
+
+
+def meta_dir(work_dir: str) -> str:
+    return os.path.join(work_dir, "meta")
+
+
+def boot_id_path(work_dir: str) -> str:
+    return os.path.join(meta_dir(work_dir), "boot_id")
+
+
+def latest_agent_path(work_dir: str) -> str:
+    """`meta/slaves/latest`: a symlink to the current agent's meta directory."""
+    return os.path.join(meta_dir(work_dir), "slaves", LATEST)
+
+
+def agent_meta_dir(work_dir: str, agent_id: str) -> str:
+    return os.path.join(meta_dir(work_dir), "slaves", agent_id)
+
+
+def agent_info_path(work_dir: str, agent_id: str) -> str:
+    return os.path.join(agent_meta_dir(work_dir, agent_id), "slave.info")
+
+
+def framework_meta_dir(work_dir: str, agent_id: str, framework_id: str) -> str:
+    return os.path.join(agent_meta_dir(work_dir, agent_id), "frameworks", framework_id)
+
+
+def framework_info_path(work_dir: str, agent_id: str, framework_id: str) -> str:
+    return os.path.join(framework_meta_dir(work_dir, agent_id, framework_id), "framework.info")
+
+
+def executor_meta_dir(work_dir: str, agent_id: str, framework_id: str, executor_id: str) -> str:
+    return os.path.join(
+        framework_meta_dir(work_dir, agent_id, framework_id), "executors", executor_id
+    )
+
+
+def executor_info_path(
+    work_dir: str, agent_id: str, framework_id: str, executor_id: str
+) -> str:
+    return os.path.join(
+        executor_meta_dir(work_dir, agent_id, framework_id, executor_id), "executor.info"
+    )
+
+
+def run_meta_dir(
+    work_dir: str, agent_id: str, framework_id: str, executor_id: str, container_id: str
+) -> str:
+    return os.path.join(
+        executor_meta_dir(work_dir, agent_id, framework_id, executor_id), "runs", container_id
+    )
+
+
+def forked_pid_path(
+    work_dir: str, agent_id: str, framework_id: str, executor_id: str, container_id: str
+) -> str:
+    return os.path.join(
+        run_meta_dir(work_dir, agent_id, framework_id, executor_id, container_id),
+        "pids",
+        "forked.pid",
+    )
+
+
+def http_marker_path(
+    work_dir: str, agent_id: str, framework_id: str, executor_id: str, container_id: str
+) -> str:
+    """Present once the executor subscribed over HTTP (all of Mesilla's executors do)."""
+    return os.path.join(
+        run_meta_dir(work_dir, agent_id, framework_id, executor_id, container_id), "http.marker"
+    )
+
+
+def executor_sentinel_path(
+    work_dir: str, agent_id: str, framework_id: str, executor_id: str, container_id: str
+) -> str:
+    """Present once the run has completed, so recovery does not wait for it."""
+    return os.path.join(
+        run_meta_dir(work_dir, agent_id, framework_id, executor_id, container_id),
+        "executor.sentinel",
+    )
+
+
+def task_meta_dir(
+    work_dir: str,
+    agent_id: str,
+    framework_id: str,
+    executor_id: str,
+    container_id: str,
+    task_id: str,
+) -> str:
+    return os.path.join(
+        run_meta_dir(work_dir, agent_id, framework_id, executor_id, container_id),
+        "tasks",
+        task_id,
+    )
+
+
+def task_info_path(
+    work_dir: str,
+    agent_id: str,
+    framework_id: str,
+    executor_id: str,
+    container_id: str,
+    task_id: str,
+) -> str:
+    return os.path.join(
+        task_meta_dir(work_dir, agent_id, framework_id, executor_id, container_id, task_id),
+        "task.info",
+    )
+
+
+def task_updates_path(
+    work_dir: str,
+    agent_id: str,
+    framework_id: str,
+    executor_id: str,
+    container_id: str,
+    task_id: str,
+) -> str:
+    return os.path.join(
+        task_meta_dir(work_dir, agent_id, framework_id, executor_id, container_id, task_id),
+        "task.updates",
+    )
+
+
+# --- sandboxes ---------------------------------------------------------------------
+
+
+def agent_dir(work_dir: str, agent_id: str) -> str:
+    return os.path.join(work_dir, "slaves", agent_id)
+
+
+def framework_dir(work_dir: str, agent_id: str, framework_id: str) -> str:
+    return os.path.join(agent_dir(work_dir, agent_id), "frameworks", framework_id)
+
+
+def executor_dir(work_dir: str, agent_id: str, framework_id: str, executor_id: str) -> str:
+    return os.path.join(framework_dir(work_dir, agent_id, framework_id), "executors", executor_id)
+
+
+def executor_run_dir(
+    work_dir: str, agent_id: str, framework_id: str, executor_id: str, container_id: str
+) -> str:
+    """The executor's sandbox for one run (container)."""
+    return os.path.join(
+        executor_dir(work_dir, agent_id, framework_id, executor_id), "runs", container_id
+    )
+
+
+def executor_latest_run_path(
+    work_dir: str, agent_id: str, framework_id: str, executor_id: str
+) -> str:
+    return os.path.join(executor_dir(work_dir, agent_id, framework_id, executor_id), "runs", LATEST)
+
+
+def executor_virtual_path(framework_id: str, executor_id: str) -> str:
+    """The path under which `/files` serves an executor's latest sandbox."""
+    return f"/frameworks/{framework_id}/executors/{executor_id}/runs/{LATEST}"
+
+
+def update_latest_symlink(link: str, target: str) -> None:
+    """Points `link` at `target`, replacing an old link atomically (symlink + rename)."""
+    tmp = f"{link}.tmp.{os.getpid()}"
+    if os.path.lexists(tmp):
+        os.unlink(tmp)
+    os.symlink(target, tmp)
+    os.replace(tmp, link)

@@ -1,0 +1,142 @@
+"""Agent restart: rebuilding frameworks, executors, tasks and update streams from checkpoints.
+
+As Mesos's `Slave::recover` with ``--recover=reconnect``: the agent keeps its
+id (same boot), the containerizer re-attaches to the containers of
+checkpointed executors' latest runs (and destroys the rest as orphans), every
+task's state is replayed from its `task.updates`, and unacknowledged updates
+are queued again. A live executor gets ``--executor_reregistration_timeout``
+to re-subscribe before it is destroyed; one whose container ended while the
+agent was down is reported terminated with the exit status the containerizer
+recorded. ``--recover=cleanup`` instead destroys every old container.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+
+from mesilla.agent import checkpoints, paths
+from mesilla.agent.agent import Agent, AgentStatus
+from mesilla.agent.executors import COMMAND_EXECUTOR_MODULE
+from mesilla.agent.state import Executor, ExecutorState, Framework
+from mesilla.common.durations import format_duration
+from mesilla.containerizer.types import ContainerTermination
+from mesilla.v1.mesos import ContainerID, ExecutorInfo, Reason, TaskState
+
+log = logging.getLogger(__name__)
+
+
+def _is_command_executor(info: ExecutorInfo) -> bool:
+    command = info.command
+    return bool(command and command.arguments[-1:] == [COMMAND_EXECUTOR_MODULE])
+
+
+def _rebuild_executor(
+    agent: Agent, framework: Framework, state: checkpoints.ExecutorCheckpoint
+) -> Executor | None:
+    if state.info is None or state.latest is None:
+        return None
+    run = state.runs.get(state.latest)
+    if run is None or run.completed:
+        return None
+    assert agent.info.id is not None
+    fw = framework.id.value
+    executor = Executor(
+        info=state.info,
+        framework_id=framework.id,
+        agent_id=agent.info.id,
+        container_id=ContainerID(value=run.container_id),
+        directory=paths.executor_run_dir(
+            agent.flags.work_dir, agent.info.id.value, fw, state.executor_id, run.container_id
+        ),
+        checkpoint=True,
+        command_task=_is_command_executor(state.info),
+        state=ExecutorState.RUNNING,
+    )
+    for task_state in run.tasks.values():
+        task = task_state.task
+        if task is None:
+            continue
+        for record in task_state.records:
+            if record.type == "UPDATE" and record.update is not None:
+                task.state = record.update.status.state
+                task.statuses.append(record.update.status)
+        stream_path = paths.task_updates_path(
+            agent.flags.work_dir, agent.info.id.value, fw, state.executor_id,
+            run.container_id, task_state.task_id,
+        )
+        agent.status_updates.recover(fw, task_state.task_id, task_state.records, stream_path)
+        executor.ever_sent_task = True
+        if not task.state.terminal:
+            executor.launched_tasks[task_state.task_id] = task
+        elif agent.status_updates.has_stream(fw, task_state.task_id):
+            executor.terminated_tasks[task_state.task_id] = task
+        else:
+            executor.completed_tasks.append(task)
+    return executor
+
+
+async def recover(agent: Agent) -> None:
+    """Recovers the checkpointed agent, if any; on return the agent may register."""
+    started = time.monotonic()
+    flags = agent.flags
+    state = checkpoints.recover_agent(flags.work_dir, flags.strict)
+    if flags.recover == "cleanup":
+        log.info("--recover=cleanup: destroying every container of the previous agent")
+        await agent.containerizer.recover(set())
+        for container_id in list(agent.containerizer.containers()):
+            await agent.containerizer.destroy(container_id)
+        return
+    executors: list[Executor] = []
+    if state is not None:
+        agent.metrics["recovery_errors"] = state.errors
+        agent.info.id = state.agent_info.id
+        log.info("Recovering agent %s", agent.info.id.value if agent.info.id else "?")
+        for fw_state in state.frameworks.values():
+            if fw_state.info is None or not fw_state.info.checkpoint:
+                continue
+            framework = Framework(fw_state.info)
+            for ex_state in fw_state.executors.values():
+                executor = _rebuild_executor(agent, framework, ex_state)
+                if executor is not None:
+                    framework.executors[executor.id] = executor
+                    executors.append(executor)
+            if framework.executors:
+                agent.frameworks[framework.id.value] = framework
+    await agent.containerizer.recover({e.container_id for e in executors})
+    live = set(agent.containerizer.containers())
+    for executor in executors:
+        agent.attach_sandbox(executor)
+        agent.spawn(_watch(agent, executor), f"wait {executor}")
+    waiting = [e for e in executors if e.container_id in live]
+    if waiting:
+        await _await_reregistration(agent, waiting)
+    agent.recovery_time = time.monotonic() - started
+    if agent.status is AgentStatus.RECOVERING:
+        agent.status = AgentStatus.DISCONNECTED
+
+
+async def _watch(agent: Agent, executor: Executor) -> None:
+    termination = await agent.containerizer.wait(executor.container_id)
+    agent.executor_terminated(executor, termination)
+
+
+async def _await_reregistration(agent: Agent, executors: list[Executor]) -> None:
+    """Gives live executors `--executor_reregistration_timeout` to subscribe again."""
+    deadline = asyncio.get_running_loop().time() + float(agent.flags.executor_reregistration_timeout)
+    while asyncio.get_running_loop().time() < deadline:
+        if all(e.stream is not None or e.state is ExecutorState.TERMINATED for e in executors):
+            return
+        await asyncio.sleep(0.05)
+    for executor in executors:
+        if executor.stream is None and executor.state is not ExecutorState.TERMINATED:
+            log.warning("Executor %s did not re-subscribe in time: destroying it", executor)
+            executor.state = ExecutorState.TERMINATING
+            executor.pending_termination = ContainerTermination(
+                state=TaskState.TASK_FAILED.value,
+                reason=Reason.REASON_EXECUTOR_REREGISTRATION_TIMEOUT,
+                message="Executor did not re-register within "
+                + format_duration(float(agent.flags.executor_reregistration_timeout)),
+            )
+            agent.spawn(agent.containerizer.destroy(executor.container_id), f"destroy {executor}")

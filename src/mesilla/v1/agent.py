@@ -1,0 +1,239 @@
+"""Agent operator API messages (`include/mesos/v1/agent/agent.proto`).
+
+Responses are mostly built from the agent's own records, so their nested
+parts are typed where Mesilla interprets them and plain JSON (`Json`)
+elsewhere; the container calls of the containerizer issue add their own
+fields to `Call` here.
+"""
+
+from __future__ import annotations
+
+import enum
+
+from mesilla.v1.mesos import (
+    AgentInfo,
+    ContainerID,
+    ExecutorInfo,
+    FrameworkInfo,
+    Json,
+    Message,
+    Task,
+)
+
+
+class CallType(enum.Enum):
+    UNKNOWN = "UNKNOWN"
+    GET_HEALTH = "GET_HEALTH"
+    GET_FLAGS = "GET_FLAGS"
+    GET_VERSION = "GET_VERSION"
+    GET_METRICS = "GET_METRICS"
+    GET_LOGGING_LEVEL = "GET_LOGGING_LEVEL"
+    SET_LOGGING_LEVEL = "SET_LOGGING_LEVEL"
+    LIST_FILES = "LIST_FILES"
+    READ_FILE = "READ_FILE"
+    GET_STATE = "GET_STATE"
+    GET_CONTAINERS = "GET_CONTAINERS"
+    GET_FRAMEWORKS = "GET_FRAMEWORKS"
+    GET_EXECUTORS = "GET_EXECUTORS"
+    GET_OPERATIONS = "GET_OPERATIONS"
+    GET_TASKS = "GET_TASKS"
+    GET_AGENT = "GET_AGENT"
+    GET_RESOURCE_PROVIDERS = "GET_RESOURCE_PROVIDERS"
+    LAUNCH_NESTED_CONTAINER = "LAUNCH_NESTED_CONTAINER"
+    WAIT_NESTED_CONTAINER = "WAIT_NESTED_CONTAINER"
+    KILL_NESTED_CONTAINER = "KILL_NESTED_CONTAINER"
+    REMOVE_NESTED_CONTAINER = "REMOVE_NESTED_CONTAINER"
+    LAUNCH_NESTED_CONTAINER_SESSION = "LAUNCH_NESTED_CONTAINER_SESSION"
+    ATTACH_CONTAINER_INPUT = "ATTACH_CONTAINER_INPUT"
+    ATTACH_CONTAINER_OUTPUT = "ATTACH_CONTAINER_OUTPUT"
+    LAUNCH_CONTAINER = "LAUNCH_CONTAINER"
+    WAIT_CONTAINER = "WAIT_CONTAINER"
+    KILL_CONTAINER = "KILL_CONTAINER"
+    REMOVE_CONTAINER = "REMOVE_CONTAINER"
+    ADD_RESOURCE_PROVIDER_CONFIG = "ADD_RESOURCE_PROVIDER_CONFIG"
+    UPDATE_RESOURCE_PROVIDER_CONFIG = "UPDATE_RESOURCE_PROVIDER_CONFIG"
+    REMOVE_RESOURCE_PROVIDER_CONFIG = "REMOVE_RESOURCE_PROVIDER_CONFIG"
+    MARK_RESOURCE_PROVIDER_GONE = "MARK_RESOURCE_PROVIDER_GONE"
+    PRUNE_IMAGES = "PRUNE_IMAGES"
+
+
+class DurationJson(Message):
+    nanoseconds: int
+
+
+class GetMetricsCall(Message):
+    timeout: DurationJson | None = None
+
+
+class SetLoggingLevelCall(Message):
+    level: int
+    duration: DurationJson
+
+
+class ListFilesCall(Message):
+    path: str
+
+
+class ReadFileCall(Message):
+    path: str
+    offset: int = 0
+    length: int | None = None
+
+
+class GetContainersCall(Message):
+    show_nested: bool = False
+    show_standalone: bool = False
+
+
+class Call(Message):
+    type: CallType
+    get_metrics: GetMetricsCall | None = None
+    set_logging_level: SetLoggingLevelCall | None = None
+    list_files: ListFilesCall | None = None
+    read_file: ReadFileCall | None = None
+    get_containers: GetContainersCall | None = None
+    # Container calls (launch/wait/kill/remove, sessions, attach, prune):
+    # carried through as JSON until their handlers type them.
+    launch_nested_container: Json | None = None
+    wait_nested_container: Json | None = None
+    kill_nested_container: Json | None = None
+    remove_nested_container: Json | None = None
+    launch_nested_container_session: Json | None = None
+    attach_container_input: Json | None = None
+    attach_container_output: Json | None = None
+    launch_container: Json | None = None
+    wait_container: Json | None = None
+    kill_container: Json | None = None
+    remove_container: Json | None = None
+    prune_images: Json | None = None
+
+
+# --- responses ---------------------------------------------------------------------
+
+
+class Flag(Message):
+    name: str
+    value: str | None = None
+
+
+class Metric(Message):
+    name: str
+    value: float | None = None
+
+
+class VersionInfo(Message):
+    version: str
+    build_date: str | None = None
+    build_time: float | None = None
+    build_user: str | None = None
+    git_sha: str | None = None
+    git_branch: str | None = None
+    git_tag: str | None = None
+
+
+class FileInfo(Message):
+    path: str
+    nlink: int | None = None
+    size: int | None = None
+    mtime: Json | None = None
+    mode: int | None = None
+    uid: str | None = None
+    gid: str | None = None
+
+
+class GetHealth(Message):
+    healthy: bool
+
+
+class GetFlags(Message):
+    flags: list[Flag] = []
+
+
+class GetVersion(Message):
+    version_info: VersionInfo
+
+
+class GetMetrics(Message):
+    metrics: list[Metric] = []
+
+
+class GetLoggingLevel(Message):
+    level: int
+
+
+class ListFiles(Message):
+    file_infos: list[FileInfo] = []
+
+
+class ReadFile(Message):
+    size: int
+    data: bytes
+
+
+class FrameworkEntry(Message):
+    framework_info: FrameworkInfo
+
+
+class GetFrameworks(Message):
+    frameworks: list[FrameworkEntry] = []
+    completed_frameworks: list[FrameworkEntry] = []
+
+
+class ExecutorEntry(Message):
+    executor_info: ExecutorInfo
+
+
+class GetExecutors(Message):
+    executors: list[ExecutorEntry] = []
+    completed_executors: list[ExecutorEntry] = []
+
+
+class GetTasks(Message):
+    pending_tasks: list[Task] = []
+    queued_tasks: list[Task] = []
+    launched_tasks: list[Task] = []
+    terminated_tasks: list[Task] = []
+    completed_tasks: list[Task] = []
+
+
+class GetState(Message):
+    get_tasks: GetTasks
+    get_executors: GetExecutors
+    get_frameworks: GetFrameworks
+
+
+class GetAgent(Message):
+    agent_info: AgentInfo
+    resource_providers: list[Json] = []
+
+
+class Container(Message):
+    container_id: ContainerID
+    framework_id: Json | None = None
+    executor_id: Json | None = None
+    executor_name: str | None = None
+    container_status: Json | None = None
+    resource_statistics: Json | None = None
+
+
+class GetContainers(Message):
+    containers: list[Container] = []
+
+
+class Response(Message):
+    type: CallType
+    get_health: GetHealth | None = None
+    get_flags: GetFlags | None = None
+    get_version: GetVersion | None = None
+    get_metrics: GetMetrics | None = None
+    get_logging_level: GetLoggingLevel | None = None
+    list_files: ListFiles | None = None
+    read_file: ReadFile | None = None
+    get_state: GetState | None = None
+    get_containers: GetContainers | None = None
+    get_frameworks: GetFrameworks | None = None
+    get_executors: GetExecutors | None = None
+    get_tasks: GetTasks | None = None
+    get_agent: GetAgent | None = None
+    wait_nested_container: Json | None = None
+    wait_container: Json | None = None

@@ -1,0 +1,210 @@
+"""The command executor (`python -m mesilla.executor.command`), as Mesos's.
+
+Runs the one task of a command task's executor: the task's command (`sh -c
+value`, or the executable `value` with `arguments` as its argv) in its own
+process group (inside the executor's session, so that destroying the executor
+container takes the task down too), with the task's environment on top of the
+executor's and the sandbox as working directory. It reports TASK_STARTING,
+TASK_RUNNING, then TASK_FINISHED / TASK_FAILED / TASK_KILLED with Mesos's
+messages; KILL sends SIGTERM to the task's group and SIGKILL after the grace
+period (KILL's kill_policy, else the task's, else 3 s), with TASK_KILLING first
+when the framework has the TASK_KILLING_STATE capability. The executor exits
+once its terminal update is acknowledged (or after a bounded wait).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import signal
+import sys
+from typing import Any
+
+from mesilla.executor.driver import Executor, ExecutorDriver
+
+log = logging.getLogger("mesilla.executor.command")
+
+DEFAULT_GRACE_PERIOD = 3.0
+# How long the terminal update may wait for its acknowledgement before we exit anyway.
+TERMINAL_ACK_TIMEOUT = 60.0
+
+
+def grace_period(kill_policy: dict[str, Any] | None) -> float | None:
+    if kill_policy and "grace_period" in kill_policy:
+        return int(kill_policy["grace_period"].get("nanoseconds", 0)) / 1e9
+    return None
+
+
+def task_argv(command: dict[str, Any]) -> tuple[str, list[str]]:
+    """The program and argv of a CommandInfo (argv[0] kept from `arguments`, as Mesos)."""
+    value = command.get("value")
+    if command.get("shell", True):
+        if not value:
+            raise ValueError("the task's shell command has no 'value'")
+        return "/bin/sh", ["sh", "-c", value]
+    if not value:
+        raise ValueError("the task's command has no executable 'value'")
+    return value, list(command.get("arguments") or [value])
+
+
+def termination_message(returncode: int) -> str:
+    if returncode < 0:
+        name = signal.strsignal(-returncode) or f"signal {-returncode}"
+        return f"Command terminated with signal {name}"
+    return f"Command exited with status {returncode}"
+
+
+class CommandExecutor(Executor):
+    def __init__(self) -> None:
+        self.task: dict[str, Any] | None = None
+        self.process: asyncio.subprocess.Process | None = None
+        self.killing = False
+        self.shutting_down = False
+        self.terminal_uuid: str | None = None
+        self.done = asyncio.Event()  # the executor may exit
+        self._background: set[asyncio.Task[Any]] = set()
+
+    def _spawn(self, coro: Any) -> None:
+        task = asyncio.create_task(coro)
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+    def _status(
+        self, driver: ExecutorDriver, state: str, task: dict[str, Any] | None = None, **extra: Any
+    ) -> dict[str, Any]:
+        task = task or self.task
+        assert task is not None
+        status: dict[str, Any] = {"task_id": task["task_id"], "state": state, **extra}
+        if driver.container_id is not None:
+            container_status = status.setdefault("container_status", {})
+            container_status["container_id"] = driver.container_id
+        return status
+
+    async def launch(self, driver: ExecutorDriver, task: dict[str, Any]) -> None:
+        if self.task is not None:
+            # Mesos's command executor runs exactly one task.
+            await driver.update(self._status(
+                driver, "TASK_FAILED", task,
+                message="Attempted to run multiple tasks using a \"command\" executor",
+            ))  # fmt: skip
+            return
+        self.task = task
+        await driver.update(self._status(driver, "TASK_STARTING"))
+        command = task.get("command") or {}
+        env = dict(os.environ)
+        for variable in (command.get("environment") or {}).get("variables", []):
+            if variable.get("type", "VALUE") == "VALUE" and "value" in variable:
+                env[variable["name"]] = variable["value"]
+        try:
+            program, argv = task_argv(command)
+            self.process = await asyncio.create_subprocess_exec(
+                *argv,
+                executable=program,
+                env=env,
+                cwd=os.environ.get("MESOS_SANDBOX") or os.getcwd(),
+                stdin=asyncio.subprocess.DEVNULL,
+                process_group=0,
+            )
+        except (OSError, ValueError) as exc:
+            await self._finish(driver, "TASK_FAILED", f"Failed to launch the task: {exc}")
+            return
+        await driver.update(
+            self._status(
+                driver, "TASK_RUNNING",
+                container_status={"executor_pid": os.getpid()},
+            )
+        )  # fmt: skip
+        self._spawn(self._reap(driver))
+
+    async def _reap(self, driver: ExecutorDriver) -> None:
+        assert self.process is not None
+        returncode = await self.process.wait()
+        if self.killing:
+            state = "TASK_KILLED"
+        else:
+            state = "TASK_FINISHED" if returncode == 0 else "TASK_FAILED"
+        await self._finish(driver, state, termination_message(returncode))
+
+    async def _finish(self, driver: ExecutorDriver, state: str, message: str) -> None:
+        self.terminal_uuid = await driver.update(self._status(driver, state, message=message))
+        self._spawn(self._exit_after_ack_timeout())
+
+    async def _exit_after_ack_timeout(self) -> None:
+        await asyncio.sleep(TERMINAL_ACK_TIMEOUT)
+        log.warning("Terminal update not acknowledged within %gs: exiting", TERMINAL_ACK_TIMEOUT)
+        self.done.set()
+
+    async def acknowledged(self, driver: ExecutorDriver, task_id: str, uuid: str) -> None:
+        if uuid == self.terminal_uuid:
+            self.done.set()
+
+    async def kill(
+        self, driver: ExecutorDriver, task_id: str, kill_policy: dict[str, Any] | None
+    ) -> None:
+        if self.task is None or task_id != self.task["task_id"]["value"]:
+            log.warning("Ignoring KILL of unknown task %s", task_id)
+            return
+        grace = grace_period(kill_policy)
+        if grace is None:
+            grace = grace_period(self.task.get("kill_policy"))
+        await self._kill(driver, DEFAULT_GRACE_PERIOD if grace is None else grace)
+
+    async def shutdown(self, driver: ExecutorDriver) -> None:
+        self.shutting_down = True
+        if self.process is None or self.process.returncode is not None:
+            if self.terminal_uuid is None:
+                self.done.set()
+            return
+        grace = grace_period(self.task.get("kill_policy") if self.task else None)
+        grace = DEFAULT_GRACE_PERIOD if grace is None else grace
+        await self._kill(driver, min(grace, driver.shutdown_grace_period))
+
+    async def _kill(self, driver: ExecutorDriver, grace: float) -> None:
+        if self.killing or self.process is None or self.process.returncode is not None:
+            return  # a second KILL while killing changes nothing
+        self.killing = True
+        if driver.framework_has_capability("TASK_KILLING_STATE"):
+            await driver.update(self._status(driver, "TASK_KILLING"))
+        self._signal(signal.SIGTERM)
+        self._spawn(self._escalate(grace))
+
+    async def _escalate(self, grace: float) -> None:
+        assert self.process is not None
+        try:
+            await asyncio.wait_for(asyncio.shield(self.process.wait()), grace)
+        except asyncio.TimeoutError:
+            log.info("Task still running after its %gs grace period: SIGKILL", grace)
+            self._signal(signal.SIGKILL)
+
+    def _signal(self, sig: int) -> None:
+        assert self.process is not None
+        try:
+            os.killpg(self.process.pid, sig)
+        except ProcessLookupError:
+            pass
+
+
+async def run(environ: dict[str, str] | None = None) -> None:
+    executor = CommandExecutor()
+    driver = ExecutorDriver(executor, environ)
+    runner = asyncio.create_task(driver.run())
+    done = asyncio.create_task(executor.done.wait())
+    await asyncio.wait({runner, done}, return_when=asyncio.FIRST_COMPLETED)
+    driver.stop()
+    await runner
+    done.cancel()
+    if executor.process is not None and executor.process.returncode is None:
+        # Leaving without the agent (recovery gave up): take the task with us.
+        executor._signal(signal.SIGKILL)
+
+
+def main() -> None:
+    logging.basicConfig(
+        level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(name)s: %(message)s"
+    )
+    asyncio.run(run())
+
+
+if __name__ == "__main__":
+    main()

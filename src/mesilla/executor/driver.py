@@ -39,8 +39,9 @@ DEFAULT_RECOVERY_TIMEOUT = 15 * 60.0
 _MAX_HEADER_BYTES = 64 * 1024
 
 
-class HttpError(Exception):
-    """An HTTP exchange failed: connection lost or a malformed response."""
+class HttpError(OSError):
+    """An HTTP exchange failed: connection lost or a malformed response (an OSError,
+    so callers can treat it like any other failure to reach the agent)."""
 
 
 class HttpResponse:

@@ -374,6 +374,21 @@ class HierarchicalDRFAllocator:
             self._update_role_share(role)
         self.request_allocation()
 
+    @property
+    def weights(self) -> dict[str, float]:
+        """Roles with a configured weight (the others weigh 1.0)."""
+        return dict(self._weights)
+
+    def role_allocation(self, role: str) -> Resources:
+        """Everything offered or allocated to `role`, over all agents (for GET_ROLES, not the cycle)."""
+        total = Resources()
+        for agent in self._agents.values():
+            for by_role in agent.allocated.values():
+                held = by_role.get(role)
+                if held is not None:
+                    total = total + held
+        return total
+
     def allocation(self, framework_id: str) -> dict[str, Resources]:
         fw = self._frameworks.get(framework_id)
         if fw is None:

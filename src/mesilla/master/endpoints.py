@@ -1,14 +1,391 @@
-"""The master's v0 JSON endpoints (``/state``, ``/slaves``, ``/tasks``, ...) in Mesos's shapes."""
+"""The master's v0 JSON endpoints (``/state``, ``/slaves``, ``/tasks``, ...) in Mesos's shapes.
+
+Mesos's tools and UIs read these; the shapes and field names follow Mesos's
+`src/master/readonly_handler.cpp` and the `json()` models of
+`src/common/http.cpp`: times are seconds as doubles, resources are
+``{"cpus": 1.0, "mem": 128.0, "ports": "[31000-31005]"}`` summaries,
+capabilities are lists of names. Every endpoint takes ``?jsonp=callback``.
+"""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import getpass
+import time
+from collections.abc import Iterable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
-from mesilla.common.http import Router
+import msgspec
+from aiohttp import web
+
+import mesilla
+from mesilla import MESOS_VERSION
+from mesilla.common.errors import BadRequest
+from mesilla.common.http import Router, jsonp_response
+from mesilla.common.resources import Resources
+from mesilla.master import metrics
+from mesilla.master.agent import Agent
+from mesilla.master.framework import Framework
+from mesilla.v1 import master as m
+from mesilla.v1.mesos import (
+    AgentInfo,
+    Attribute,
+    CommandInfo,
+    ExecutorInfo,
+    Offer,
+    Task,
+    TaskStatus,
+    ValueType,
+)
 
 if TYPE_CHECKING:
     from mesilla.master.master import Master
 
+# Mesos's default page size for `/tasks` (`TASK_LIMIT`).
+TASK_LIMIT = 100
+READONLY = "mesos-master-readonly"
+
 
 def install(router: Router, master: Master) -> None:
     """Registers the v0 endpoints on the master's router."""
+    get = ("GET",)
+
+    def view(render: Any) -> Any:
+        async def handler(request: web.Request) -> web.Response:
+            return jsonp_response(request, render(master, request.query))
+
+        return handler
+
+    for path in ("/state", "/state.json"):
+        router.add(path, view(state), methods=get, realm=READONLY)
+    router.add("/slaves", view(slaves), methods=get, realm=READONLY)
+    router.add("/frameworks", view(frameworks), methods=get, realm=READONLY)
+    router.add("/tasks", view(tasks), methods=get, realm=READONLY)
+    router.add("/flags", view(lambda master, _q: {"flags": master.flags.as_strings()}), methods=get, realm=READONLY)
+    router.add("/version", view(lambda _m, _q: version()), methods=get)
+    router.add("/metrics/snapshot", view(lambda master, _q: metrics.snapshot(master)), methods=get)
+
+    async def health(_request: web.Request) -> web.Response:
+        return web.Response(status=200)
+
+    async def redirect(request: web.Request) -> web.Response:
+        info = master.master_info
+        host = info.address.hostname if info.address and info.address.hostname else info.hostname
+        return web.Response(status=307, headers={"Location": f"//{host}:{info.port}"})
+
+    router.add("/health", health, methods=get)
+    router.add("/redirect", redirect, methods=get)
+
+
+# --- version ---------------------------------------------------------------------------
+
+
+def _build_time() -> float:
+    """When this Mesilla was installed: the package's own modification time."""
+    return Path(mesilla.__file__).stat().st_mtime
+
+
+def version_info() -> m.VersionInfo:
+    built = _build_time()
+    return m.VersionInfo(
+        version=MESOS_VERSION,
+        build_date=time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(built)),
+        build_time=float(int(built)),
+        build_user=_build_user(),
+    )
+
+
+def _build_user() -> str:
+    try:
+        return Path(mesilla.__file__).owner()
+    except (KeyError, NotImplementedError):
+        return getpass.getuser()
+
+
+def version() -> dict[str, Any]:
+    return msgspec.to_builtins(version_info())
+
+
+# --- models --------------------------------------------------------------------------------
+
+
+def resources_json(resources: Resources | Iterable[Any]) -> dict[str, object]:
+    if not isinstance(resources, Resources):
+        resources = Resources.from_list(resources)
+    return resources.to_json_summary()
+
+
+def _value_text(kind: ValueType, ranges: Any, items: Any) -> str:
+    if kind is ValueType.RANGES:
+        return "[" + ", ".join(f"{r.begin}-{r.end}" for r in ranges.range) + "]"
+    return "{" + ", ".join(items.item) + "}"
+
+
+def attributes_json(attributes: list[Attribute]) -> dict[str, object]:
+    out: dict[str, object] = {}
+    for a in attributes:
+        if a.type is ValueType.SCALAR and a.scalar is not None:
+            out[a.name] = a.scalar.value
+        elif a.type is ValueType.TEXT and a.text is not None:
+            out[a.name] = a.text.value
+        elif a.type in (ValueType.RANGES, ValueType.SET):
+            out[a.name] = _value_text(a.type, a.ranges, a.set)
+    return out
+
+
+def _labels(labels: Any) -> list[Any]:
+    return msgspec.to_builtins(labels.labels)
+
+
+def status_json(status: TaskStatus) -> dict[str, object]:
+    out: dict[str, object] = {"state": status.state.value, "timestamp": status.timestamp or 0.0}
+    if status.labels is not None:
+        out["labels"] = _labels(status.labels)
+    if status.container_status is not None:
+        container = msgspec.to_builtins(status.container_status)
+        container.pop("executor_pid", None)  # not in Mesos's v0 model
+        out["container_status"] = container
+    if status.healthy is not None:
+        out["healthy"] = status.healthy
+    return out
+
+
+def task_json(task: Task) -> dict[str, object]:
+    role = next((r.allocation_info.role for r in task.resources if r.allocation_info), None)
+    out: dict[str, object] = {
+        "id": task.task_id.value,
+        "name": task.name,
+        "framework_id": task.framework_id.value,
+        "executor_id": task.executor_id.value if task.executor_id else "",
+        "slave_id": task.agent_id.value,
+        "state": task.state.value,
+        "resources": resources_json(task.resources),
+        "role": role or "",
+        "statuses": [status_json(s) for s in task.statuses],
+    }
+    if task.limits:
+        out["limits"] = task.limits
+    if task.user is not None:
+        out["user"] = task.user
+    if task.labels is not None:
+        out["labels"] = _labels(task.labels)
+    for name in ("discovery", "container", "health_check"):
+        value = getattr(task, name)
+        if value is not None:
+            out[name] = msgspec.to_builtins(value)
+    return out
+
+
+def command_json(command: CommandInfo | None) -> dict[str, object]:
+    command = command or CommandInfo()
+    out: dict[str, object] = {"shell": command.shell}
+    if command.value is not None:
+        out["value"] = command.value
+    out["argv"] = list(command.arguments)
+    if command.environment is not None:
+        out["environment"] = msgspec.to_builtins(command.environment)
+    out["uris"] = [{"value": u.value, "executable": bool(u.executable)} for u in command.uris]
+    return out
+
+
+def executor_json(executor: ExecutorInfo, framework_id: str, agent_id: str) -> dict[str, object]:
+    out: dict[str, object] = {
+        "executor_id": executor.executor_id.value,
+        "name": executor.name or "",
+        "framework_id": executor.framework_id.value if executor.framework_id else framework_id,
+        "command": command_json(executor.command),
+        "resources": resources_json(executor.resources),
+    }
+    if executor.resources and executor.resources[0].allocation_info is not None:
+        out["role"] = executor.resources[0].allocation_info.role
+    if executor.labels is not None:
+        out["labels"] = _labels(executor.labels)
+    if executor.type != "UNKNOWN":
+        out["type"] = executor.type
+    out["slave_id"] = agent_id
+    return out
+
+
+def offer_json(offer: Offer) -> dict[str, object]:
+    return {
+        "id": offer.id.value,
+        "framework_id": offer.framework_id.value,
+        "allocation_info": msgspec.to_builtins(offer.allocation_info) if offer.allocation_info else {},
+        "slave_id": offer.agent_id.value,
+        "resources": resources_json(offer.resources),
+    }
+
+
+def agent_info_json(info: AgentInfo) -> dict[str, object]:
+    out: dict[str, object] = {
+        "id": info.id.value if info.id else "",
+        "hostname": info.hostname,
+        "port": info.port,
+        "attributes": attributes_json(info.attributes),
+    }
+    if info.domain is not None:
+        out["domain"] = info.domain
+    return out
+
+
+def agent_json(agent: Agent) -> dict[str, object]:
+    total = agent.total_resources
+    used = Resources()
+    for resources in agent.used_resources().values():
+        used = used + resources
+    out = agent_info_json(agent.info)
+    out["pid"] = agent.pid
+    out["registered_time"] = agent.registered_time
+    if agent.reregistered_time is not None:
+        out["reregistered_time"] = agent.reregistered_time
+    out["resources"] = resources_json(total)
+    out["used_resources"] = resources_json(used)
+    out["offered_resources"] = resources_json(agent.offered_resources())
+    out["reserved_resources"] = {
+        role: resources_json(total.reserved(role)) for role in sorted(total.roles() - {"*"})
+    }
+    out["unreserved_resources"] = resources_json(total.unreserved())
+    out["active"] = agent.active
+    out["deactivated"] = False
+    out["version"] = agent.version or MESOS_VERSION
+    out["capabilities"] = [c.type for c in agent.capabilities]
+    return out
+
+
+def framework_json(framework: Framework) -> dict[str, object]:
+    info = framework.info
+    used = Resources()
+    for resources in framework.used_resources().values():
+        used = used + resources
+    offered = framework.offered_resources()
+    out: dict[str, object] = {
+        "id": framework.id,
+        "name": info.name,
+        "used_resources": resources_json(used),
+        "offered_resources": resources_json(offered),
+        "capabilities": [c.type for c in info.capabilities],
+        "hostname": info.hostname or "",
+        "webui_url": info.webui_url or "",
+        "active": framework.active,
+        "connected": framework.connected,
+        "recovered": framework.recovered,
+        "user": info.user,
+        "failover_timeout": info.failover_timeout,
+        "checkpoint": info.checkpoint,
+        "registered_time": framework.registered_time or 0.0,
+        "unregistered_time": framework.unregistered_time or 0.0,
+    }
+    if info.principal is not None:
+        out["principal"] = info.principal
+    out["resources"] = resources_json(used + offered)
+    if framework.reregistered_time is not None:
+        out["reregistered_time"] = framework.reregistered_time
+    if info.has_capability("MULTI_ROLE"):
+        out["roles"] = list(info.roles)
+    else:
+        out["role"] = info.role or "*"
+    out["tasks"] = [task_json(t) for t in framework.tasks.values()]
+    out["unreachable_tasks"] = [task_json(t) for t in framework.unreachable_tasks.values()]
+    out["completed_tasks"] = [task_json(t) for t in framework.completed_tasks]
+    out["offers"] = [offer_json(o) for o in framework.offers.values()]
+    out["executors"] = [
+        executor_json(executor, framework.id, agent_id)
+        for agent_id, executors in framework.executors.items()
+        for executor in executors.values()
+    ]
+    if info.labels is not None:
+        out["labels"] = _labels(info.labels)
+    out["offer_constraints"] = {}
+    return out
+
+
+# --- endpoints ----------------------------------------------------------------------------------
+
+
+def _slaves(master: Master, agent_id: str | None) -> dict[str, object]:
+    return {
+        "slaves": [agent_json(a) for a in master.agents.values() if agent_id in (None, a.id)],
+        "recovered_slaves": [
+            agent_info_json(info)
+            for a_id, info in master.recovered_agents.items()
+            if agent_id in (None, a_id)
+        ],
+    }
+
+
+def slaves(master: Master, query: Any) -> dict[str, object]:
+    return _slaves(master, query.get("slave_id"))
+
+
+def frameworks(master: Master, query: Any) -> dict[str, object]:
+    wanted = query.get("framework_id")
+    return {
+        "frameworks": [framework_json(f) for f in master.frameworks.values() if wanted in (None, f.id)],
+        "completed_frameworks": [
+            framework_json(f) for f in master.completed_frameworks if wanted in (None, f.id)
+        ],
+        "unregistered_frameworks": [],
+    }
+
+
+def state(master: Master, _query: Any) -> dict[str, object]:
+    info = master.master_info
+    out: dict[str, object] = version()
+    out["start_time"] = master.start_time
+    if master.elected_time is not None:
+        out["elected_time"] = master.elected_time
+    out.update(
+        {
+            "id": info.id,
+            "pid": info.pid or "",
+            "hostname": info.hostname or "",
+            "capabilities": [c.type for c in info.capabilities],
+            "activated_slaves": float(sum(1 for a in master.agents.values() if a.active)),
+            "deactivated_slaves": float(sum(1 for a in master.agents.values() if not a.active)),
+            "unreachable_slaves": float(len(master.unreachable_agents)),
+            "leader": info.pid or "",
+            "leader_info": {"id": info.id, "pid": info.pid or "", "port": info.port, "hostname": info.hostname or ""},
+            "flags": master.flags.as_strings(),
+        }
+    )
+    out.update(_slaves(master, None))
+    out["frameworks"] = [framework_json(f) for f in master.frameworks.values()]
+    out["completed_frameworks"] = [framework_json(f) for f in master.completed_frameworks]
+    out["orphan_tasks"] = []
+    out["unregistered_frameworks"] = []
+    return out
+
+
+def _count(query: Any, name: str, default: int) -> int:
+    text = query.get(name)
+    if text is None:
+        return default
+    try:
+        value = int(text)
+    except ValueError:
+        raise BadRequest(f"Invalid '{name}' query parameter '{text}': expecting a non-negative integer") from None
+    if value < 0:
+        raise BadRequest(f"Invalid '{name}' query parameter '{text}': expecting a non-negative integer")
+    return value
+
+
+def tasks(master: Master, query: Any) -> dict[str, object]:
+    """Tasks of all frameworks (live, unreachable, completed) by their first status's time."""
+    limit = _count(query, "limit", TASK_LIMIT)
+    offset = _count(query, "offset", 0)
+    ascending = query.get("order") == "asc"
+    framework_id, task_id = query.get("framework_id"), query.get("task_id")
+    selected: list[Task] = []
+    for framework in [*master.frameworks.values(), *master.completed_frameworks]:
+        if framework_id not in (None, framework.id):
+            continue
+        for task in [*framework.tasks.values(), *framework.unreachable_tasks.values(), *framework.completed_tasks]:
+            if task_id in (None, task.task_id.value):
+                selected.append(task)
+    # Tasks without a status yet sort first when ascending, last when descending, as in Mesos.
+    with_time = [t for t in selected if t.statuses]
+    without = [t for t in selected if not t.statuses]
+    with_time.sort(key=lambda t: t.statuses[0].timestamp or 0.0, reverse=not ascending)
+    ordered = without + with_time if ascending else with_time + without
+    return {"tasks": [task_json(t) for t in ordered[offset : offset + limit]]}
+

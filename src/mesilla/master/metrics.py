@@ -8,8 +8,12 @@ and the allocator's metrics into the ``{"name": number}`` object Mesos serves.
 
 from __future__ import annotations
 
-from collections import deque
-from typing import TYPE_CHECKING, Any
+import os
+import time
+from collections import Counter, deque
+from typing import TYPE_CHECKING
+
+from mesilla.common.resources import Resources
 
 if TYPE_CHECKING:
     from mesilla.master.master import Master
@@ -55,6 +59,110 @@ def percentile(ordered: list[float], fraction: float) -> float:
     return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
 
 
-def snapshot(master: Master) -> dict[str, Any]:
-    """The master's ``/metrics/snapshot``; filled in once the master state lands."""
-    return dict(master.allocator.metrics)
+# Counters Mesos always reports, even before the first increment.
+_COUNTERS = [
+    f"master/{name}"
+    for name in (
+        "dropped_messages", "invalid_executor_to_framework_messages",
+        "invalid_framework_to_executor_messages", "invalid_status_update_acknowledgements",
+        "invalid_status_updates", "messages_authenticate", "messages_deactivate_framework",
+        "messages_decline_offers", "messages_executor_to_framework", "messages_exited_executor",
+        "messages_framework_to_executor", "messages_kill_task", "messages_launch_tasks",
+        "messages_reconcile_tasks", "messages_register_framework", "messages_register_slave",
+        "messages_reregister_framework", "messages_reregister_slave", "messages_resource_request",
+        "messages_revive_offers", "messages_status_update", "messages_status_update_acknowledgement",
+        "messages_suppress_offers", "messages_unregister_framework", "messages_unregister_slave",
+        "messages_update_slave", "recovery_slave_removals", "slave_registrations",
+        "slave_removals", "slave_removals/reason_registered", "slave_removals/reason_unhealthy",
+        "slave_removals/reason_unregistered", "slave_reregistrations", "slave_shutdowns_canceled",
+        "slave_shutdowns_completed", "slave_shutdowns_scheduled", "slave_unreachable_canceled",
+        "slave_unreachable_completed", "slave_unreachable_scheduled",
+        "tasks_dropped", "tasks_error", "tasks_failed", "tasks_finished", "tasks_gone",
+        "tasks_gone_by_operator", "tasks_killed", "tasks_lost",
+        "valid_executor_to_framework_messages", "valid_framework_to_executor_messages",
+        "valid_status_update_acknowledgements", "valid_status_updates",
+        "operator_event_stream_subscribers",
+    )
+]
+# Task states whose counts are gauges of live tasks (the terminal ones are counters).
+_LIVE_STATES = ("TASK_STAGING", "TASK_STARTING", "TASK_RUNNING", "TASK_KILLING", "TASK_UNREACHABLE")
+_SCALARS = ("cpus", "mem", "disk", "gpus")
+
+
+def snapshot(master: Master) -> dict[str, float]:
+    """The master's ``/metrics/snapshot``: master gauges and counters, allocator and system metrics."""
+    out: dict[str, float] = {name: 0.0 for name in _COUNTERS}
+    out.update({name: float(value) for name, value in master.counters.items()})
+    out.update(_master_gauges(master))
+    out.update(master.allocator.metrics)
+    out.update(_system())
+    return out
+
+
+def _master_gauges(master: Master) -> dict[str, float]:
+    agents = list(master.agents.values())
+    frameworks = list(master.frameworks.values())
+    out = {
+        "master/elected": 1.0 if master.elected_time is not None else 0.0,
+        "master/uptime_secs": time.time() - master.start_time,
+        "master/slaves_active": float(sum(a.active for a in agents)),
+        "master/slaves_inactive": float(sum(not a.active for a in agents)),
+        "master/slaves_connected": float(sum(a.connected for a in agents)),
+        "master/slaves_disconnected": float(sum(not a.connected for a in agents)),
+        "master/slaves_unreachable": float(len(master.unreachable_agents)),
+        "master/frameworks_active": float(sum(f.active for f in frameworks)),
+        "master/frameworks_inactive": float(sum(not f.active for f in frameworks)),
+        "master/frameworks_connected": float(sum(f.connected for f in frameworks)),
+        "master/frameworks_disconnected": float(sum(not f.connected for f in frameworks)),
+        "master/outstanding_offers": float(len(master.offers)),
+        "master/event_queue_messages": 0.0,
+        "master/event_queue_dispatches": 0.0,
+        "master/event_queue_http_requests": 0.0,
+        "registrar/log/recovered": 1.0 if master.elected_time is not None else 0.0,
+    }
+    states = Counter(task.state.value for task in master.tasks())
+    for state in _LIVE_STATES:
+        out[f"master/{state.lower()}"] = float(states.get(state, 0))
+    total = Resources()
+    used = Resources()
+    for agent in agents:
+        total = total + agent.total_resources
+        for resources in agent.used_resources().values():
+            used = used + resources
+    for name in _SCALARS:
+        all_, in_use = total.scalar(name), used.scalar(name)
+        out[f"master/{name}_total"] = all_
+        out[f"master/{name}_used"] = in_use
+        out[f"master/{name}_percent"] = in_use / all_ if all_ else 0.0
+    return out
+
+
+def _system() -> dict[str, float]:
+    """Mesos's ``system/*`` gauges, from the host."""
+    out = {"system/cpus_total": float(os.cpu_count() or 0)}
+    try:
+        load = os.getloadavg()
+    except OSError:
+        load = None
+    if load is not None:
+        out.update({"system/load_1min": load[0], "system/load_5min": load[1], "system/load_15min": load[2]})
+    meminfo = _meminfo()
+    if "MemTotal" in meminfo:
+        out["system/mem_total_bytes"] = float(meminfo["MemTotal"])
+        out["system/mem_free_bytes"] = float(meminfo.get("MemAvailable", meminfo.get("MemFree", 0)))
+    return out
+
+
+def _meminfo() -> dict[str, int]:
+    try:
+        with open("/proc/meminfo") as f:
+            lines = f.read().splitlines()
+    except OSError:
+        return {}
+    out = {}
+    for line in lines:
+        name, _, rest = line.partition(":")
+        parts = rest.split()
+        if parts and parts[0].isdigit():
+            out[name] = int(parts[0]) * 1024
+    return out

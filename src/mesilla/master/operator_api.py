@@ -1,14 +1,369 @@
-"""The master's operator API: ``POST /api/v1`` (Mesos's v1 master Call/Response)."""
+"""The master's operator API: ``POST /api/v1`` with Mesos's v1 master Call/Response.
+
+Read-only calls answer ``200`` with a `Response` (``{"type": "GET_HEALTH",
+"get_health": {"healthy": true}}``); write calls (UPDATE_WEIGHTS, TEARDOWN,
+MARK_AGENT_GONE) answer ``200`` with no body, as Mesos does. SUBSCRIBE opens
+a chunked RecordIO stream: SUBSCRIBED with the whole state first, then an
+event for every change the master reports to its observers, and HEARTBEAT
+every 15 seconds. Calls Mesilla does not implement, and bad input, get
+``400`` with the reason.
+"""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import asyncio
+import logging
+import time
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
 
-from mesilla.common.http import Router
+import msgspec
+from aiohttp import web
+
+from mesilla import MESOS_VERSION
+from mesilla.common.errors import BadRequest, NotFound
+from mesilla.common.http import EventStream, Router, check_accept, json_response, read_message
+from mesilla.common.resources import Resources
+from mesilla.master import metrics
+from mesilla.master.agent import Agent
+from mesilla.master.framework import Framework
+from mesilla.master.endpoints import version_info
+from mesilla.v1 import codec, internal
+from mesilla.v1 import master as m
+from mesilla.v1.mesos import AgentID, FrameworkID, Reason, Task, TaskState, TimeInfo
 
 if TYPE_CHECKING:
     from mesilla.master.master import Master
 
+log = logging.getLogger(__name__)
+
+# Mesos's operator event stream heartbeat (`DEFAULT_HEARTBEAT_INTERVAL`).
+HEARTBEAT_INTERVAL = 15.0
+SUBSCRIBERS_METRIC = "master/operator_event_stream_subscribers"
+
 
 def install(router: Router, master: Master) -> None:
     """Registers ``/api/v1`` on the master's router."""
+    api = OperatorApi(master)
+    router.add("/api/v1", api.handle, methods=("POST",), realm="mesos-master-readwrite")
+
+
+# --- master state as v1 messages --------------------------------------------------------
+
+
+def time_info(seconds: float | None) -> TimeInfo | None:
+    return None if seconds is None else TimeInfo(nanoseconds=int(seconds * 1e9))
+
+
+def _sum(resources: Iterable[Resources]) -> Resources:
+    total = Resources()
+    for r in resources:
+        total = total + r
+    return total
+
+
+def agent_response(agent: Agent) -> m.AgentResponse:
+    return m.AgentResponse(
+        agent_info=agent.info,
+        active=agent.active,
+        deactivated=False,
+        version=agent.version or MESOS_VERSION,
+        pid=agent.pid,
+        registered_time=time_info(agent.registered_time),
+        reregistered_time=time_info(agent.reregistered_time),
+        total_resources=agent.total_resources.to_list(),
+        allocated_resources=_sum(agent.used_resources().values()).to_list(),
+        offered_resources=agent.offered_resources().to_list(),
+        capabilities=list(agent.capabilities),
+    )
+
+
+def framework_response(framework: Framework) -> m.FrameworkResponse:
+    return m.FrameworkResponse(
+        framework_info=framework.info,
+        active=framework.active,
+        connected=framework.connected,
+        recovered=framework.recovered,
+        registered_time=time_info(framework.registered_time),
+        reregistered_time=time_info(framework.reregistered_time),
+        unregistered_time=time_info(framework.unregistered_time),
+        offers=list(framework.offers.values()),
+        allocated_resources=_sum(framework.used_resources().values()).to_list(),
+        offered_resources=framework.offered_resources().to_list(),
+    )
+
+
+def get_agents(master: Master) -> m.GetAgents:
+    return m.GetAgents(
+        agents=[agent_response(a) for a in master.agents.values()],
+        recovered_agents=list(master.recovered_agents.values()),
+    )
+
+
+def get_frameworks(master: Master) -> m.GetFrameworks:
+    return m.GetFrameworks(
+        frameworks=[framework_response(f) for f in master.frameworks.values()],
+        completed_frameworks=[framework_response(f) for f in master.completed_frameworks],
+    )
+
+
+def get_executors(master: Master) -> m.GetExecutors:
+    return m.GetExecutors(
+        executors=[
+            m.ExecutorResponse(executor_info=executor, agent_id=AgentID(value=agent_id))
+            for framework in master.frameworks.values()
+            for agent_id, executors in framework.executors.items()
+            for executor in executors.values()
+        ]
+    )
+
+
+def get_tasks(master: Master) -> m.GetTasks:
+    tasks: list[Task] = []
+    unreachable: list[Task] = []
+    completed: list[Task] = []
+    for framework in [*master.frameworks.values(), *master.completed_frameworks]:
+        tasks.extend(framework.tasks.values())
+        unreachable.extend(framework.unreachable_tasks.values())
+        completed.extend(framework.completed_tasks)
+    return m.GetTasks(tasks=tasks, unreachable_tasks=unreachable, completed_tasks=completed)
+
+
+def get_state(master: Master) -> m.GetState:
+    return m.GetState(
+        get_tasks=get_tasks(master),
+        get_executors=get_executors(master),
+        get_frameworks=get_frameworks(master),
+        get_agents=get_agents(master),
+    )
+
+
+def known_roles(master: Master) -> dict[str, list[Framework]]:
+    """Roles with a framework, a weight or a reservation -> their frameworks, as Mesos lists them."""
+    roles: dict[str, list[Framework]] = {}
+    for framework in master.frameworks.values():
+        for role in framework.roles:
+            roles.setdefault(role, []).append(framework)
+    for role in master.allocator.weights:
+        roles.setdefault(role, [])
+    for agent in master.agents.values():
+        for role in agent.total_resources.roles():
+            roles.setdefault(role, [])
+    return roles
+
+
+def get_roles(master: Master) -> m.GetRoles:
+    weights = master.allocator.weights
+    return m.GetRoles(
+        roles=[
+            m.Role(
+                name=role,
+                weight=weights.get(role, 1.0),
+                frameworks=[FrameworkID(value=f.id) for f in frameworks],
+                resources=master.allocator.role_allocation(role).to_list(),
+            )
+            for role, frameworks in sorted(known_roles(master).items())
+        ]
+    )
+
+
+def get_metrics(master: Master) -> m.GetMetrics:
+    return m.GetMetrics(
+        metrics=[m.Metric(name=k, value=float(v)) for k, v in sorted(metrics.snapshot(master).items())]
+    )
+
+
+def event_for(kind: str, payload: Any) -> m.Event | None:
+    """The operator event for one of the master's observer notifications."""
+    if kind == "TASK_ADDED":
+        return m.Event(type=m.EventType.TASK_ADDED, task_added=m.TaskAdded(task=payload))
+    if kind == "TASK_UPDATED":
+        framework_id, status, state = payload
+        if isinstance(framework_id, str):
+            framework_id = FrameworkID(value=framework_id)
+        return m.Event(
+            type=m.EventType.TASK_UPDATED,
+            task_updated=m.TaskUpdated(framework_id=framework_id, status=status, state=state),
+        )
+    if kind == "AGENT_ADDED":
+        return m.Event(type=m.EventType.AGENT_ADDED, agent_added=m.AgentAdded(agent=agent_response(payload)))
+    if kind == "AGENT_REMOVED":
+        return m.Event(
+            type=m.EventType.AGENT_REMOVED, agent_removed=m.AgentRemoved(agent_id=AgentID(value=payload))
+        )
+    if kind == "FRAMEWORK_ADDED":
+        return m.Event(
+            type=m.EventType.FRAMEWORK_ADDED,
+            framework_added=m.FrameworkAdded(framework=framework_response(payload)),
+        )
+    if kind == "FRAMEWORK_UPDATED":
+        return m.Event(
+            type=m.EventType.FRAMEWORK_UPDATED,
+            framework_updated=m.FrameworkUpdated(framework=framework_response(payload)),
+        )
+    if kind == "FRAMEWORK_REMOVED":
+        return m.Event(
+            type=m.EventType.FRAMEWORK_REMOVED,
+            framework_removed=m.FrameworkRemoved(framework_info=payload.info),
+        )
+    return None
+
+
+# --- the endpoint --------------------------------------------------------------------------------
+
+
+class OperatorApi:
+    def __init__(self, master: Master) -> None:
+        self.master = master
+        self.heartbeat_interval = HEARTBEAT_INTERVAL
+
+    async def handle(self, request: web.Request) -> web.StreamResponse:
+        call: m.Call = await read_message(request, m.Call)
+        if call.type is m.CallType.SUBSCRIBE:
+            check_accept(request, streaming=True)
+            return await self._subscribe(request)
+        check_accept(request)
+        response = await self._answer(call)
+        if response is None:
+            return web.Response(status=200)
+        return json_response(response)
+
+    async def _answer(self, call: m.Call) -> m.Response | None:
+        master, t = self.master, m.CallType
+        if call.type is t.GET_HEALTH:
+            return m.Response(type=m.ResponseType.GET_HEALTH, get_health=m.GetHealth(healthy=True))
+        if call.type is t.GET_FLAGS:
+            flags = [m.Flag(name=k, value=v) for k, v in master.flags.as_strings().items()]
+            return m.Response(type=m.ResponseType.GET_FLAGS, get_flags=m.GetFlags(flags=flags))
+        if call.type is t.GET_VERSION:
+            return m.Response(
+                type=m.ResponseType.GET_VERSION, get_version=m.GetVersion(version_info=version_info())
+            )
+        if call.type is t.GET_METRICS:
+            return m.Response(type=m.ResponseType.GET_METRICS, get_metrics=get_metrics(master))
+        if call.type is t.GET_STATE:
+            return m.Response(type=m.ResponseType.GET_STATE, get_state=get_state(master))
+        if call.type is t.GET_AGENTS:
+            return m.Response(type=m.ResponseType.GET_AGENTS, get_agents=get_agents(master))
+        if call.type is t.GET_FRAMEWORKS:
+            return m.Response(type=m.ResponseType.GET_FRAMEWORKS, get_frameworks=get_frameworks(master))
+        if call.type is t.GET_EXECUTORS:
+            return m.Response(type=m.ResponseType.GET_EXECUTORS, get_executors=get_executors(master))
+        if call.type is t.GET_TASKS:
+            return m.Response(type=m.ResponseType.GET_TASKS, get_tasks=get_tasks(master))
+        if call.type is t.GET_ROLES:
+            return m.Response(type=m.ResponseType.GET_ROLES, get_roles=get_roles(master))
+        if call.type is t.GET_WEIGHTS:
+            infos = [m.WeightInfo(weight=w, role=r) for r, w in sorted(master.allocator.weights.items())]
+            return m.Response(type=m.ResponseType.GET_WEIGHTS, get_weights=m.GetWeights(weight_infos=infos))
+        if call.type is t.GET_MASTER:
+            return m.Response(
+                type=m.ResponseType.GET_MASTER,
+                get_master=m.GetMaster(
+                    master_info=master.master_info,
+                    start_time=master.start_time,
+                    elected_time=master.elected_time,
+                ),
+            )
+        if call.type is t.UPDATE_WEIGHTS:
+            self._update_weights(_required(call.update_weights, "update_weights", call.type))
+            return None
+        if call.type is t.TEARDOWN:
+            await self._teardown(_required(call.teardown, "teardown", call.type).framework_id.value)
+            return None
+        if call.type is t.MARK_AGENT_GONE:
+            await self._mark_agent_gone(_required(call.mark_agent_gone, "mark_agent_gone", call.type).agent_id.value)
+            return None
+        if call.type is t.UNKNOWN:
+            raise BadRequest("Expecting 'type' to be present and known")
+        raise BadRequest(f"Mesilla does not support the master call '{call.type.value}'")
+
+    def _update_weights(self, update: m.UpdateWeights) -> None:
+        weights: dict[str, float] = {}
+        for info in update.weight_infos:
+            if not info.role or info.role == "*":
+                raise BadRequest("Expecting 'weight_infos[].role' to name a role other than '*'")
+            if not info.weight > 0:
+                raise BadRequest(f"Invalid weight {info.weight} for role '{info.role}': weights must be positive")
+            weights[info.role] = info.weight
+        self.master.allocator.update_weights(weights)
+
+    async def _teardown(self, framework_id: str) -> None:
+        framework = self.master.frameworks.get(framework_id)
+        if framework is None:
+            raise BadRequest(f"No framework found with ID '{framework_id}'")
+        await self.master.teardown(framework)
+
+    async def _mark_agent_gone(self, agent_id: str) -> None:
+        master = self.master
+        if agent_id in master.gone_agents:
+            return
+        if agent_id not in master.agents and agent_id not in master.recovered_agents and agent_id not in master.unreachable_agents:
+            raise NotFound(f"Agent '{agent_id}' not found")
+        now = time.time()
+        await master.registry.mark_agent_gone(agent_id, now)
+        master.gone_agents[agent_id] = now
+        master.recovered_agents.pop(agent_id, None)
+        master.unreachable_agents.pop(agent_id, None)
+        agent = master.agents.get(agent_id)
+        if agent is None:
+            return
+        message = f"Agent {agent_id} was marked gone by the operator"
+        await agent.send(
+            internal.AgentEvent(type=internal.AgentEventType.SHUTDOWN, shutdown=internal.Shutdown(message=message))
+        )
+        # The master's own removal path: tasks, offers, allocator and observers as for any removal.
+        await master._remove_agent(agent, TaskState.TASK_GONE_BY_OPERATOR, Reason.REASON_AGENT_REMOVED_BY_OPERATOR, message)
+
+    # --- SUBSCRIBE ---------------------------------------------------------------------------
+
+    async def _subscribe(self, request: web.Request) -> web.StreamResponse:
+        master = self.master
+        queue: asyncio.Queue[msgspec.Raw] = asyncio.Queue()
+
+        def observe(kind: str, payload: Any) -> None:
+            event = event_for(kind, payload)
+            # Encoded now: the objects change after the notification.
+            if event is not None:
+                queue.put_nowait(msgspec.Raw(codec.encode(event)))
+
+        stream = await EventStream.open(request)
+        master.add_observer(observe)
+        master.counters[SUBSCRIBERS_METRIC] += 1
+        try:
+            subscribed = m.Event(
+                type=m.EventType.SUBSCRIBED,
+                subscribed=m.Subscribed(
+                    get_state=get_state(master), heartbeat_interval_seconds=self.heartbeat_interval
+                ),
+            )
+            if not await stream.send(subscribed):
+                return stream.response
+            heartbeat = m.Event(type=m.EventType.HEARTBEAT)
+            if not await stream.send(heartbeat):
+                return stream.response
+            deadline = time.monotonic() + self.heartbeat_interval
+            while not _gone(request, stream):
+                try:
+                    event: Any = await asyncio.wait_for(queue.get(), max(0.0, deadline - time.monotonic()))
+                except TimeoutError:
+                    event = heartbeat
+                    deadline = time.monotonic() + self.heartbeat_interval
+                if not await stream.send(event):
+                    break
+        finally:
+            master.remove_observer(observe)
+            master.counters[SUBSCRIBERS_METRIC] -= 1
+        return stream.response
+
+
+def _gone(request: web.Request, stream: EventStream) -> bool:
+    transport = request.transport
+    return stream.closed.is_set() or transport is None or transport.is_closing()
+
+
+def _required(value: Any, field: str, call_type: m.CallType) -> Any:
+    if value is None:
+        raise BadRequest(f"Expecting '{field}' to be present for {call_type.value}")
+    return value
+

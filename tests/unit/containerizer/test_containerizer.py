@@ -328,3 +328,57 @@ async def test_recover_reattaches_and_reads_status_of_ended(tmp_path: Any) -> No
         for cid in second.containers():
             await second.destroy(cid)
         await second.close()
+
+
+async def test_destroy_during_fetch_aborts_the_launch(
+    containerizer: Containerizer, tmp_path: Any, unused_port: int
+) -> None:
+    requested = asyncio.Event()
+
+    async def hang(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        requested.set()
+        await reader.read()  # never answers
+        writer.close()
+
+    server = await asyncio.start_server(hang, "127.0.0.1", unused_port)
+    try:
+        cid = ContainerID(value="slowfetch")
+        config = shell(tmp_path, "touch ran")
+        config.command.uris.append(CommandURI(value=f"http://127.0.0.1:{unused_port}/big"))
+        launch = asyncio.create_task(containerizer.launch(cid, config))
+        await asyncio.wait_for(requested.wait(), 30)
+        assert containerizer.state(cid) == ContainerState.FETCHING
+        pid = (await containerizer.status(cid))["executor_pid"]
+        termination = await containerizer.destroy(cid)
+        assert termination is not None
+        assert termination.reason == Reason.REASON_CONTAINER_LAUNCH_FAILED
+        with pytest.raises(ContainerLaunchError, match="destroyed during launch"):
+            await launch
+        assert session_processes(pid) == []
+        assert not (tmp_path / "sandbox" / "ran").exists()
+        assert containerizer.containers() == []
+    finally:
+        server.close()
+        await server.wait_closed()
+
+
+async def test_recover_keeps_ended_nested_terminations(tmp_path: Any) -> None:
+    flags = make_flags(tmp_path)
+    first = await Containerizer.create(flags)
+    parent = ContainerID(value="parent")
+    child = ContainerID(value="child", parent=parent)
+    await first.launch(parent, shell(tmp_path, "sleep 1000"))
+    await first.launch(child, shell(tmp_path, "exit 5", "sandbox/containers/child"))
+    await first.wait(child)
+    await first.close()
+
+    second = await Containerizer.create(flags)
+    try:
+        await second.recover({parent})
+        assert second.containers() == [parent]
+        termination = await second.wait(child)
+        assert termination is not None and termination.status is not None
+        assert os.WEXITSTATUS(termination.status) == 5
+    finally:
+        await second.destroy(parent)
+        await second.close()

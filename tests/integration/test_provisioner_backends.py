@@ -1,0 +1,203 @@
+"""The provisioner end to end with each rootfs backend: real mounts, real files,
+the rootfs checked from inside with chroot + busybox."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from mesilla.common.flags import Flags, parse
+from mesilla.containerizer.flags import CONTAINERIZER_FLAGS
+from mesilla.containerizer.provisioner.backends import choose_backend
+from mesilla.containerizer.provisioner.backends._mount import mount_points_under
+from mesilla.containerizer.provisioner.errors import BackendError
+from mesilla.containerizer.provisioner.provisioner import Provisioner
+from mesilla.testing.images import build_image, write_docker_save
+from mesilla.v1.mesos import ContainerID, Image, ImageDocker
+from tests.fixtures.images import no_leftover_mounts  # noqa: F401  (fixture)
+
+pytestmark = [pytest.mark.root, pytest.mark.usefixtures("no_leftover_mounts")]
+
+
+def docker_image(name: str) -> Image:
+    return Image(type="DOCKER", docker=ImageDocker(name=name))
+
+
+def provisioner_flags(tmp_path: Path, backend: str | None) -> Flags:
+    argv = [
+        "--image_providers=docker",
+        f"--docker_store_dir={tmp_path / 'store' / 'docker'}",
+        f"--docker_registry={tmp_path / 'images'}",
+    ]
+    if backend:
+        argv.append(f"--image_provisioner_backend={backend}")
+    return parse(CONTAINERIZER_FLAGS, argv, environ={})
+
+
+@pytest.fixture
+def images(tmp_path: Path) -> Path:
+    directory = tmp_path / "images"
+    directory.mkdir()
+    write_docker_save(build_image(with_whiteouts=True), str(directory / "layered:latest.tar"), ["layered:latest"])
+    write_docker_save(build_image(), str(directory / "single:latest.tar"), ["single:latest"])
+    other = build_image(extra_files={"etc/other": b"other\n"})
+    write_docker_save(other, str(directory / "other:latest.tar"), ["other:latest"])
+    return directory
+
+
+async def make_provisioner(tmp_path: Path, backend: str | None) -> Provisioner:
+    return await Provisioner.create(provisioner_flags(tmp_path, backend))
+
+
+@pytest.fixture
+async def destroy_after(tmp_path: Path) -> AsyncIterator[list[tuple[Provisioner, ContainerID]]]:
+    """Containers a test provisioned, destroyed afterwards even when it fails."""
+    created: list[tuple[Provisioner, ContainerID]] = []
+    yield created
+    for provisioner, container_id in created:
+        await provisioner.destroy(container_id)
+        await provisioner.close()
+
+
+def in_rootfs(rootfs: str, script: str) -> str:
+    result = subprocess.run(
+        ["chroot", rootfs, "/bin/sh", "-c", script], capture_output=True, text=True, check=True
+    )
+    return result.stdout
+
+
+def whiteout_names(rootfs: str) -> list[str]:
+    return [
+        os.path.join(current, name)
+        for current, dirs, files in os.walk(rootfs)
+        for name in dirs + files
+        if name.startswith(".wh.")
+    ]
+
+
+@pytest.mark.parametrize("backend", ["overlay", "copy"])
+async def test_layers_stack_with_whiteouts(
+    tmp_path: Path, images: Path, backend: str, destroy_after: list[tuple[Provisioner, ContainerID]]
+) -> None:
+    provisioner = await make_provisioner(tmp_path, backend)
+    container_id = ContainerID(value="c1")
+    destroy_after.append((provisioner, container_id))
+
+    info = await provisioner.provision(container_id, docker_image("layered:latest"))
+
+    rootfs = info.rootfs
+    assert rootfs.startswith(str(tmp_path / "store" / "provisioner" / "containers" / "c1" / "backends" / backend / "rootfses"))
+    assert len(info.layers) == 2
+    listing = in_rootfs(rootfs, "cat /etc/base-marker /etc/upper-marker; ls /opt/dir; ls /etc")
+    assert "base\nupper\n" in listing
+    assert "upper-file" in listing
+    assert "lower-file" not in listing  # hidden by the opaque directory
+    assert "removed-by-upper" not in listing  # deleted by the whiteout
+    assert whiteout_names(rootfs) == []
+    assert os.readlink(os.path.join(rootfs, "bin", "sh")) == "busybox"
+    assert info.image_config["config"]["Cmd"] == ["/bin/sh"]
+
+    # The container's writes stay in its rootfs; the shared layers are untouched.
+    in_rootfs(rootfs, "echo changed > /etc/base-marker && rm /bin/ls")
+    for layer in info.layers:
+        marker = os.path.join(layer, "etc", "base-marker")
+        if os.path.exists(marker):
+            assert Path(marker).read_text() == "base\n"
+    assert os.path.lexists(os.path.join(info.layers[0], "bin", "ls"))
+
+    await provisioner.destroy(container_id)
+    assert not os.path.exists(rootfs)
+    assert mount_points_under(str(tmp_path / "store")) == []
+
+
+async def test_bind_backend_mounts_a_single_layer_read_only(
+    tmp_path: Path, images: Path, destroy_after: list[tuple[Provisioner, ContainerID]]
+) -> None:
+    provisioner = await make_provisioner(tmp_path, "bind")
+    container_id = ContainerID(value="bound")
+    destroy_after.append((provisioner, container_id))
+
+    info = await provisioner.provision(container_id, docker_image("single:latest"))
+
+    assert in_rootfs(info.rootfs, "cat /etc/base-marker") == "base\n"
+    write = subprocess.run(["chroot", info.rootfs, "/bin/sh", "-c", "touch /new"], capture_output=True)
+    assert write.returncode != 0
+    assert mount_points_under(info.rootfs) == [os.path.realpath(info.rootfs)]
+
+    with pytest.raises(BackendError, match="single-layer"):
+        await provisioner.provision(container_id, docker_image("layered:latest"))
+
+    await provisioner.destroy(container_id)
+    assert mount_points_under(str(tmp_path)) == []
+
+
+async def test_automatic_choice_is_overlay_here(tmp_path: Path) -> None:
+    # This host (root, ext4, overlayfs in the kernel) supports overlay, so Mesos picks it.
+    assert choose_backend(None, str(tmp_path / "store")).name == "overlay"
+
+
+async def test_recover_removes_orphans_and_keeps_known(
+    tmp_path: Path, images: Path, destroy_after: list[tuple[Provisioner, ContainerID]]
+) -> None:
+    first = await make_provisioner(tmp_path, "overlay")
+    kept, orphan = ContainerID(value="kept"), ContainerID(value="orphan")
+    nested_orphan = ContainerID(value="child", parent=kept)
+    kept_info = await first.provision(kept, docker_image("layered:latest"))
+    orphan_info = await first.provision(orphan, docker_image("layered:latest"))
+    nested_info = await first.provision(nested_orphan, docker_image("single:latest"))
+    await first.close()
+
+    # An agent restart: a new provisioner learns which containers still exist.
+    second = await make_provisioner(tmp_path, "overlay")
+    destroy_after.append((second, kept))
+    await second.recover([kept])
+
+    assert not os.path.exists(orphan_info.rootfs)
+    assert not os.path.exists(nested_info.rootfs)
+    assert in_rootfs(kept_info.rootfs, "cat /etc/upper-marker") == "upper\n"
+    assert mount_points_under(str(tmp_path)) == [os.path.realpath(kept_info.rootfs)]
+
+
+async def test_prune_keeps_images_in_use(
+    tmp_path: Path, images: Path, destroy_after: list[tuple[Provisioner, ContainerID]]
+) -> None:
+    provisioner = await make_provisioner(tmp_path, "overlay")
+    running = ContainerID(value="running")
+    destroy_after.append((provisioner, running))
+    in_use = await provisioner.provision(running, docker_image("layered:latest"))
+    other = await provisioner.provision(ContainerID(value="gone"), docker_image("other:latest"))
+    await provisioner.destroy(ContainerID(value="gone"))
+    await provisioner.provision(ContainerID(value="excluded"), docker_image("single:latest"))
+    await provisioner.destroy(ContainerID(value="excluded"))
+
+    await provisioner.prune([docker_image("single:latest")], [docker_image("layered:latest")])
+
+    kept = {image.name for image in provisioner.store.images()}
+    assert kept == {"layered:latest", "single:latest"}
+    assert all(os.path.isdir(layer) for layer in in_use.layers)
+    assert not os.path.exists(other.layers[0])  # only `other:latest` used it
+    assert in_rootfs(in_use.rootfs, "cat /etc/upper-marker") == "upper\n"
+
+    # Pruning everything still keeps the layers a live rootfs stacks.
+    await provisioner.prune([], [])
+    assert provisioner.store.images() == []
+    assert all(os.path.isdir(layer) for layer in in_use.layers)
+    assert in_rootfs(in_use.rootfs, "cat /etc/upper-marker") == "upper\n"
+
+
+async def test_failed_provision_leaves_no_rootfs(
+    tmp_path: Path, images: Path, destroy_after: list[tuple[Provisioner, ContainerID]]
+) -> None:
+    provisioner = await make_provisioner(tmp_path, "bind")
+    container_id = ContainerID(value="fails")
+    destroy_after.append((provisioner, container_id))
+
+    with pytest.raises(BackendError):
+        await provisioner.provision(container_id, docker_image("layered:latest"))
+
+    rootfses = tmp_path / "store" / "provisioner" / "containers" / "fails" / "backends" / "bind" / "rootfses"
+    assert not rootfses.exists() or list(rootfses.iterdir()) == []

@@ -328,7 +328,9 @@ class Containerizer:
         except Exception as exc:
             step = container.state
             cause = str(exc) or type(exc).__name__
-            log.warning("Launch of container %s failed during %s: %s", container_id, step.value, cause)
+            log.warning(
+                "Launch of container %s failed during %s: %s", container_id, step.value, cause
+            )
             await self._abort(container, f"Failed to launch during {step.value}: {cause}")
             raise ContainerLaunchError(container_id, step.value, cause) from exc
 

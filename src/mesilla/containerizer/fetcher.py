@@ -85,7 +85,7 @@ async def _download(url: str, target: str) -> None:
                 with open(partial, "wb") as out:
                     async for chunk in response.content.iter_chunked(_CHUNK):
                         out.write(chunk)
-    except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as exc:
+    except (TimeoutError, aiohttp.ClientError, OSError) as exc:
         _unlink(partial)
         raise FetchError(f"Failed to fetch '{url}': {exc or type(exc).__name__}") from exc
     except FetchError:

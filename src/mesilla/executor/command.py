@@ -173,7 +173,7 @@ class CommandExecutor(Executor):
         assert self.process is not None
         try:
             await asyncio.wait_for(asyncio.shield(self.process.wait()), grace)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             log.info("Task still running after its %gs grace period: SIGKILL", grace)
             self._signal(signal.SIGKILL)
 

@@ -184,9 +184,11 @@ async def open_stream(
     writer.write(_request_bytes(f"{host}:{port}", path, body, headers))
     await writer.drain()
     status, reason, response_headers = await _read_head(reader)
-    return HttpResponse(status, reason, response_headers, b""), _body_chunks(
-        reader, response_headers
-    ), writer
+    return (
+        HttpResponse(status, reason, response_headers, b""),
+        _body_chunks(reader, response_headers),
+        writer,
+    )
 
 
 def encode_bytes(data: bytes) -> str:

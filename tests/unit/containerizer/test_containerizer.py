@@ -13,8 +13,8 @@ import pytest
 from mesilla.common.flags import parse
 from mesilla.containerizer.containerizer import (
     MAX_NESTING_DEPTH,
-    ContainerLaunchError,
     Containerizer,
+    ContainerLaunchError,
     ContainerNotRemovable,
     LaunchResult,
 )
@@ -70,7 +70,9 @@ async def test_create_picks_posix_launcher_and_default_filesystem(tmp_path: Any)
     assert [i.name for i in c._isolators] == ["filesystem/posix", "posix/mem"]
 
 
-async def test_exit_code_output_and_environment(containerizer: Containerizer, tmp_path: Any) -> None:
+async def test_exit_code_output_and_environment(
+    containerizer: Containerizer, tmp_path: Any
+) -> None:
     cid = ContainerID(value="exit")
     config = shell(tmp_path, 'echo "$MESOS_SANDBOX:$GREETING"; echo oops >&2; exit 3')
     config.environment = {"GREETING": "hello"}
@@ -109,8 +111,13 @@ async def test_signal_ends_container(containerizer: Containerizer, tmp_path: Any
 
 async def test_kill_signals_the_process_group(containerizer: Containerizer, tmp_path: Any) -> None:
     cid = ContainerID(value="kill")
-    await containerizer.launch(cid, shell(tmp_path, "trap 'echo got TERM; exit 9' TERM; "
-                                                    "echo ready; while true; do sleep 0.05; done"))
+    await containerizer.launch(
+        cid,
+        shell(
+            tmp_path,
+            "trap 'echo got TERM; exit 9' TERM; echo ready; while true; do sleep 0.05; done",
+        ),
+    )
     await until(lambda: (tmp_path / "sandbox" / "stdout").read_text() == "ready\n")
     assert await containerizer.kill(cid, signal.SIGTERM)
     termination = await containerizer.wait(cid)
@@ -180,7 +187,9 @@ async def test_ended_nested_container_keeps_its_termination_until_removed(
     assert first is not None and first.status is not None and os.WEXITSTATUS(first.status) == 4
     assert await containerizer.wait(child) == first
     assert (tmp_path / "runtime/containers/p/containers/c/termination").exists()
-    assert await containerizer.launch(child, shell(tmp_path, "true")) == LaunchResult.ALREADY_LAUNCHED
+    assert (
+        await containerizer.launch(child, shell(tmp_path, "true")) == LaunchResult.ALREADY_LAUNCHED
+    )
     await containerizer.remove(child)
     assert await containerizer.wait(child) is None
     assert not (tmp_path / "runtime/containers/p/containers/c").exists()
@@ -188,7 +197,9 @@ async def test_ended_nested_container_keeps_its_termination_until_removed(
         await containerizer.remove(parent)
 
 
-async def test_nested_launch_needs_a_live_parent(containerizer: Containerizer, tmp_path: Any) -> None:
+async def test_nested_launch_needs_a_live_parent(
+    containerizer: Containerizer, tmp_path: Any
+) -> None:
     orphan = ContainerID(value="c", parent=ContainerID(value="missing"))
     with pytest.raises(ContainerLaunchError) as raised:
         await containerizer.launch(orphan, shell(tmp_path, "true"))
@@ -231,7 +242,9 @@ class RecordingIsolator(Isolator):
         self.fail_in = fail_in
         self.limit = asyncio.Event()
 
-    async def prepare(self, container_id: ContainerID, config: ContainerConfig) -> ContainerLaunchInfo:
+    async def prepare(
+        self, container_id: ContainerID, config: ContainerConfig
+    ) -> ContainerLaunchInfo:
         self.calls.append("prepare")
         if self.fail_in == "prepare":
             raise RuntimeError("prepare refused")
@@ -244,7 +257,9 @@ class RecordingIsolator(Isolator):
 
     async def watch(self, container_id: ContainerID) -> ContainerLimitation:
         await self.limit.wait()
-        return ContainerLimitation(Reason.REASON_CONTAINER_LIMITATION_MEMORY, "Memory limit exceeded")
+        return ContainerLimitation(
+            Reason.REASON_CONTAINER_LIMITATION_MEMORY, "Memory limit exceeded"
+        )
 
     async def cleanup(self, container_id: ContainerID) -> None:
         self.calls.append("cleanup")
@@ -266,7 +281,9 @@ async def test_isolator_failure_cleans_up(
     assert not (tmp_path / "sandbox" / "ran").exists()
 
 
-async def test_limitation_destroys_with_its_reason(containerizer: Containerizer, tmp_path: Any) -> None:
+async def test_limitation_destroys_with_its_reason(
+    containerizer: Containerizer, tmp_path: Any
+) -> None:
     isolator = RecordingIsolator()
     containerizer._isolators.append(isolator)
     cid = ContainerID(value="limited")
@@ -298,7 +315,9 @@ async def test_recover_reattaches_and_reads_status_of_ended(tmp_path: Any) -> No
     live = ContainerID(value="live")
     orphan = ContainerID(value="orphan")
     nested = ContainerID(value="nested", parent=live)
-    await first.launch(ended, shell(tmp_path, "while [ ! -e go ]; do sleep 0.02; done; exit 7", "a"))
+    await first.launch(
+        ended, shell(tmp_path, "while [ ! -e go ]; do sleep 0.02; done; exit 7", "a")
+    )
     await first.launch(live, shell(tmp_path, "sleep 1000", "b"))
     await first.launch(nested, shell(tmp_path, "sleep 1000", "b/containers/nested"))
     await first.launch(orphan, shell(tmp_path, "sleep 1000", "c"))

@@ -35,7 +35,9 @@ def config(tmp_path: Any) -> ContainerConfig:
 
 async def test_process_is_held_until_start(launcher: PosixLauncher, tmp_path: Any) -> None:
     cid = ContainerID(value="held")
-    pid = await launcher.fork(cid, ["sh", "-c", "echo ran > ran"], config(tmp_path), ContainerLaunchInfo())
+    pid = await launcher.fork(
+        cid, ["sh", "-c", "echo ran > ran"], config(tmp_path), ContainerLaunchInfo()
+    )
     assert os.getsid(pid) == pid and os.getpgid(pid) == pid
     # Held: alive, but its command has not run (it would create `ran` at once).
     with open(f"/proc/{pid}/cmdline", "rb") as f:
@@ -52,7 +54,9 @@ async def test_destroy_before_start_never_runs_the_command(
     launcher: PosixLauncher, tmp_path: Any
 ) -> None:
     cid = ContainerID(value="aborted")
-    await launcher.fork(cid, ["sh", "-c", "echo ran > ran"], config(tmp_path), ContainerLaunchInfo())
+    await launcher.fork(
+        cid, ["sh", "-c", "echo ran > ran"], config(tmp_path), ContainerLaunchInfo()
+    )
     await launcher.destroy(cid)
     assert not (tmp_path / "sandbox" / "ran").exists()
     assert launcher.pid(cid) is None

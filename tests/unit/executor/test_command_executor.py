@@ -132,8 +132,11 @@ async def test_bad_command_fails_the_task(agent: FakeAgent, start_executor: Any)
 async def test_kill_escalates_to_sigkill_after_grace(agent: FakeAgent, start_executor: Any) -> None:
     executor = await start_executor(agent)
     script = "trap '' TERM; echo $$ > pid; while :; do sleep 0.05; done"
-    agent.send(launch_event("t1", {"value": script},
-                            kill_policy={"grace_period": {"nanoseconds": 60 * 10**9}}))
+    agent.send(
+        launch_event(
+            "t1", {"value": script}, kill_policy={"grace_period": {"nanoseconds": 60 * 10**9}}
+        )
+    )
     assert states(await updates(agent, 2)) == ["TASK_STARTING", "TASK_RUNNING"]
     await wait_for_file(executor.sandbox / "pid")
     agent.send(kill_event("t1", grace_secs=0.3))  # KILL's policy beats the task's

@@ -51,9 +51,7 @@ def _rlimit_spec(rlimits: list[tuple[str, int | None, int | None]]) -> str:
     items = []
     for name, soft, hard in rlimits:
         short = name.removeprefix("RLMT_").removeprefix("RLIMIT_")
-        items.append(
-            f"{short}:{'inf' if soft is None else soft}:{'inf' if hard is None else hard}"
-        )
+        items.append(f"{short}:{'inf' if soft is None else soft}:{'inf' if hard is None else hard}")
     return ",".join(items) or "-"
 
 

@@ -21,7 +21,7 @@ EXEC_FAILED_EXIT_CODE = 127
 
 
 def write_atomically(path, data):
-    tmp = path + ".tmp.%d" % os.getpid()
+    tmp = f"{path}.tmp.{os.getpid()}"
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     try:
         os.write(fd, data)
@@ -71,7 +71,7 @@ def child(stdout, stderr, cwd, user, rlimits, argv):
         if user != "-":
             switch_user(user)
     except Exception as exc:
-        os.write(2, ("Failed to set up the container's process: %s\n" % exc).encode())
+        os.write(2, f"Failed to set up the container's process: {exc}\n".encode())
         os._exit(EXEC_FAILED_EXIT_CODE)
     if os.read(0, 1) != b"1":
         os._exit(ABORTED_EXIT_CODE)
@@ -81,7 +81,7 @@ def child(stdout, stderr, cwd, user, rlimits, argv):
     try:
         os.execvpe(argv[0], argv, os.environ)
     except OSError as exc:
-        os.write(2, ("Failed to execute '%s': %s\n" % (argv[0], exc.strerror)).encode())
+        os.write(2, f"Failed to execute '{argv[0]}': {exc.strerror}\n".encode())
     os._exit(EXEC_FAILED_EXIT_CODE)
 
 

@@ -18,9 +18,7 @@ class PosixUsageIsolator(Isolator):
     def __init__(self, flags: Any = None) -> None:
         self._pids: dict[ContainerID, int] = {}
 
-    async def recover(
-        self, states: list[ContainerRuntimeState], orphans: set[ContainerID]
-    ) -> None:
+    async def recover(self, states: list[ContainerRuntimeState], orphans: set[ContainerID]) -> None:
         for state in states:
             if state.pid is not None:
                 self._pids[state.container_id] = state.pid

@@ -122,7 +122,7 @@ def _master_gauges(master: Master) -> dict[str, float]:
     }
     states = Counter(task.state.value for task in master.tasks())
     for state in _LIVE_STATES:
-        out[f"master/{state.lower()}"] = float(states.get(state, 0))
+        out[f"master/tasks_{state.removeprefix('TASK_').lower()}"] = float(states.get(state, 0))
     total = Resources()
     used = Resources()
     for agent in agents:

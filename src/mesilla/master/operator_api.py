@@ -40,6 +40,7 @@ log = logging.getLogger(__name__)
 # Mesos's operator event stream heartbeat (`DEFAULT_HEARTBEAT_INTERVAL`).
 HEARTBEAT_INTERVAL = 15.0
 SUBSCRIBERS_METRIC = "master/operator_event_stream_subscribers"
+_POLL_SECONDS = 0.5
 
 
 def install(router: Router, master: Master) -> None:
@@ -344,9 +345,13 @@ class OperatorApi:
                 return stream.response
             deadline = time.monotonic() + self.heartbeat_interval
             while not _gone(request, stream):
+                # Short waits, so a client that went away is noticed without an event to send.
+                wait = min(_POLL_SECONDS, max(0.0, deadline - time.monotonic()))
                 try:
-                    event: Any = await asyncio.wait_for(queue.get(), max(0.0, deadline - time.monotonic()))
+                    event: Any = await asyncio.wait_for(queue.get(), wait)
                 except TimeoutError:
+                    if time.monotonic() < deadline:
+                        continue
                     event = heartbeat
                     deadline = time.monotonic() + self.heartbeat_interval
                 if not await stream.send(event):

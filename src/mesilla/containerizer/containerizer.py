@@ -26,6 +26,11 @@ from typing import Any
 from mesilla.containerizer import fetcher
 from mesilla.containerizer.isolator import Isolator
 from mesilla.containerizer.isolators import load_isolators
+from mesilla.containerizer.launch_info import (
+    command_argv,
+    container_environment,
+    merge_launch_infos,
+)
 from mesilla.containerizer.launcher import load_launcher
 from mesilla.containerizer.launcher.base import Launcher
 from mesilla.containerizer.runtime_paths import RuntimeDir
@@ -44,7 +49,6 @@ log = logging.getLogger(__name__)
 
 # Mesos bounds nesting (MAX_NESTING_LEVEL in containerizer.cpp).
 MAX_NESTING_DEPTH = 32
-DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 
 class LaunchResult(enum.Enum):
@@ -88,62 +92,6 @@ class _Container:
     )
 
 
-def merge_launch_infos(infos: list[ContainerLaunchInfo]) -> ContainerLaunchInfo:
-    """Isolators' contributions in order; later ones win for single values."""
-    merged = ContainerLaunchInfo()
-    for info in infos:
-        merged.environment.update(info.environment)
-        merged.mounts.extend(info.mounts)
-        merged.clone_namespaces |= info.clone_namespaces
-        merged.enter_namespaces.update(info.enter_namespaces)
-        merged.rlimits.extend(info.rlimits)
-        _merge_dicts(merged.cgroup_resources, info.cgroup_resources)
-        for name in ("working_directory", "rootfs", "capabilities", "command", "user"):
-            if getattr(info, name) is not None:
-                setattr(merged, name, getattr(info, name))
-    return merged
-
-
-def _merge_dicts(into: dict[str, Any], new: dict[str, Any]) -> None:
-    for key, value in new.items():
-        if isinstance(value, dict) and isinstance(into.get(key), dict):
-            _merge_dicts(into[key], value)
-        else:
-            into[key] = value
-
-
-def command_argv(config: ContainerConfig, launch_info: ContainerLaunchInfo) -> list[str]:
-    """The first process's argv: `sh -c value` for shell commands, else `arguments`
-    (argv[0] included, as Mesos) run through the executable `value`."""
-    command = launch_info.command or config.command
-    if command.shell:
-        if not command.value:
-            raise ValueError("a shell command needs 'value'")
-        return ["/bin/sh", "-c", command.value]
-    if not command.value:
-        raise ValueError("a non-shell command needs 'value' (the executable)")
-    if not command.arguments:
-        return [command.value]
-    # Launchers exec argv[0] by path, so `value` takes the place of arguments[0].
-    return [command.value, *command.arguments[1:]]
-
-
-def _environment(
-    config: ContainerConfig, launch_info: ContainerLaunchInfo, sandbox_dir: str
-) -> dict[str, str]:
-    """The agent's variables, then the isolators', then the command's own (Mesos's precedence)."""
-    env = dict(config.environment)
-    env.update(launch_info.environment)
-    command = launch_info.command or config.command
-    if command.environment is not None:
-        for variable in command.environment.variables:
-            if variable.type == "VALUE" and variable.value is not None:
-                env[variable.name] = variable.value
-    env.setdefault("MESOS_SANDBOX", sandbox_dir)
-    env.setdefault("PATH", DEFAULT_PATH)
-    return env
-
-
 class Containerizer:
     def __init__(
         self,
@@ -181,6 +129,9 @@ class Containerizer:
     async def recover(self, checkpointed: set[ContainerID]) -> None:
         roots = {cid.root() for cid in checkpointed}
         states: list[ContainerRuntimeState] = []
+        # Not the agent's, whether still alive or not: destroyed below, so that
+        # isolators release what they hold for them too.
+        unknown: set[ContainerID] = set()
         for container_id in self._runtime.containers():
             termination = self._runtime.read_termination(container_id)
             if termination is not None:
@@ -188,13 +139,14 @@ class Containerizer:
                     self._terminated[container_id] = termination
                 continue
             if container_id.root() not in roots:
-                continue  # an orphan: the launcher reports it below
+                unknown.add(container_id)
+                continue
             config = self._runtime.read_config(container_id)
             pid = self._runtime.read_pid(container_id)
             if config is None:
                 continue
             states.append(ContainerRuntimeState(container_id, pid, config.sandbox, config))
-        orphans = await self._launcher.recover(states)
+        orphans = await self._launcher.recover(states) | unknown
         for isolator in self._isolators:
             await isolator.recover(states, orphans)
         if self._provisioner is not None:
@@ -248,13 +200,14 @@ class Containerizer:
                     container_id, ContainerState.STARTING.value,
                     f"parent container {container_id.parent} does not exist or is being destroyed",
                 )  # fmt: skip
-            parent.children.add(container_id)
         if self._has_image(config) and self._provisioner is None:
             raise ContainerLaunchError(
                 container_id, ContainerState.STARTING.value,
                 "the container has an image but no image provider is enabled: "
                 "set --image_providers=docker",
             )  # fmt: skip
+        if container_id.parent is not None:
+            self._containers[container_id.parent].children.add(container_id)
 
         container = _Container(container_id, config)
         self._containers[container_id] = container
@@ -303,7 +256,7 @@ class Containerizer:
             launch_info = merge_launch_infos(infos)
             container.launch_info = launch_info
             sandbox_dir = self._flags.sandbox_directory if config.rootfs else config.sandbox
-            launch_info.environment = _environment(config, launch_info, sandbox_dir)
+            launch_info.environment = container_environment(config, launch_info, sandbox_dir)
             argv = command_argv(config, launch_info)
             self._runtime.write_launch_info(container_id, launch_info)
             container.forked = True  # from here on the launcher may hold something to destroy
@@ -351,7 +304,11 @@ class Containerizer:
             self._start_destroy(container)
 
         async def on_limitation(isolator: Isolator) -> None:
-            limitation = await isolator.watch(container.id)
+            try:
+                limitation = await isolator.watch(container.id)
+            except Exception:
+                log.exception("Isolator %s failed to watch %s", isolator.name, container.id)
+                return
             if container.limitation is None:
                 container.limitation = limitation
             self._start_destroy(container)
@@ -391,15 +348,15 @@ class Containerizer:
         return container.destroy_task
 
     async def _destroy(self, container: _Container) -> ContainerTermination:
-        launching = container.launch_task is not None and not container.launch_task.done()
         container.state = ContainerState.DESTROYING
         children = [self._containers[c] for c in container.children if c in self._containers]
         await asyncio.gather(*(self._start_destroy(child) for child in children))
-        if launching and container.launch_task is not None:
-            container.launch_task.cancel()
+        launch = container.launch_task
+        if launch is not None and not launch.done():
+            # The launch undoes itself (and resolves the termination) when cancelled.
+            launch.cancel()
             with contextlib.suppress(BaseException):
-                await container.launch_task
-            return await asyncio.shield(container.termination)
+                await launch
         if container.termination.done():
             return container.termination.result()
         termination = ContainerTermination()

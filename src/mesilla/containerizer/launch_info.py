@@ -1,0 +1,72 @@
+"""Building a container's launch from its config and the isolators' contributions.
+
+The containerizer merges every isolator's `ContainerLaunchInfo` (in isolator
+order), then derives the first process's argv and environment from the
+result and the `ContainerConfig`, as Mesos's containerizer does before it
+forks.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from mesilla.containerizer.types import ContainerConfig, ContainerLaunchInfo
+
+DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+
+def merge_launch_infos(infos: list[ContainerLaunchInfo]) -> ContainerLaunchInfo:
+    """Isolators' contributions in order; later ones win for single values."""
+    merged = ContainerLaunchInfo()
+    for info in infos:
+        merged.environment.update(info.environment)
+        merged.mounts.extend(info.mounts)
+        merged.clone_namespaces |= info.clone_namespaces
+        merged.enter_namespaces.update(info.enter_namespaces)
+        merged.rlimits.extend(info.rlimits)
+        _merge_dicts(merged.cgroup_resources, info.cgroup_resources)
+        for name in ("working_directory", "rootfs", "capabilities", "command", "user"):
+            if getattr(info, name) is not None:
+                setattr(merged, name, getattr(info, name))
+    return merged
+
+
+def _merge_dicts(into: dict[str, Any], new: dict[str, Any]) -> None:
+    for key, value in new.items():
+        if isinstance(value, dict) and isinstance(into.get(key), dict):
+            _merge_dicts(into[key], value)
+        else:
+            into[key] = copy.deepcopy(value)  # later merges must not edit an isolator's dict
+
+
+def command_argv(config: ContainerConfig, launch_info: ContainerLaunchInfo) -> list[str]:
+    """The first process's argv: `sh -c value` for shell commands, else `arguments`
+    (argv[0] included, as Mesos) run through the executable `value`."""
+    command = launch_info.command or config.command
+    if command.shell:
+        if not command.value:
+            raise ValueError("a shell command needs 'value'")
+        return ["/bin/sh", "-c", command.value]
+    if not command.value:
+        raise ValueError("a non-shell command needs 'value' (the executable)")
+    if not command.arguments:
+        return [command.value]
+    # Launchers exec argv[0] by path, so `value` takes the place of arguments[0].
+    return [command.value, *command.arguments[1:]]
+
+
+def container_environment(
+    config: ContainerConfig, launch_info: ContainerLaunchInfo, sandbox_dir: str
+) -> dict[str, str]:
+    """The agent's variables, then the isolators', then the command's own (Mesos's precedence)."""
+    env = dict(config.environment)
+    env.update(launch_info.environment)
+    command = launch_info.command or config.command
+    if command.environment is not None:
+        for variable in command.environment.variables:
+            if variable.type == "VALUE" and variable.value is not None:
+                env[variable.name] = variable.value
+    env.setdefault("MESOS_SANDBOX", sandbox_dir)
+    env.setdefault("PATH", DEFAULT_PATH)
+    return env

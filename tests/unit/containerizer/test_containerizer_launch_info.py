@@ -1,0 +1,86 @@
+"""Merging isolators' launch infos and deriving argv and environment."""
+
+from __future__ import annotations
+
+import pytest
+
+from mesilla.containerizer.launch_info import (
+    DEFAULT_PATH,
+    command_argv,
+    container_environment,
+    merge_launch_infos,
+)
+from mesilla.containerizer.types import ContainerConfig, ContainerLaunchInfo, Mount
+from mesilla.v1.mesos import CommandInfo, Environment, EnvironmentVariable
+
+
+def test_merge_later_isolators_win_and_collections_accumulate() -> None:
+    first = ContainerLaunchInfo(
+        environment={"A": "1", "B": "1"},
+        working_directory="/first",
+        mounts=[Mount("/a", "/a")],
+        clone_namespaces={"pid"},
+        rlimits=[("RLMT_NOFILE", 1, 2)],
+        cgroup_resources={"memory": {"limit": 100}, "cpu": {"shares": 1024}},
+    )
+    second = ContainerLaunchInfo(
+        environment={"B": "2"},
+        mounts=[Mount("/b", "/b")],
+        clone_namespaces={"mount"},
+        cgroup_resources={"memory": {"swap": 100}},
+        user="nobody",
+    )
+    merged = merge_launch_infos([first, second])
+    assert merged.environment == {"A": "1", "B": "2"}
+    assert merged.working_directory == "/first"
+    assert [m.source for m in merged.mounts] == ["/a", "/b"]
+    assert merged.clone_namespaces == {"pid", "mount"}
+    assert merged.rlimits == [("RLMT_NOFILE", 1, 2)]
+    assert merged.cgroup_resources == {
+        "memory": {"limit": 100, "swap": 100},
+        "cpu": {"shares": 1024},
+    }
+    assert merged.user == "nobody"
+    # The isolators' own objects are left as they were.
+    assert first.cgroup_resources["memory"] == {"limit": 100}
+
+
+def test_argv_shell_and_executable() -> None:
+    shell = ContainerConfig(command=CommandInfo(value="echo hi"), sandbox="/s")
+    assert command_argv(shell, ContainerLaunchInfo()) == ["/bin/sh", "-c", "echo hi"]
+    plain = ContainerConfig(
+        command=CommandInfo(shell=False, value="/bin/echo", arguments=["echo", "a", "b"]),
+        sandbox="/s",
+    )
+    assert command_argv(plain, ContainerLaunchInfo()) == ["/bin/echo", "a", "b"]
+    bare = ContainerConfig(command=CommandInfo(shell=False, value="/bin/true"), sandbox="/s")
+    assert command_argv(bare, ContainerLaunchInfo()) == ["/bin/true"]
+    # An isolator's command (docker/runtime's entrypoint) replaces the configured one.
+    replaced = ContainerLaunchInfo(command=CommandInfo(shell=False, value="/entry"))
+    assert command_argv(shell, replaced) == ["/entry"]
+
+
+def test_argv_needs_a_value() -> None:
+    with pytest.raises(ValueError, match="value"):
+        command_argv(ContainerConfig(command=CommandInfo(), sandbox="/s"), ContainerLaunchInfo())
+
+
+def test_environment_precedence() -> None:
+    command = CommandInfo(
+        value="x",
+        environment=Environment(variables=[
+            EnvironmentVariable(name="SHARED", value="command"),
+            EnvironmentVariable(name="SECRET", type="SECRET"),
+        ]),
+    )  # fmt: skip
+    config = ContainerConfig(
+        command=command, sandbox="/s", environment={"SHARED": "agent", "AGENT": "1"}
+    )
+    env = container_environment(config, ContainerLaunchInfo(environment={"ISO": "1"}), "/sb")
+    assert env == {
+        "SHARED": "command",
+        "AGENT": "1",
+        "ISO": "1",
+        "MESOS_SANDBOX": "/sb",
+        "PATH": DEFAULT_PATH,
+    }

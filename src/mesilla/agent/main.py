@@ -1,0 +1,134 @@
+"""The agent daemon: its flags and `run`.
+
+`run` serves the agent's HTTP endpoints (process id ``slave(1)``), recovers
+checkpointed state, then keeps registered with the master until cancelled or
+told to shut down. Shutting down stops the agent only: executors and their
+containers keep running, so that a restarted agent can recover them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import socket
+
+from aiohttp import web
+
+from mesilla.agent import agent_api, executor_api
+from mesilla.agent.agent import Agent
+from mesilla.agent.host import detect_resources, parse_attributes
+from mesilla.agent.master_link import MasterLink
+from mesilla.agent.recovery import recover
+from mesilla.agent.status_update_manager import RETRY_INTERVAL_MIN
+from mesilla.common.flags import Flag, FlagError, Flags
+from mesilla.common.http import Router, make_app
+from mesilla.containerizer.containerizer import Containerizer
+from mesilla.containerizer.flags import CONTAINERIZER_FLAGS
+from mesilla.v1.mesos import AgentInfo
+
+log = logging.getLogger(__name__)
+
+AGENT_FLAGS: list[Flag] = [
+    Flag("ip", "IP address to listen on.", "127.0.0.1"),
+    Flag("port", "Port to listen on (0 picks a free one).", 5051, "int"),
+    Flag("hostname", "The hostname the agent reports to the master (default: the host's name)."),
+    Flag("master", "The master as host:port.", required=True),
+    Flag("work_dir", "Where sandboxes and checkpoints live.", required=True),
+    Flag("resources", "Total resources: 'cpus:2;mem:1024;ports:[31000-32000]' or a JSON "
+         "list; what is left out is detected."),
+    Flag("attributes", "Attributes of the agent: 'rack:a;zone:b'."),
+    Flag("default_role", "Role of resources given without one.", "*"),
+    Flag("executor_registration_timeout", "How long an executor may take to subscribe.",
+         60.0, "duration"),
+    Flag("executor_shutdown_grace_period", "How long an executor gets to exit after SHUTDOWN.",
+         5.0, "duration"),
+    Flag("executor_reregistration_timeout", "How long recovered executors get to re-subscribe.",
+         2.0, "duration"),
+    Flag("recover", "'reconnect' to live executors after a restart, or 'cleanup' to kill "
+         "them and exit.", "reconnect"),
+    Flag("strict", "Make any recovery error fatal.", True, "bool"),
+    Flag("recovery_timeout", "How long executors wait for a restarted agent before exiting.",
+         15 * 60.0, "duration"),
+    Flag("registration_backoff_factor", "Initial (randomized) backoff of (re-)registration.",
+         1.0, "duration"),
+    Flag("gc_delay", "How long sandboxes of ended executors are kept.", 7 * 86400.0, "duration"),
+    Flag("logging_level", "INFO, WARNING, ERROR or DEBUG.", "INFO"),
+    *CONTAINERIZER_FLAGS,
+]
+
+
+def agent_info(flags: Flags) -> AgentInfo:
+    if flags.recover not in ("reconnect", "cleanup"):
+        raise FlagError(
+            f"Invalid --recover={flags.recover}: expecting 'reconnect' or 'cleanup'"
+        )
+    try:
+        resources = detect_resources(flags.resources, flags.work_dir, flags.default_role)
+        attributes = parse_attributes(flags.attributes)
+    except ValueError as exc:
+        raise FlagError(str(exc)) from None
+    return AgentInfo(
+        hostname=flags.hostname or socket.gethostname(),
+        port=flags.port,
+        resources=resources.to_list(),
+        attributes=attributes,
+    )
+
+
+async def start_server(agent: Agent) -> web.AppRunner:
+    """Serves the agent's endpoints; with --port=0 records the port actually bound."""
+    router = Router("slave(1)")
+    executor_api.install(router, agent)
+    agent_api.install(router, agent, agent.files)
+    runner = web.AppRunner(make_app(router), handle_signals=False)
+    await runner.setup()
+    site = web.TCPSite(runner, agent.flags.ip, agent.flags.port)
+    await site.start()
+    server = site._server  # aiohttp exposes the bound sockets only here
+    if server is not None and server.sockets:
+        port = server.sockets[0].getsockname()[1]
+        agent.info.port = port
+        agent.endpoint = f"{agent.flags.ip}:{port}"
+    return runner
+
+
+async def run(
+    flags: Flags,
+    *,
+    status_update_interval: float = RETRY_INTERVAL_MIN,
+    ready: asyncio.Future[Agent] | None = None,
+) -> Agent:
+    """Runs the agent until cancelled or shut down by the master; returns the agent.
+
+    `ready` (for embedding and tests) gets the agent once it has recovered and
+    started talking to the master.
+    """
+    info = agent_info(flags)
+    containerizer = await Containerizer.create(flags)
+    agent = Agent(flags, containerizer, info, status_update_interval=status_update_interval)
+    runner = await start_server(agent)
+    link_task: asyncio.Task[None] | None = None
+    try:
+        await recover(agent)
+        if flags.recover == "cleanup":
+            log.info("Cleanup done; exiting")
+            return agent
+        link = MasterLink(agent, flags.master, float(flags.registration_backoff_factor))
+        link_task = asyncio.create_task(link.run(), name="master link")
+        if ready is not None and not ready.done():
+            ready.set_result(agent)
+        shutdown = asyncio.create_task(agent.shutdown_requested.wait())
+        try:
+            await asyncio.wait({link_task, shutdown}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            shutdown.cancel()
+        if link_task.done():
+            link_task.result()
+        return agent
+    finally:
+        if link_task is not None:
+            link_task.cancel()
+            await asyncio.gather(link_task, return_exceptions=True)
+        await agent.close()
+        await containerizer.close()
+        await runner.cleanup()

@@ -1,0 +1,151 @@
+"""A small master speaking `mesilla.v1.internal`, for testing the agent against.
+
+It sits below the interface under test (the agent): it accepts REGISTER
+streams, answers REGISTERED, records every call the agent makes, and lets a
+test push events (RUN_TASK, KILL_TASK, ACKNOWLEDGE, ...) down the stream.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import Callable
+
+from aiohttp import web
+
+from mesilla.common import recordio
+from mesilla.v1 import codec
+from mesilla.v1.internal import (
+    Acknowledge,
+    AgentCall,
+    AgentCallType,
+    AgentEvent,
+    AgentEventType,
+    Registered,
+)
+from mesilla.v1.mesos import AgentID, MasterInfo
+
+
+class FakeMaster:
+    def __init__(self, *, auto_ack: bool = True, heartbeat_interval: float = 5.0) -> None:
+        self.auto_ack = auto_ack
+        self.heartbeat_interval = heartbeat_interval
+        self.calls: list[AgentCall] = []
+        self.registers: list[AgentCall] = []
+        self.stream_id: str | None = None
+        self.agent_id: str | None = None
+        self._response: web.StreamResponse | None = None
+        self._changed = asyncio.Condition()
+        self._runner: web.AppRunner | None = None
+        self._stop_stream = asyncio.Event()
+        self.port = 0
+
+    @property
+    def address(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    async def start(self) -> None:
+        app = web.Application()
+        app.router.add_post("/internal/agent", self._handle)
+        self._runner = web.AppRunner(app)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, "127.0.0.1", 0)
+        await site.start()
+        self.port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+
+    async def stop(self) -> None:
+        self._stop_stream.set()
+        if self._runner is not None:
+            await self._runner.cleanup()
+
+    async def _handle(self, request: web.Request) -> web.StreamResponse:
+        call = codec.decode(await request.read(), AgentCall)
+        if call.type is AgentCallType.REGISTER:
+            return await self._register(request, call)
+        if request.headers.get("Mesos-Stream-Id") != self.stream_id:
+            return web.Response(status=403, text="wrong stream id")
+        async with self._changed:
+            self.calls.append(call)
+            self._changed.notify_all()
+        if self.auto_ack and call.type is AgentCallType.STATUS_UPDATE and call.status_update:
+            update = call.status_update
+            await self.send(AgentEvent(
+                type=AgentEventType.ACKNOWLEDGE,
+                acknowledge=Acknowledge(
+                    framework_id=update.framework_id,
+                    task_id=update.status.task_id,
+                    uuid=update.status.uuid or b"",
+                ),
+            ))
+        return web.Response(status=202)
+
+    async def _register(self, request: web.Request, call: AgentCall) -> web.StreamResponse:
+        assert call.register is not None
+        given = call.register.agent_info.id
+        self.agent_id = given.value if given else self.agent_id or str(uuid.uuid4())
+        self.stream_id = str(uuid.uuid4())
+        self._stop_stream = asyncio.Event()
+        response = web.StreamResponse(headers={"Mesos-Stream-Id": self.stream_id})
+        response.content_type = "application/json"
+        response.enable_chunked_encoding()
+        await response.prepare(request)
+        self._response = response
+        await self.send(AgentEvent(
+            type=AgentEventType.REGISTERED,
+            registered=Registered(
+                agent_id=AgentID(value=self.agent_id),
+                master_info=MasterInfo(id="fake", ip=16777343, port=self.port, hostname="localhost"),
+                heartbeat_interval_seconds=self.heartbeat_interval,
+            ),
+        ))
+        async with self._changed:
+            self.registers.append(call)
+            self._changed.notify_all()
+        stop = self._stop_stream
+        while not stop.is_set():
+            try:
+                await asyncio.wait_for(stop.wait(), self.heartbeat_interval)
+            except asyncio.TimeoutError:
+                await self.send(AgentEvent(type=AgentEventType.HEARTBEAT))
+        return response
+
+    def drop_stream(self) -> None:
+        """Ends the current stream, as a master restart would."""
+        self._stop_stream.set()
+        self._response = None
+        self.stream_id = None
+
+    async def send(self, event: AgentEvent) -> None:
+        assert self._response is not None, "the agent is not registered"
+        await self._response.write(recordio.encode(codec.encode(event)))
+
+    async def wait_for(
+        self, predicate: Callable[[], object], timeout: float = 30.0
+    ) -> object:
+        async def waiter() -> object:
+            async with self._changed:
+                while True:
+                    value = predicate()
+                    if value:
+                        return value
+                    await self._changed.wait()
+
+        return await asyncio.wait_for(waiter(), timeout)
+
+    def updates(self, task_id: str | None = None) -> list:
+        return [
+            c.status_update
+            for c in self.calls
+            if c.type is AgentCallType.STATUS_UPDATE
+            and c.status_update is not None
+            and (task_id is None or c.status_update.status.task_id.value == task_id)
+        ]
+
+    async def wait_update(self, task_id: str, state: str, timeout: float = 30.0):  # type: ignore[no-untyped-def]
+        def found():  # type: ignore[no-untyped-def]
+            for u in self.updates(task_id):
+                if u.status.state.value == state:
+                    return u
+            return None
+
+        return await self.wait_for(found, timeout)

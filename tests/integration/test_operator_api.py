@@ -8,195 +8,17 @@ interface under test), both over real HTTP.
 from __future__ import annotations
 
 import asyncio
-import base64
-import json
-import uuid
-from collections.abc import AsyncIterator
-from pathlib import Path
-from typing import Any
 
-import aiohttp
 import pytest
 
-from mesilla.common import flags as flags_module
-from mesilla.common.recordio import Decoder
-from mesilla.master.main import MASTER_FLAGS, MasterServer, serve
+from tests.integration import operator_cluster
+from tests.integration.operator_cluster import Cluster, agent_id, running_task
+
+cluster = operator_cluster.cluster  # the fixture
 
 pytestmark = pytest.mark.integration
 
-Json = dict[str, Any]
-AGENT_RESOURCES = [
-    {"name": "cpus", "type": "SCALAR", "scalar": {"value": 4}},
-    {"name": "mem", "type": "SCALAR", "scalar": {"value": 4096}},
-    {"name": "ports", "type": "RANGES", "ranges": {"range": [{"begin": 31000, "end": 31099}]}},
-]
-TIMEOUT = 20
-
-
-class Stream:
-    """The events of a RecordIO response, as JSON objects."""
-
-    def __init__(self, response: aiohttp.ClientResponse) -> None:
-        self.response = response
-        self._decoder = Decoder()
-        self._pending: list[Json] = []
-
-    async def next(self) -> Json:
-        while not self._pending:
-            chunk = await asyncio.wait_for(self.response.content.readany(), TIMEOUT)
-            if not chunk:
-                raise EOFError("stream ended")
-            self._pending.extend(json.loads(r) for r in self._decoder.feed(chunk))
-        return self._pending.pop(0)
-
-    async def next_of(self, *types: str) -> Json:
-        """The next event of one of `types`, skipping the others (heartbeats, offers...)."""
-        while True:
-            event = await self.next()
-            if event["type"] in types:
-                return event
-
-    def close(self) -> None:
-        self.response.close()
-
-
-class Cluster:
-    def __init__(self, server: MasterServer, session: aiohttp.ClientSession) -> None:
-        self.server = server
-        self.session = session
-        self.base = f"http://127.0.0.1:{server.port}"
-        self.streams: list[Stream] = []
-
-    async def post(self, path: str, body: Json, headers: dict[str, str] | None = None) -> aiohttp.ClientResponse:
-        response = await self.session.post(self.base + path, json=body, headers=headers)
-        await response.read()
-        return response
-
-    async def open(self, path: str, body: Json) -> tuple[Stream, aiohttp.ClientResponse]:
-        response = await self.session.post(self.base + path, json=body)
-        assert response.status == 200, await response.text()
-        stream = Stream(response)
-        self.streams.append(stream)
-        return stream, response
-
-    async def call(self, call_type: str, **fields: Any) -> Json:
-        response = await self.post("/api/v1", {"type": call_type, **fields})
-        assert response.status == 200, await response.text()
-        return await response.json()
-
-    async def get(self, path: str) -> Json:
-        async with self.session.get(self.base + path) as response:
-            assert response.status == 200, await response.text()
-            return await response.json()
-
-
-class FakeAgent:
-    """Registers over ``/internal/agent`` and reports task states when told."""
-
-    def __init__(self, cluster: Cluster) -> None:
-        self.cluster = cluster
-        self.id = ""
-        self.stream_id = ""
-        self.events: Stream | None = None
-
-    async def register(self, port: int = 5051) -> None:
-        body = {
-            "type": "REGISTER",
-            "register": {"agent_info": {"hostname": "agent-host", "port": port, "resources": AGENT_RESOURCES}},
-        }
-        self.events, response = await self.cluster.open("/internal/agent", body)
-        self.stream_id = response.headers["Mesos-Stream-Id"]
-        registered = await self.events.next_of("REGISTERED")
-        self.id = registered["registered"]["agent_id"]["value"]
-
-    async def run_task(self) -> Json:
-        assert self.events is not None
-        event = await self.events.next_of("RUN_TASK")
-        return event["run_task"]
-
-    async def update(self, framework_id: str, task_id: str, state: str) -> None:
-        status = {
-            "task_id": {"value": task_id},
-            "state": state,
-            "source": "SOURCE_EXECUTOR",
-            "agent_id": {"value": self.id},
-            "timestamp": 1000.0,
-            "uuid": base64.b64encode(uuid.uuid4().bytes).decode(),
-        }
-        body = {
-            "type": "STATUS_UPDATE",
-            "agent_id": {"value": self.id},
-            "status_update": {"framework_id": {"value": framework_id}, "status": status},
-        }
-        response = await self.cluster.post("/internal/agent", body, {"Mesos-Stream-Id": self.stream_id})
-        assert response.status == 202, await response.text()
-
-
-class Scheduler:
-    def __init__(self, cluster: Cluster) -> None:
-        self.cluster = cluster
-        self.id = ""
-        self.stream_id = ""
-        self.events: Stream | None = None
-
-    async def subscribe(self, role: str = "*") -> None:
-        body = {"type": "SUBSCRIBE", "subscribe": {"framework_info": {"user": "test", "name": "ops", "role": role}}}
-        self.events, response = await self.cluster.open("/api/v1/scheduler", body)
-        self.stream_id = response.headers["Mesos-Stream-Id"]
-        subscribed = await self.events.next_of("SUBSCRIBED")
-        self.id = subscribed["subscribed"]["framework_id"]["value"]
-
-    async def launch(self, task_id: str) -> None:
-        assert self.events is not None
-        offer = (await self.events.next_of("OFFERS"))["offers"]["offers"][0]
-        task = {
-            "name": task_id,
-            "task_id": {"value": task_id},
-            "agent_id": offer["agent_id"],
-            "resources": [
-                {"name": "cpus", "type": "SCALAR", "scalar": {"value": 1}},
-                {"name": "mem", "type": "SCALAR", "scalar": {"value": 128}},
-            ],
-            "command": {"value": "sleep 1000"},
-        }
-        body = {
-            "type": "ACCEPT",
-            "framework_id": {"value": self.id},
-            "accept": {"offer_ids": [offer["id"]], "operations": [{"type": "LAUNCH", "launch": {"task_infos": [task]}}]},
-        }
-        response = await self.cluster.post("/api/v1/scheduler", body, {"Mesos-Stream-Id": self.stream_id})
-        assert response.status == 202, await response.text()
-
-
-@pytest.fixture
-async def cluster(tmp_path: Path) -> AsyncIterator[Cluster]:
-    flags = flags_module.parse(
-        MASTER_FLAGS,
-        [f"--work_dir={tmp_path}", "--port=0", "--allocation_interval=50ms", "--registry=in_memory"],
-        environ={},
-    )
-    async with serve(flags) as server, aiohttp.ClientSession() as session:
-        c = Cluster(server, session)
-        try:
-            yield c
-        finally:
-            for stream in c.streams:
-                stream.close()
-
-
-async def running_task(cluster: Cluster) -> tuple[FakeAgent, Scheduler]:
-    """An agent, a framework and its task `t1`, reported TASK_RUNNING."""
-    agent = FakeAgent(cluster)
-    await agent.register()
-    scheduler = Scheduler(cluster)
-    await scheduler.subscribe()
-    await scheduler.launch("t1")
-    await agent.run_task()
-    await agent.update(scheduler.id, "t1", "TASK_RUNNING")
-    assert scheduler.events is not None
-    update = await scheduler.events.next_of("UPDATE")
-    assert update["update"]["status"]["state"] == "TASK_RUNNING"
-    return agent, scheduler
+Json = dict[str, object]
 
 
 # --- read-only calls ---------------------------------------------------------------------
@@ -232,13 +54,13 @@ async def test_get_state_shows_agents_frameworks_and_tasks(cluster: Cluster) -> 
     state = (await cluster.call("GET_STATE"))["get_state"]
 
     [agent_entry] = state["get_agents"]["agents"]
-    assert agent_entry["agent_info"]["id"]["value"] == agent.id
+    assert agent_entry["agent_info"]["id"]["value"] == agent_id(agent)
     assert agent_entry["pid"] == "slave(1)@127.0.0.1:5051"
     assert agent_entry["active"] is True
     allocated = {r["name"]: r for r in agent_entry["allocated_resources"]}
     assert allocated["cpus"]["scalar"]["value"] == 1
     [framework] = state["get_frameworks"]["frameworks"]
-    assert framework["framework_info"]["id"]["value"] == scheduler.id
+    assert framework["framework_info"]["id"]["value"] == scheduler.framework_id
     assert framework["connected"] is True and framework["active"] is True
     [task] = state["get_tasks"]["tasks"]
     assert task["task_id"]["value"] == "t1"
@@ -253,7 +75,7 @@ async def test_get_roles_lists_the_framework_role_and_its_resources(cluster: Clu
     roles = {r["name"]: r for r in (await cluster.call("GET_ROLES"))["get_roles"]["roles"]}
 
     assert roles["*"]["weight"] == 1.0
-    assert roles["*"]["frameworks"] == [{"value": scheduler.id}]
+    assert roles["*"]["frameworks"] == [{"value": scheduler.framework_id}]
     cpus = [r for r in roles["*"]["resources"] if r["name"] == "cpus"]
     assert cpus and cpus[0]["scalar"]["value"] >= 1
 
@@ -289,13 +111,13 @@ async def test_update_weights_then_get_weights(cluster: Cluster) -> None:
 async def test_teardown_kills_the_frameworks_tasks(cluster: Cluster) -> None:
     _agent, scheduler = await running_task(cluster)
 
-    response = await cluster.post("/api/v1", {"type": "TEARDOWN", "teardown": {"framework_id": {"value": scheduler.id}}})
+    response = await cluster.post("/api/v1", {"type": "TEARDOWN", "teardown": {"framework_id": {"value": scheduler.framework_id}}})
 
     assert response.status == 200
     frameworks = (await cluster.call("GET_FRAMEWORKS"))["get_frameworks"]
     assert frameworks.get("frameworks", []) == []
     [completed] = frameworks["completed_frameworks"]
-    assert completed["framework_info"]["id"]["value"] == scheduler.id
+    assert completed["framework_info"]["id"]["value"] == scheduler.framework_id
     [task] = (await cluster.call("GET_TASKS"))["get_tasks"]["completed_tasks"]
     assert task["state"] == "TASK_KILLED"
 
@@ -303,18 +125,15 @@ async def test_teardown_kills_the_frameworks_tasks(cluster: Cluster) -> None:
 async def test_mark_agent_gone_removes_it_and_its_tasks(cluster: Cluster) -> None:
     agent, scheduler = await running_task(cluster)
 
-    response = await cluster.post("/api/v1", {"type": "MARK_AGENT_GONE", "mark_agent_gone": {"agent_id": {"value": agent.id}}})
+    response = await cluster.post("/api/v1", {"type": "MARK_AGENT_GONE", "mark_agent_gone": {"agent_id": {"value": agent_id(agent)}}})
 
     assert response.status == 200
     assert (await cluster.call("GET_AGENTS"))["get_agents"].get("agents", []) == []
-    assert scheduler.events is not None
-    update = await scheduler.events.next_of("UPDATE")
-    assert update["update"]["status"]["state"] in ("TASK_GONE_BY_OPERATOR", "TASK_LOST")
+    assert (await scheduler.update("t1"))["state"] in ("TASK_GONE_BY_OPERATOR", "TASK_LOST")
     # Marking it again is fine; the agent is told to shut down.
-    again = await cluster.post("/api/v1", {"type": "MARK_AGENT_GONE", "mark_agent_gone": {"agent_id": {"value": agent.id}}})
+    again = await cluster.post("/api/v1", {"type": "MARK_AGENT_GONE", "mark_agent_gone": {"agent_id": {"value": agent_id(agent)}}})
     assert again.status == 200
-    assert agent.events is not None
-    assert (await agent.events.next_of("SHUTDOWN"))["type"] == "SHUTDOWN"
+    assert (await agent.next_event("SHUTDOWN", skip=("*",)))["type"] == "SHUTDOWN"
 
 
 # --- errors ---------------------------------------------------------------------------------------
@@ -370,7 +189,7 @@ async def test_operator_path_variants_reach_the_api(cluster: Cluster) -> None:
 
 
 async def test_subscribe_streams_state_then_events(cluster: Cluster) -> None:
-    operator, response = await cluster.open("/api/v1", {"type": "SUBSCRIBE"})
+    operator, response = await cluster.subscribe()
     assert response.headers["Content-Type"].startswith("application/json")
     subscribed = await operator.next()
     assert subscribed["type"] == "SUBSCRIBED"
@@ -383,28 +202,28 @@ async def test_subscribe_streams_state_then_events(cluster: Cluster) -> None:
     agent, scheduler = await running_task(cluster)
 
     added = await operator.next_of("AGENT_ADDED")
-    assert added["agent_added"]["agent"]["agent_info"]["id"]["value"] == agent.id
+    assert added["agent_added"]["agent"]["agent_info"]["id"]["value"] == agent_id(agent)
     framework = await operator.next_of("FRAMEWORK_ADDED")
-    assert framework["framework_added"]["framework"]["framework_info"]["id"]["value"] == scheduler.id
+    assert framework["framework_added"]["framework"]["framework_info"]["id"]["value"] == scheduler.framework_id
     task = await operator.next_of("TASK_ADDED")
     assert task["task_added"]["task"]["task_id"]["value"] == "t1"
     assert task["task_added"]["task"]["state"] == "TASK_STAGING"
     updated = await operator.next_of("TASK_UPDATED")
-    assert updated["task_updated"]["framework_id"]["value"] == scheduler.id
+    assert updated["task_updated"]["framework_id"]["value"] == scheduler.framework_id
     assert updated["task_updated"]["state"] == "TASK_RUNNING"
     assert updated["task_updated"]["status"]["state"] == "TASK_RUNNING"
 
-    await cluster.post("/api/v1", {"type": "TEARDOWN", "teardown": {"framework_id": {"value": scheduler.id}}})
+    await cluster.post("/api/v1", {"type": "TEARDOWN", "teardown": {"framework_id": {"value": scheduler.framework_id}}})
     removed = await operator.next_of("FRAMEWORK_REMOVED")
-    assert removed["framework_removed"]["framework_info"]["id"]["value"] == scheduler.id
+    assert removed["framework_removed"]["framework_info"]["id"]["value"] == scheduler.framework_id
 
-    await cluster.post("/api/v1", {"type": "MARK_AGENT_GONE", "mark_agent_gone": {"agent_id": {"value": agent.id}}})
+    await cluster.post("/api/v1", {"type": "MARK_AGENT_GONE", "mark_agent_gone": {"agent_id": {"value": agent_id(agent)}}})
     gone = await operator.next_of("AGENT_REMOVED")
-    assert gone["agent_removed"]["agent_id"]["value"] == agent.id
+    assert gone["agent_removed"]["agent_id"]["value"] == agent_id(agent)
 
 
 async def test_subscriber_that_leaves_is_forgotten(cluster: Cluster) -> None:
-    operator, _ = await cluster.open("/api/v1", {"type": "SUBSCRIBE"})
+    operator, _ = await cluster.subscribe()
     await operator.next_of("SUBSCRIBED")
     operator.close()
     for _ in range(100):

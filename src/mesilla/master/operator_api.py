@@ -22,12 +22,18 @@ from aiohttp import web
 
 from mesilla import MESOS_VERSION
 from mesilla.common.errors import BadRequest, NotFound
-from mesilla.common.http import EventStream, Router, check_accept, json_response, read_message
+from mesilla.common.http import (
+    EventStream,
+    Router,
+    check_accept,
+    json_response,
+    read_message,
+)
 from mesilla.common.resources import Resources
 from mesilla.master import metrics
 from mesilla.master.agent import Agent
-from mesilla.master.framework import Framework
 from mesilla.master.endpoints import version_info
+from mesilla.master.framework import Framework
 from mesilla.v1 import codec, internal
 from mesilla.v1 import master as m
 from mesilla.v1.mesos import AgentID, FrameworkID, Reason, Task, TaskState, TimeInfo

@@ -30,6 +30,8 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from mesilla.executor.agent_client import AgentCallError
+
 log = logging.getLogger(__name__)
 
 Json = dict[str, Any]
@@ -224,14 +226,14 @@ async def command_probe(
         if status is None or not os.WIFEXITED(status):
             return ProbeResult(None, f"COMMAND check ended without an exit code ({wait})")
         return ProbeResult(os.WEXITSTATUS(status))
-    except OSError as exc:  # the agent is unreachable or refused
+    except (OSError, AgentCallError) as exc:  # the agent is unreachable or refused
         return ProbeResult(None, f"COMMAND check could not run: {exc}")
     finally:
         if session is not None:
             await session.close()
             try:
                 await agent.remove_container(container_id)
-            except OSError as exc:
+            except (OSError, AgentCallError) as exc:
                 log.warning("could not remove check container %s: %s", container_id["value"], exc)
 
 

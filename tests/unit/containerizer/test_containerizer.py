@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import pwd
 import signal
 from collections.abc import AsyncIterator
 from typing import Any
@@ -401,3 +402,19 @@ async def test_recover_keeps_ended_nested_terminations(tmp_path: Any) -> None:
     finally:
         await second.destroy(parent)
         await second.close()
+
+
+@pytest.mark.root
+async def test_runs_as_the_configured_user(containerizer: Containerizer, tmp_path: Any) -> None:
+    cid = ContainerID(value="user")
+    config = shell(tmp_path, "id -u > whoami; touch mine")
+    config.user = "nobody"
+    tmp_path.chmod(0o755)  # let nobody reach the sandbox
+    await containerizer.launch(cid, config)
+    termination = await containerizer.wait(cid)
+    assert termination is not None and termination.status == 0
+    sandbox = tmp_path / "sandbox"
+    nobody = pwd.getpwnam("nobody").pw_uid
+    assert (sandbox / "whoami").read_text() == f"{nobody}\n"
+    assert sandbox.stat().st_uid == nobody
+    assert (sandbox / "stdout").stat().st_uid == nobody

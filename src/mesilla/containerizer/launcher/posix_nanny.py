@@ -52,6 +52,9 @@ def switch_user(name):
     import pwd
 
     entry = pwd.getpwnam(name)
+    # The sandbox's stdout/stderr belong to the user, as the sandbox does.
+    os.fchown(1, entry.pw_uid, entry.pw_gid)
+    os.fchown(2, entry.pw_uid, entry.pw_gid)
     os.initgroups(name, entry.pw_gid)
     os.setgid(entry.pw_gid)
     os.setuid(entry.pw_uid)

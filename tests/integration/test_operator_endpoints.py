@@ -1,0 +1,158 @@
+"""The master's v0 JSON endpoints, in Mesos's shapes, against a real master."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from tests.integration import operator_cluster
+from tests.integration.master_harness import command_task
+from tests.integration.operator_cluster import Cluster, agent_id, running_task
+
+pytestmark = pytest.mark.integration
+
+cluster = operator_cluster.cluster  # the fixture
+
+
+async def test_state_has_mesos_top_level_fields(cluster: Cluster) -> None:
+    agent, scheduler = await running_task(cluster)
+
+    state = await cluster.get("/state")
+
+    for key in (
+        "version", "build_date", "build_time", "build_user", "start_time", "elected_time", "id", "pid",
+        "hostname", "activated_slaves", "deactivated_slaves", "unreachable_slaves", "leader", "leader_info",
+        "flags", "slaves", "recovered_slaves", "frameworks", "completed_frameworks", "orphan_tasks",
+        "unregistered_frameworks",
+    ):
+        assert key in state, key
+    assert state["pid"] == f"master@127.0.0.1:{cluster.server.port}"
+    assert state["leader"] == state["pid"]
+    assert state["activated_slaves"] == 1
+    assert state["flags"]["allocation_interval"] == "50ms"
+    [slave] = state["slaves"]
+    assert slave["id"] == agent_id(agent)
+    [framework] = state["frameworks"]
+    assert framework["id"] == scheduler.framework_id
+    assert await cluster.get("/state.json") == await cluster.get("/master/state")
+
+
+async def test_slaves_shape(cluster: Cluster) -> None:
+    agent, _scheduler = await running_task(cluster)
+
+    [slave] = (await cluster.get("/slaves"))["slaves"]
+
+    assert slave["pid"] == "slave(1)@127.0.0.1:5051"
+    assert slave["hostname"] == "agent.test"
+    assert slave["port"] == 5051
+    assert slave["resources"]["cpus"] == 4.0
+    assert slave["resources"]["mem"] == 4096.0
+    assert slave["used_resources"]["cpus"] == 1.0
+    assert slave["unreserved_resources"]["cpus"] == 4.0
+    assert slave["reserved_resources"] == {}
+    assert slave["active"] is True
+    assert isinstance(slave["registered_time"], float)
+    assert (await cluster.get(f"/slaves?slave_id={agent_id(agent)}"))["slaves"] == [slave]
+    assert (await cluster.get("/slaves?slave_id=other"))["slaves"] == []
+
+
+async def test_frameworks_shape(cluster: Cluster) -> None:
+    _agent, scheduler = await running_task(cluster)
+
+    frameworks = await cluster.get("/frameworks")
+
+    [framework] = frameworks["frameworks"]
+    assert frameworks["completed_frameworks"] == []
+    assert framework["id"] == scheduler.framework_id
+    assert framework["role"] == "*"
+    assert framework["active"] is True and framework["connected"] is True
+    assert framework["used_resources"]["cpus"] == 1.0
+    [task] = framework["tasks"]
+    assert task["id"] == "t1"
+    assert task["state"] == "TASK_RUNNING"
+    assert task["slave_id"] == framework["tasks"][0]["slave_id"]
+    assert task["resources"]["mem"] == 128.0
+    assert task["statuses"] == [{"state": "TASK_RUNNING", "timestamp": 1000.0}]
+
+
+async def test_tasks_paging_order_and_filter(cluster: Cluster) -> None:
+    agent, scheduler = await running_task(cluster)
+    assert scheduler.framework_id is not None
+    offer = await scheduler.offer()
+    await scheduler.launch(
+        offer,
+        command_task("t2", offer["agent_id"], cpus=1, mem=128),
+        command_task("t3", offer["agent_id"], cpus=1, mem=128),
+    )
+    await agent.send_status(scheduler.framework_id, "t2", "TASK_RUNNING", timestamp=2000.0)
+    await scheduler.update("t2")
+
+    async def ids(query: str) -> list[str]:
+        return [t["id"] for t in (await cluster.get("/tasks" + query))["tasks"]]
+
+    # Descending by first status time by default; t3 has no status yet and comes last.
+    assert await ids("") == ["t2", "t1", "t3"]
+    assert await ids("?order=asc") == ["t3", "t1", "t2"]
+    assert await ids("?limit=1") == ["t2"]
+    assert await ids("?limit=1&offset=1") == ["t1"]
+    assert await ids("?task_id=t1") == ["t1"]
+    assert await ids(f"?framework_id={scheduler.framework_id}&limit=10") == ["t2", "t1", "t3"]
+    assert await ids("?framework_id=other") == []
+
+
+@pytest.mark.parametrize("query", ["?limit=abc", "?offset=-1", "?limit=1.5"])
+async def test_tasks_rejects_bad_numbers(cluster: Cluster, query: str) -> None:
+    async with cluster.session.get(cluster.base + "/tasks" + query) as response:
+        assert response.status == 400
+        assert ("limit" if "limit" in query else "offset") in await response.text()
+
+
+async def test_version_is_purely_numeric(cluster: Cluster) -> None:
+    version = await cluster.get("/version")
+    assert re.fullmatch(r"\d+\.\d+\.\d+", version["version"])
+    assert {"build_date", "build_time", "build_user"} <= set(version)
+
+
+async def test_health_redirect_flags(cluster: Cluster) -> None:
+    async with cluster.session.get(cluster.base + "/health") as response:
+        assert response.status == 200
+        assert await response.read() == b""
+    async with cluster.session.get(cluster.base + "/master/redirect", allow_redirects=False) as response:
+        assert response.status == 307
+        assert response.headers["Location"] == f"//127.0.0.1:{cluster.server.port}"
+    flags = (await cluster.get("/flags"))["flags"]
+    assert flags["registry"] == "in_memory"
+
+
+async def test_metrics_snapshot(cluster: Cluster) -> None:
+    await running_task(cluster)
+
+    metrics = await cluster.get("/metrics/snapshot")
+
+    assert metrics["master/elected"] == 1
+    assert metrics["master/tasks_running"] == 1
+    assert metrics["master/tasks_staging"] == 0
+    assert metrics["master/slaves_connected"] == 1
+    assert metrics["master/mem_total"] == 4096
+    assert metrics["master/mem_used"] == 128
+    assert metrics["master/outstanding_offers"] >= 0
+    assert metrics["master/valid_status_updates"] >= 1
+    assert metrics["allocator/mesos/allocation_runs"] >= 1
+    assert metrics["allocator/mesos/allocation_run_ms/count"] >= 1
+    assert all(isinstance(v, (int, float)) for v in metrics.values())
+    # Also under the master's process id, trailing slash ignored.
+    assert set(await cluster.get("/master/metrics/snapshot/")) == set(metrics)
+
+
+async def test_jsonp_wraps_the_body(cluster: Cluster) -> None:
+    async with cluster.session.get(cluster.base + "/slaves?jsonp=cb") as response:
+        assert response.status == 200
+        assert response.headers["Content-Type"].startswith("text/javascript")
+        body = await response.text()
+    assert body.startswith("cb(") and body.endswith(");")
+
+
+async def test_v0_endpoints_refuse_post(cluster: Cluster) -> None:
+    async with cluster.session.post(cluster.base + "/state", json={}) as response:
+        assert response.status == 405

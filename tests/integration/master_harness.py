@@ -102,6 +102,8 @@ class Scheduler:
         self.url = f"{base}/api/v1/scheduler"
         self.stream: _Stream | None = None
         self.framework_id: str | None = None
+        # Offers that arrived while a test waited for something else.
+        self.pending_offers: list[Json] = []
 
     async def subscribe(self, framework_info: Json | None = None, **subscribe: Any) -> Json:
         info = {"user": "root", "name": "test-framework", **(framework_info or {})}
@@ -131,12 +133,17 @@ class Scheduler:
         return await self.stream.next_event(*types, skip=skip)
 
     async def offer(self) -> Json:
+        if self.pending_offers:
+            return self.pending_offers.pop(0)
         event = await self.next_event("OFFERS")
         return event["offers"]["offers"][0]
 
     async def update(self, task_id: str | None = None) -> Json:
         while True:
-            event = await self.next_event("UPDATE", skip=("HEARTBEAT", "OFFERS", "RESCIND"))
+            event = await self.next_event("UPDATE", "OFFERS", skip=("HEARTBEAT", "RESCIND"))
+            if event["type"] == "OFFERS":
+                self.pending_offers.extend(event["offers"]["offers"])
+                continue
             status = event["update"]["status"]
             if task_id is None or status["task_id"]["value"] == task_id:
                 return status

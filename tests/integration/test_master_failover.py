@@ -1,0 +1,278 @@
+"""Failures through an in-process master: framework failover and teardown, agents that
+disconnect, become unreachable and re-register, and a master restart that recovers its registry."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import aiohttp
+import pytest
+
+from mesilla.master.main import MasterServer
+from tests.integration.master_harness import (
+    EVENT_TIMEOUT,
+    FakeAgent,
+    Scheduler,
+    command_task,
+    running_master,
+)
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture
+async def session() -> AsyncIterator[aiohttp.ClientSession]:
+    async with aiohttp.ClientSession() as s:
+        yield s
+
+
+async def _until(predicate, what: str) -> None:  # type: ignore[no-untyped-def]
+    """Waits (bounded) for state that changes in the background."""
+    async def poll() -> None:
+        while not predicate():
+            await asyncio.sleep(0.02)
+    try:
+        await asyncio.wait_for(poll(), EVENT_TIMEOUT)
+    except TimeoutError:
+        raise AssertionError(f"timed out waiting for {what}") from None
+
+
+async def _running_task(scheduler: Scheduler, agent: FakeAgent, task_id: str = "t") -> None:
+    offer = await scheduler.offer()
+    await scheduler.launch(offer, command_task(task_id, offer["agent_id"]))
+    await agent.next_event("RUN_TASK")
+    await agent.send_status(scheduler.framework_id or "", task_id, "TASK_RUNNING")
+    await scheduler.update(task_id)
+
+
+async def test_failover_within_timeout_keeps_tasks(tmp_path: Path, session: aiohttp.ClientSession) -> None:
+    async with running_master(tmp_path) as server:
+        base = f"http://127.0.0.1:{server.port}"
+        agent = FakeAgent(session, base)
+        await agent.register()
+        first = Scheduler(session, base)
+        await first.subscribe({"failover_timeout": 3600})
+        await _running_task(first, agent)
+
+        second = Scheduler(session, base)
+        event = await second.subscribe({"failover_timeout": 3600, "id": {"value": first.framework_id}})
+        assert event["type"] == "SUBSCRIBED"
+        assert second.framework_id == first.framework_id
+        error = await first.next_event("ERROR", skip=("HEARTBEAT", "OFFERS", "RESCIND"))
+        assert error["error"]["message"] == "Framework failed over"
+        assert first.stream is not None and await first.stream.ended()
+        # The old stream id is dead, the new one works, and the task survived.
+        assert (await first.call("REVIVE", {})).status == 403
+        await second.call("RECONCILE", {"tasks": [{"task_id": {"value": "t"}}]})
+        assert (await second.update("t"))["state"] == "TASK_RUNNING"
+        await second.close()
+        await agent.disconnect()
+
+
+async def test_disconnected_framework_is_removed_after_its_failover_timeout(
+    tmp_path: Path, session: aiohttp.ClientSession
+) -> None:
+    async with running_master(tmp_path) as server:
+        base = f"http://127.0.0.1:{server.port}"
+        agent = FakeAgent(session, base)
+        await agent.register()
+        scheduler = Scheduler(session, base)
+        await scheduler.subscribe({"failover_timeout": 0.2})
+        await _running_task(scheduler, agent)
+        await scheduler.close()
+        shutdown = await agent.next_event("SHUTDOWN_FRAMEWORK")
+        assert shutdown["shutdown_framework"]["framework_id"]["value"] == scheduler.framework_id
+        completed = [f for f in server.master.completed_frameworks if f.id == scheduler.framework_id]
+        assert completed and completed[0].completed_tasks[0].state.value == "TASK_KILLED"
+
+        again = Scheduler(session, base)
+        event = await again.subscribe({"id": {"value": scheduler.framework_id}})
+        assert event["type"] == "ERROR"
+        assert event["error"]["message"] == "Framework has been removed"
+        # Updates for the removed framework are acknowledged so the agent stops retrying.
+        await agent.send_status(scheduler.framework_id or "", "t", "TASK_KILLED")
+        await agent.next_event("ACKNOWLEDGE")
+        await agent.disconnect()
+
+
+async def test_teardown_kills_tasks_and_ends_the_stream(tmp_path: Path, session: aiohttp.ClientSession) -> None:
+    async with running_master(tmp_path) as server:
+        base = f"http://127.0.0.1:{server.port}"
+        agent = FakeAgent(session, base)
+        await agent.register()
+        scheduler = Scheduler(session, base)
+        await scheduler.subscribe({"failover_timeout": 3600})
+        await _running_task(scheduler, agent)
+        assert (await scheduler.call("TEARDOWN")).status == 202
+        assert scheduler.stream is not None and await scheduler.stream.ended()
+        await agent.next_event("SHUTDOWN_FRAMEWORK")
+        assert scheduler.framework_id not in server.master.frameworks
+        assert server.master.allocator.allocation(scheduler.framework_id or "") == {}
+        response = await scheduler.call("REVIVE", {})
+        assert response.status == 400
+        await agent.disconnect()
+
+
+async def test_disconnected_agent_becomes_unreachable_and_comes_back(
+    tmp_path: Path, session: aiohttp.ClientSession
+) -> None:
+    async with running_master(tmp_path, "--agent_ping_timeout=50ms", "--max_agent_ping_timeouts=2") as server:
+        base = f"http://127.0.0.1:{server.port}"
+        agent = FakeAgent(session, base)
+        await agent.register()
+        aware = Scheduler(session, base)
+        await aware.subscribe({"capabilities": [{"type": "PARTITION_AWARE"}]})
+        await _running_task(aware, agent, "aware-task")
+        plain = Scheduler(session, base)
+        await plain.subscribe()
+        await _running_task(plain, agent, "plain-task")
+
+        await agent.disconnect()
+        unreachable = await aware.update("aware-task")
+        assert unreachable["state"] == "TASK_UNREACHABLE"
+        assert unreachable["reason"] == "REASON_AGENT_REMOVED"
+        assert unreachable["unreachable_time"]["nanoseconds"] > 0
+        lost = await plain.update("plain-task")
+        assert lost["state"] == "TASK_LOST"
+        agent_id = agent.agent_id["value"]  # type: ignore[index]
+        assert agent_id in server.master.unreachable_agents and agent_id not in server.master.agents
+        framework = server.master.frameworks[aware.framework_id or ""]
+        assert "aware-task" in framework.unreachable_tasks
+
+        task = {
+            "name": "aware-task", "task_id": {"value": "aware-task"},
+            "framework_id": {"value": aware.framework_id}, "agent_id": agent.agent_id,
+            "state": "TASK_RUNNING", "resources": command_task("x", agent.agent_id)["resources"],
+        }
+        event = await agent.register(tasks=[task])
+        assert event["type"] == "REGISTERED"
+        assert "aware-task" in framework.tasks and not framework.unreachable_tasks
+        assert framework.tasks["aware-task"].state.value == "TASK_RUNNING"
+        assert agent_id in server.master.agents and agent_id not in server.master.unreachable_agents
+        await aware.call("RECONCILE", {"tasks": [{"task_id": {"value": "aware-task"}}]})
+        assert (await aware.update("aware-task"))["state"] == "TASK_RUNNING"
+        for scheduler in (aware, plain):
+            await scheduler.close()
+        await agent.disconnect()
+
+
+async def test_disconnected_agent_offers_are_rescinded(tmp_path: Path, session: aiohttp.ClientSession) -> None:
+    async with running_master(tmp_path) as server:
+        base = f"http://127.0.0.1:{server.port}"
+        agent = FakeAgent(session, base)
+        await agent.register()
+        scheduler = Scheduler(session, base)
+        await scheduler.subscribe()
+        offer = await scheduler.offer()
+        await agent.disconnect()
+        rescind = await scheduler.next_event("RESCIND")
+        assert rescind["rescind"]["offer_id"] == offer["id"]
+        assert not server.master.offers
+        await scheduler.close()
+
+
+async def test_reregistering_agent_reconciles_tasks_it_does_not_know(
+    tmp_path: Path, session: aiohttp.ClientSession
+) -> None:
+    async with running_master(tmp_path) as server:
+        base = f"http://127.0.0.1:{server.port}"
+        agent = FakeAgent(session, base)
+        await agent.register()
+        scheduler = Scheduler(session, base)
+        await scheduler.subscribe()
+        await _running_task(scheduler, agent)
+        await agent.disconnect()
+        await _until(lambda: not server.master.agents[agent.agent_id["value"]].connected, "disconnection")  # type: ignore[index]
+        await agent.register(tasks=[])
+        status = await scheduler.update("t")
+        assert status["state"] == "TASK_LOST" and status["reason"] == "REASON_RECONCILIATION"
+        assert "t" not in server.master.frameworks[scheduler.framework_id or ""].tasks
+        await scheduler.close()
+        await agent.disconnect()
+
+
+async def test_agent_api_status_codes(tmp_path: Path, session: aiohttp.ClientSession) -> None:
+    async with running_master(tmp_path) as server:
+        url = f"http://127.0.0.1:{server.port}/internal/agent"
+        bad_resources = {"type": "REGISTER", "register": {"agent_info": {"hostname": "h", "resources": [
+            {"name": "cpus", "type": "SCALAR"}]}}}
+        async with session.post(url, json=bad_resources) as r:
+            assert r.status == 400 and "cpus" in await r.text()
+        unknown = {"type": "STATUS_UPDATE", "agent_id": {"value": "nobody"}, "status_update": {
+            "framework_id": {"value": "f"}, "status": {"task_id": {"value": "t"}, "state": "TASK_RUNNING", "uuid": "AAAA"}}}
+        async with session.post(url, json=unknown) as r:
+            assert r.status == 403
+        agent = FakeAgent(session, f"http://127.0.0.1:{server.port}")
+        await agent.register()
+        unknown["agent_id"] = agent.agent_id
+        async with session.post(url, json=unknown, headers={"Mesos-Stream-Id": "stale"}) as r:
+            assert r.status == 403 and "re-register" in await r.text()
+        no_uuid = {"type": "STATUS_UPDATE", "agent_id": agent.agent_id, "status_update": {
+            "framework_id": {"value": "f"}, "status": {"task_id": {"value": "t"}, "state": "TASK_RUNNING"}}}
+        async with session.post(url, json=no_uuid) as r:
+            assert r.status == 400 and "uuid" in await r.text()
+        async with session.post(url, json={"type": "STATUS_UPDATE"}) as r:
+            assert r.status == 400 and "status_update" in await r.text()
+        await agent.disconnect()
+
+
+async def test_restarted_master_recovers_agents_and_frameworks(
+    tmp_path: Path, session: aiohttp.ClientSession
+) -> None:
+    async with running_master(tmp_path) as server:
+        base = f"http://127.0.0.1:{server.port}"
+        agent = FakeAgent(session, base)
+        await agent.register()
+        scheduler = Scheduler(session, base)
+        await scheduler.subscribe({"failover_timeout": 3600, "name": "survivor"})
+        await _running_task(scheduler, agent)
+        await scheduler.close()
+        await agent.disconnect()
+    framework_id = scheduler.framework_id or ""
+    agent_id = agent.agent_id["value"]  # type: ignore[index]
+
+    async with running_master(tmp_path) as server:
+        master = server.master
+        assert agent_id in master.recovered_agents
+        assert master.frameworks[framework_id].recovered
+        assert master.frameworks[framework_id].info.name == "survivor"
+        base = f"http://127.0.0.1:{server.port}"
+        # While the agent has not re-registered, reconciliation of its tasks waits.
+        agent = FakeAgent(session, base)
+        agent.agent_id = {"value": agent_id}
+        task = {
+            "name": "t", "task_id": {"value": "t"}, "framework_id": {"value": framework_id},
+            "agent_id": agent.agent_id, "state": "TASK_RUNNING",
+            "resources": command_task("x", agent.agent_id)["resources"],
+        }
+        await agent.register(tasks=[task], frameworks=[{"user": "root", "name": "survivor", "id": {"value": framework_id}}])
+        assert agent_id in master.agents and agent_id not in master.recovered_agents
+        again = Scheduler(session, base)
+        event = await again.subscribe({"failover_timeout": 3600, "name": "survivor", "id": {"value": framework_id}})
+        assert event["type"] == "SUBSCRIBED"
+        assert not master.frameworks[framework_id].recovered
+        await again.call("RECONCILE", {})
+        assert (await again.update("t"))["state"] == "TASK_RUNNING"
+        # The running task's resources are not offered again.
+        offer = await again.offer()
+        cpus = {r["name"]: r["scalar"]["value"] for r in offer["resources"]}["cpus"]
+        assert cpus == pytest.approx(1.9)
+        await again.close()
+        await agent.disconnect()
+
+
+async def test_agents_that_do_not_reregister_become_unreachable(
+    tmp_path: Path, session: aiohttp.ClientSession
+) -> None:
+    async with running_master(tmp_path) as server:
+        agent = FakeAgent(session, f"http://127.0.0.1:{server.port}")
+        await agent.register()
+        await agent.disconnect()
+    agent_id = agent.agent_id["value"]  # type: ignore[index]
+    async with running_master(tmp_path, "--agent_reregister_timeout=100ms") as server:
+        await _until(lambda: agent_id in server.master.unreachable_agents, "the agent to be unreachable")
+        assert agent_id not in server.master.recovered_agents
+    async with running_master(tmp_path) as server:
+        assert agent_id in server.master.unreachable_agents

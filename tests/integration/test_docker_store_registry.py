@@ -5,8 +5,8 @@ from __future__ import annotations
 import asyncio
 import os
 import uuid
-from pathlib import Path
 from collections.abc import AsyncIterator
+from pathlib import Path
 
 import pytest
 
@@ -17,8 +17,18 @@ from mesilla.containerizer.provisioner.errors import (
     RegistryError,
 )
 from mesilla.containerizer.provisioner.stores.docker import DockerStore
-from mesilla.containerizer.provisioner.stores.registry_client import Credential, PullProgress
-from mesilla.testing.images import BuiltImage, Platform, build_image, host_architecture, push_image, push_index
+from mesilla.containerizer.provisioner.stores.registry_client import (
+    Credential,
+    PullProgress,
+)
+from mesilla.testing.images import (
+    BuiltImage,
+    Platform,
+    build_image,
+    host_architecture,
+    push_image,
+    push_index,
+)
 from mesilla.testing.registry import Registry
 from tests.fixtures.images import (  # noqa: F401  (fixtures)
     PushedImage,
@@ -43,6 +53,13 @@ async def store(tmp_path: Path, docker_registry: Registry) -> AsyncIterator[Dock
         yield store
     finally:
         await store.close()
+
+
+def corrupt(path: str) -> None:
+    """Change bytes in the middle of a file, keeping its size."""
+    with open(path, "r+b") as f:
+        f.seek(100)
+        f.write(b"\xff" * 64)
 
 
 def staging_is_empty(store: DockerStore) -> bool:
@@ -131,9 +148,7 @@ async def test_corrupted_blob_is_rejected_and_leaves_no_layer(
     push_image(docker_registry.url, "corrupt/me", "latest", built)
     layer = built.layers[0]
     data_path = docker_registry.blob_data_path(layer.digest)
-    with open(data_path, "r+b") as f:  # same size, different bytes
-        f.seek(100)
-        f.write(b"\xff" * 64)
+    corrupt(data_path)
 
     with pytest.raises(BlobDigestMismatch, match=layer.digest):
         await store.get(f"{docker_registry.host}/corrupt/me:latest", "rootfs")
@@ -169,26 +184,27 @@ async def test_interrupted_pull_leaves_nothing_and_retry_succeeds(
 
 
 async def test_concurrent_pulls_download_each_layer_once(
-    store: DockerStore, docker_registry: Registry
+    docker_registry: Registry, tmp_path: Path
 ) -> None:
     built = unique_image(with_whiteouts=True)
     push_image(docker_registry.url, "concurrent/one", "latest", built)
     push_image(docker_registry.url, "concurrent/two", "latest", built)
-    layers = built.layers
-    before = {layer.digest: docker_registry.blob_fetches(layer.digest) for layer in layers}
+    before = {layer.digest: docker_registry.blob_fetches(layer.digest) for layer in built.layers}
     progress: list[PullProgress] = []
-    store._progress = progress.append  # noqa: SLF001  (observe the callback)
-
-    results = await asyncio.gather(
-        *(store.get(f"{docker_registry.host}/concurrent/one:latest", "rootfs") for _ in range(3)),
-        store.get(f"{docker_registry.host}/concurrent/two:latest", "rootfs"),
-    )
+    store = DockerStore(os.path.join(tmp_path, "store"), docker_registry.url, progress=progress.append)
+    try:
+        results = await asyncio.gather(
+            *(store.get(f"{docker_registry.host}/concurrent/one:latest", "rootfs") for _ in range(3)),
+            store.get(f"{docker_registry.host}/concurrent/two:latest", "rootfs"),
+        )
+    finally:
+        await store.close()
 
     assert len({tuple(paths) for _, paths in results}) == 1  # layers shared between images
-    for layer in layers:
+    for layer in built.layers:
         assert docker_registry.blob_fetches(layer.digest) - before[layer.digest] == 1
     finished = {p.layer for p in progress if p.total is not None and p.done == p.total}
-    assert finished == {layer.digest for layer in layers}
+    assert finished == {layer.digest for layer in built.layers}
 
 
 async def test_cached_image_is_not_pulled_again(store: DockerStore, docker_registry: Registry) -> None:

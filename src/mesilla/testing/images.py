@@ -145,7 +145,7 @@ def base_layer(extra_files: dict[str, bytes] | None = None) -> Layer:
     builder.file("etc/base-marker", b"base\n")
     for path, content in (extra_files or {}).items():
         builder.file(path, content)
-    return Layer(builder.bytes())
+    return Layer(builder.getvalue())
 
 
 def whiteout_layer() -> Layer:
@@ -157,7 +157,7 @@ def whiteout_layer() -> Layer:
     builder.directory("opt/dir")
     builder.file("opt/dir/.wh..wh..opq", b"")
     builder.file("opt/dir/upper-file", b"from the upper layer\n")
-    return Layer(builder.bytes())
+    return Layer(builder.getvalue())
 
 
 def build_image(
@@ -209,7 +209,7 @@ def write_docker_save(image: BuiltImage, path: str, repo_tags: list[str]) -> Non
         repositories.setdefault(repo, {})[tag] = layer_paths[-1].split("/")[0]
     builder.file("repositories", json.dumps(repositories).encode())
     with open(path, "wb") as f:
-        f.write(builder.bytes())
+        f.write(builder.getvalue())
 
 
 def write_oci_layout(
@@ -334,7 +334,9 @@ class _TarBuilder:
 
     def __init__(self) -> None:
         self._buffer = io.BytesIO()
-        self._tar = tarfile.open(fileobj=self._buffer, mode="w", format=tarfile.PAX_FORMAT)
+        self._tar = tarfile.open(  # noqa: SIM115  (closed by getvalue)
+            fileobj=self._buffer, mode="w", format=tarfile.PAX_FORMAT
+        )
 
     def directory(self, path: str, mode: int = 0o755) -> None:
         self._tar.addfile(self._info(path, tarfile.DIRTYPE, mode))
@@ -349,7 +351,7 @@ class _TarBuilder:
         info.linkname = target
         self._tar.addfile(info)
 
-    def bytes(self) -> bytes:
+    def getvalue(self) -> bytes:
         self._tar.close()
         return self._buffer.getvalue()
 

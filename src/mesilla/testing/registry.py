@@ -20,6 +20,7 @@ import urllib.error
 import urllib.request
 from dataclasses import dataclass
 from types import TracebackType
+from typing import Self
 
 _CONFIG = """\
 version: 0.1
@@ -88,7 +89,7 @@ class Registry:
                 self.process.wait()
         shutil.rmtree(self.directory, ignore_errors=True)
 
-    def __enter__(self) -> Registry:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(

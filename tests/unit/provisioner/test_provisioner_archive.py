@@ -13,7 +13,13 @@ import pytest
 
 from mesilla.containerizer.provisioner.errors import BlobDigestMismatch, ImageNotFound
 from mesilla.containerizer.provisioner.stores.docker import DockerStore
-from mesilla.testing.images import Platform, build_image, host_architecture, write_docker_save, write_oci_layout
+from mesilla.testing.images import (
+    Platform,
+    build_image,
+    host_architecture,
+    write_docker_save,
+    write_oci_layout,
+)
 
 
 @pytest.fixture

@@ -61,7 +61,7 @@ def test_extracts_files_links_and_modes(tmp_path: Path) -> None:
     "entries",
     [
         [("../escape", "file", b"x")],
-        [("lib", "symlink", str("/tmp")), ("lib/planted", "file", b"x")],
+        [("lib", "symlink", "/tmp"), ("lib/planted", "file", b"x")],
         [("etc", "dir", None), ("etc/hard", "hardlink", "../../etc/passwd")],
     ],
     ids=["dotdot", "through-symlink", "hardlink-outside"],

@@ -2,7 +2,10 @@ from __future__ import annotations
 
 import pytest
 
-from mesilla.containerizer.provisioner.errors import BlobDigestMismatch, UnsupportedImage
+from mesilla.containerizer.provisioner.errors import (
+    BlobDigestMismatch,
+    UnsupportedImage,
+)
 from mesilla.containerizer.provisioner.stores import manifest
 from mesilla.containerizer.provisioner.stores.manifest import Descriptor
 

@@ -39,3 +39,12 @@ def test_reference_prefers_digest_then_tag_then_latest() -> None:
 def test_invalid_names_are_refused(name: str) -> None:
     with pytest.raises(ImageReferenceError):
         parse(name)
+
+
+def test_docker_hub_official_images_get_library() -> None:
+    from mesilla.containerizer.provisioner.stores.registry_client import normalize
+
+    assert normalize(parse("busybox"), "registry-1.docker.io").repository == "library/busybox"
+    assert normalize(parse("docker.io/busybox"), "127.0.0.1:5000").repository == "library/busybox"
+    assert normalize(parse("team/app"), "registry-1.docker.io").repository == "team/app"
+    assert normalize(parse("busybox"), "127.0.0.1:5000").repository == "busybox"

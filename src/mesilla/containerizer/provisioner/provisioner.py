@@ -24,11 +24,17 @@ from typing import Any
 from mesilla.common.flags import Flags
 from mesilla.containerizer.provisioner._fs import remove, write_atomically
 from mesilla.containerizer.provisioner.backends import choose_backend, load_backend
-from mesilla.containerizer.provisioner.backends._mount import mount_points_under, unmount
+from mesilla.containerizer.provisioner.backends._mount import (
+    mount_points_under,
+    unmount,
+)
 from mesilla.containerizer.provisioner.backends.base import Backend
 from mesilla.containerizer.provisioner.errors import ProvisionerError
 from mesilla.containerizer.provisioner.stores.docker import DockerStore
-from mesilla.containerizer.provisioner.stores.registry_client import Credential, ProgressCallback
+from mesilla.containerizer.provisioner.stores.registry_client import (
+    Credential,
+    ProgressCallback,
+)
 from mesilla.v1.mesos import ContainerID, Image
 
 log = logging.getLogger(__name__)

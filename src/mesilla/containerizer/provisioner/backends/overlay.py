@@ -110,7 +110,7 @@ def _has_d_type(directory: str) -> bool:
     try:
         while entry := libc.readdir64(handle):
             if entry.contents.d_name not in (b".", b".."):
-                return entry.contents.d_type != _DT_UNKNOWN
+                return bool(entry.contents.d_type != _DT_UNKNOWN)
         return False
     finally:
         libc.closedir(handle)

@@ -18,7 +18,8 @@ import json
 import os
 import tarfile
 from collections.abc import Callable
-from typing import IO, Any, Protocol
+from types import TracebackType
+from typing import IO, Any, Protocol, Self
 
 from mesilla.containerizer.provisioner.errors import (
     BlobDigestMismatch,
@@ -27,7 +28,10 @@ from mesilla.containerizer.provisioner.errors import (
 )
 from mesilla.containerizer.provisioner.stores import manifest as manifests
 from mesilla.containerizer.provisioner.stores.manifest import Descriptor, ResolvedImage
-from mesilla.containerizer.provisioner.stores.reference import DEFAULT_TAG, ImageReference
+from mesilla.containerizer.provisioner.stores.reference import (
+    DEFAULT_TAG,
+    ImageReference,
+)
 
 _REF_NAME = "org.opencontainers.image.ref.name"
 
@@ -35,8 +39,10 @@ _REF_NAME = "org.opencontainers.image.ref.name"
 class _Member(Protocol):
     def read(self, size: int = -1) -> bytes: ...
     def close(self) -> None: ...
-    def __enter__(self) -> _Member: ...
-    def __exit__(self, *exc: object) -> None: ...
+    def __enter__(self) -> Self: ...
+    def __exit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None, /
+    ) -> None: ...
 
 
 class ArchiveSource:
@@ -159,7 +165,7 @@ def _locate(
     for candidate in layouts:
         path = os.path.join(directory, candidate)
         if os.path.isfile(os.path.join(path, "oci-layout")):
-            return path, lambda member, root=path: open(os.path.join(root, member), "rb")
+            return path, _directory_opener(path)
     tried = ", ".join(os.path.join(directory, c) for c in dict.fromkeys(tarballs + layouts))
     raise ImageNotFound(
         f"Image '{name}' not found in local directory '{directory}' (tried {tried}): "
@@ -167,9 +173,16 @@ def _locate(
     )
 
 
+def _directory_opener(root: str) -> Callable[[str], _Member]:
+    def open_member(member: str) -> _Member:
+        return open(os.path.join(root, member), "rb")
+
+    return open_member
+
+
 def _tar_opener(path: str) -> Callable[[str], _Member]:
     def open_member(member: str) -> _Member:
-        tar = tarfile.open(path, "r:")
+        tar = tarfile.open(path, "r:")  # noqa: SIM115  (closed with the member)
         try:
             source = tar.extractfile(os.path.normpath(member))
         except KeyError:
@@ -197,10 +210,12 @@ class _ClosingMember:
         self._source.close()
         self._tar.close()
 
-    def __enter__(self) -> _ClosingMember:
+    def __enter__(self) -> Self:
         return self
 
-    def __exit__(self, *exc: object) -> None:
+    def __exit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None, /
+    ) -> None:
         self.close()
 
 

@@ -23,13 +23,19 @@ import logging
 import os
 import tempfile
 import urllib.parse
+from urllib.parse import urlsplit
 from collections.abc import Awaitable, Callable
 from dataclasses import asdict, dataclass
-from typing import Any, TypeVar
+from typing import Any
 
 import aiohttp
 
-from mesilla.containerizer.provisioner._fs import TMP_PREFIX, fsync_directory, remove, write_atomically
+from mesilla.containerizer.provisioner._fs import (
+    TMP_PREFIX,
+    fsync_directory,
+    remove,
+    write_atomically,
+)
 from mesilla.containerizer.provisioner.errors import ProvisionerError
 from mesilla.containerizer.provisioner.stores import reference as references
 from mesilla.containerizer.provisioner.stores.archive import ArchiveSource
@@ -41,12 +47,12 @@ from mesilla.containerizer.provisioner.stores.registry_client import (
     ProgressCallback,
     PullProgress,
     RegistryClient,
+    normalize,
 )
 
 log = logging.getLogger(__name__)
 
 LAYER_FORMS = ("rootfs", "rootfs.overlay")
-_T = TypeVar("_T")
 
 
 @dataclass
@@ -165,7 +171,7 @@ class DockerStore:
     def _key(self, name: str, reference: ImageReference) -> str:
         if self._uses_archive(reference):
             return name
-        return str(self._registry_client().normalize(reference))
+        return str(normalize(reference, urlsplit(self.default_registry).netloc))
 
     def _uses_archive(self, reference: ImageReference) -> bool:
         return self._local_dir is not None and reference.registry is None

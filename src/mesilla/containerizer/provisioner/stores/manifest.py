@@ -13,7 +13,10 @@ import platform
 from dataclasses import dataclass, field
 from typing import Any
 
-from mesilla.containerizer.provisioner.errors import BlobDigestMismatch, UnsupportedImage
+from mesilla.containerizer.provisioner.errors import (
+    BlobDigestMismatch,
+    UnsupportedImage,
+)
 from mesilla.containerizer.provisioner.stores.reference import DIGEST
 
 DOCKER_MANIFEST = "application/vnd.docker.distribution.manifest.v2+json"

@@ -70,11 +70,7 @@ class RegistryClient:
         self._authorizations: dict[tuple[str, str], str] = {}
 
     def normalize(self, reference: ImageReference) -> ImageReference:
-        """Docker Hub keeps official images under `library/`, as Mesos assumes."""
-        host = reference.registry or self._default_host
-        if host in _DOCKER_HUB_ALIASES and "/" not in reference.repository:
-            return reference.with_repository(f"library/{reference.repository}")
-        return reference
+        return normalize(reference, self._default_host)
 
     def registry_url(self, reference: ImageReference) -> str:
         host = reference.registry or self._default_host
@@ -238,6 +234,14 @@ class RegistryClient:
     async def _error(response: aiohttp.ClientResponse, what: str) -> RegistryError:
         text = (await response.text(errors="replace"))[:500]
         return RegistryError(f"{what}: registry answered {response.status} {response.reason}: {text}")
+
+
+def normalize(reference: ImageReference, default_host: str) -> ImageReference:
+    """Docker Hub keeps official images under `library/`, as Mesos assumes."""
+    host = reference.registry or default_host
+    if host in _DOCKER_HUB_ALIASES and "/" not in reference.repository:
+        return reference.with_repository(f"library/{reference.repository}")
+    return reference
 
 
 def _with_auth(headers: dict[str, str], authorization: str | None) -> dict[str, str]:

@@ -67,6 +67,7 @@ class FakeAgent:
         self.removed: list[str] = []
         self.unauthorized = 0
         self._stream: web.StreamResponse | None = None
+        self._subscriber: asyncio.BaseTransport | None = None
         self._pending_events: list[Json] = []
         self._changed = asyncio.Condition()
         self._runner: web.AppRunner | None = None
@@ -96,7 +97,7 @@ class FakeAgent:
         if self._runner is not None:
             await self._runner.cleanup()
 
-    def environment(self) -> dict[str, str]:
+    def environment(self, *, checkpoint: bool = False) -> dict[str, str]:
         """The Mesos executor environment for an executor of this agent."""
         env = {
             "MESOS_FRAMEWORK_ID": self.framework_id,
@@ -104,7 +105,8 @@ class FakeAgent:
             "MESOS_AGENT_ENDPOINT": f"127.0.0.1:{self.port}",
             "MESOS_DIRECTORY": str(self.sandbox),
             "MESOS_SANDBOX": str(self.sandbox),
-            "MESOS_CHECKPOINT": "0",
+            "MESOS_CHECKPOINT": "1" if checkpoint else "0",
+            "MESOS_SUBSCRIPTION_BACKOFF_MAX": "100ms",
             "MESOS_EXECUTOR_SHUTDOWN_GRACE_PERIOD": "5secs",
             "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
             "PYTHONPATH": os.pathsep.join(sys.path),
@@ -135,6 +137,12 @@ class FakeAgent:
 
     async def shutdown(self) -> None:
         await self.send({"type": "SHUTDOWN"})
+
+    def drop_subscription(self) -> None:
+        """Closes the executor's event stream, as an agent restart would."""
+        if self._stream is not None and self._subscriber is not None:
+            self._subscriber.close()
+            self._stream = None
 
     async def wait_for(self, predicate: Callable[[], bool], timeout: float = 30.0) -> None:
         async with self._changed:
@@ -208,6 +216,7 @@ class FakeAgent:
             )
         )
         self._stream = stream
+        self._subscriber = request.transport
         pending, self._pending_events = self._pending_events, []
         for event in pending:
             await stream.write(recordio(event))

@@ -58,7 +58,7 @@ StartPod = Callable[..., Awaitable[Pod]]
 async def start_pod(tmp_path: Path) -> AsyncIterator[StartPod]:
     started: list[tuple[FakeAgent, asyncio.subprocess.Process]] = []
 
-    async def start(*capabilities: str, token: str | None = None) -> Pod:
+    async def start(*capabilities: str, token: str | None = None, checkpoint: bool = False) -> Pod:
         sandbox = tmp_path / f"executor{len(started)}"
         sandbox.mkdir()
         agent = FakeAgent(sandbox, capabilities=capabilities, token=token)
@@ -66,7 +66,7 @@ async def start_pod(tmp_path: Path) -> AsyncIterator[StartPod]:
         with open(sandbox / "stderr", "ab") as err:
             process = await asyncio.create_subprocess_exec(
                 sys.executable, "-m", "mesilla.executor.default",
-                env=agent.environment(), cwd=sandbox, stderr=err, start_new_session=True,
+                env=agent.environment(checkpoint=checkpoint), cwd=sandbox, stderr=err, start_new_session=True,
             )
         started.append((agent, process))
         return Pod(agent, process, sandbox)
@@ -203,6 +203,20 @@ async def test_authentication_token_is_sent_on_every_call(start_pod: StartPod) -
     assert agent.last("a")["state"] == "TASK_FINISHED"
     assert agent.unauthorized == 0
     assert {"LAUNCH_CONTAINER", "WAIT_CONTAINER"} <= set(agent.calls)
+    assert await pod.exited() == 0
+
+
+async def test_resubscribes_after_losing_the_agent_and_keeps_its_tasks(start_pod: StartPod) -> None:
+    pod = await start_pod(checkpoint=True)
+    agent = pod.agent
+    await agent.launch_group(task("a", "sleep 600"))
+    await agent.wait_for(agent.reached("a", "TASK_RUNNING"))
+    agent.drop_subscription()
+    await agent.wait_for(lambda: agent.subscriptions == 2)
+    # Still managed after the new subscription: a KILL goes through.
+    await agent.kill("a")
+    await agent.wait_for(agent.terminal("a"))
+    assert agent.last("a")["state"] == "TASK_KILLED"
     assert await pod.exited() == 0
 
 

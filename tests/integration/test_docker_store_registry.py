@@ -183,6 +183,21 @@ async def test_interrupted_pull_leaves_nothing_and_retry_succeeds(
         await front.close()
 
 
+async def test_manifest_not_matching_its_digest_header_is_rejected(
+    docker_registry: Registry, busybox_image: PushedImage, tmp_path: Path
+) -> None:
+    front = await RegistryFront(docker_registry).start()
+    front.wrong_manifest_digest = True
+    store = DockerStore(os.path.join(tmp_path, "store"), front.url)
+    try:
+        with pytest.raises(BlobDigestMismatch, match="Manifest"):
+            await store.get(f"{front.host}/library/busybox:latest", "rootfs")
+        assert store.images() == []
+    finally:
+        await store.close()
+        await front.close()
+
+
 async def test_concurrent_pulls_download_each_layer_once(
     docker_registry: Registry, tmp_path: Path
 ) -> None:

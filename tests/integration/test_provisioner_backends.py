@@ -46,6 +46,10 @@ def images(tmp_path: Path) -> Path:
     write_docker_save(build_image(), str(directory / "single:latest.tar"), ["single:latest"])
     other = build_image(extra_files={"etc/other": b"other\n"})
     write_docker_save(other, str(directory / "other:latest.tar"), ["other:latest"])
+    repeated = build_image(with_whiteouts=True)
+    repeated.layers.append(repeated.layers[0])  # base, whiteouts, base again
+    repeated.config["rootfs"]["diff_ids"].append(repeated.layers[0].diff_id)
+    write_docker_save(repeated, str(directory / "repeated:latest.tar"), ["repeated:latest"])
     return directory
 
 
@@ -112,6 +116,23 @@ async def test_layers_stack_with_whiteouts(
     await provisioner.destroy(container_id)
     assert not os.path.exists(rootfs)
     assert mount_points_under(str(tmp_path / "store")) == []
+
+
+@pytest.mark.parametrize("backend", ["overlay", "copy"])
+async def test_a_repeated_layer_applies_at_its_top_place(
+    tmp_path: Path, images: Path, backend: str, destroy_after: list[tuple[Provisioner, ContainerID]]
+) -> None:
+    provisioner = await make_provisioner(tmp_path, backend)
+    container_id = ContainerID(value="repeated")
+    destroy_after.append((provisioner, container_id))
+
+    info = await provisioner.provision(container_id, docker_image("repeated:latest"))
+
+    assert len(info.layers) == 3
+    # The base layer on top brings back what the whiteout layer below it hid.
+    assert in_rootfs(info.rootfs, "cat /etc/removed-by-upper /etc/upper-marker; ls /opt/dir") == (
+        "the upper layer deletes me\nupper\nlower-file\nupper-file\n"
+    )
 
 
 async def test_bind_backend_mounts_a_single_layer_read_only(

@@ -131,7 +131,10 @@ def host_architecture() -> str:
 def base_layer(extra_files: dict[str, bytes] | None = None) -> Layer:
     """busybox with its applets, /etc/passwd, and marker files the whiteout layer hides."""
     builder = _TarBuilder()
-    for directory in ("bin", "dev", "etc", "proc", "sys", "root", "opt", "opt/dir", "usr"):
+    # /mnt/mesos/sandbox: where the sandbox is mounted, present even in a read-only rootfs.
+    directories = ("bin", "dev", "etc", "proc", "sys", "root", "opt", "opt/dir", "usr", "mnt",
+                   "mnt/mesos", "mnt/mesos/sandbox")
+    for directory in directories:
         builder.directory(directory)
     builder.directory("tmp", 0o1777)
     with open(BUSYBOX, "rb") as f:

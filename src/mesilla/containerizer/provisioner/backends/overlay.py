@@ -58,7 +58,7 @@ class OverlayBackend(Backend):
         for sub in ("upperdir", "workdir", "links"):
             os.makedirs(os.path.join(scratch, sub), exist_ok=True)
         lowers = []
-        for index, layer in enumerate(layers):
+        for index, layer in enumerate(_without_repeats(layers)):
             link = os.path.join(links, str(index))
             if not os.path.islink(link):
                 os.symlink(layer, link)
@@ -73,6 +73,14 @@ class OverlayBackend(Backend):
             await asyncio.to_thread(_mount.unmount, point)
         await asyncio.to_thread(remove, rootfs)
         await asyncio.to_thread(remove, _scratch(rootfs, backend_dir))
+
+
+def _without_repeats(layers: list[str]) -> list[str]:
+    """Each layer once, at its topmost place: overlayfs refuses a directory twice, and
+    since a layer's upper occurrence overrides all its lower one did, the result is
+    the same (images with repeated empty layers are common)."""
+    topmost = {layer: index for index, layer in enumerate(layers)}
+    return [layer for index, layer in enumerate(layers) if topmost[layer] == index]
 
 
 def _scratch(rootfs: str, backend_dir: str) -> str:

@@ -84,14 +84,18 @@ class RegistryClient:
         self, reference: ImageReference, credential: Credential | None = None
     ) -> ResolvedImage:
         what = f"Image '{reference}'"
-        body, content_type = await self._manifest(reference, reference.reference, credential)
+        body, content_type, header_digest = await self._manifest(
+            reference, reference.reference, credential
+        )
         manifest_digest = manifests.digest_of(body)
-        if reference.digest:
-            manifests.verify(body, reference.digest, f"Manifest of {what}")
+        # By tag, the registry's Docker-Content-Digest header is all there is to check.
+        expected = reference.digest or header_digest
+        if expected:
+            manifests.verify(body, expected, f"Manifest of {what}")
         document = manifests.load_json(body, f"Manifest of {what}")
         if manifests.media_type_of(document, content_type) in manifests.INDEXES:
             chosen = manifests.select_platform(document, what)
-            body, content_type = await self._manifest(reference, chosen.digest, credential)
+            body, content_type, _ = await self._manifest(reference, chosen.digest, credential)
             manifests.verify(body, chosen.digest, f"Platform manifest of {what}")
             manifest_digest = chosen.digest
             document = manifests.load_json(body, f"Manifest of {what}")
@@ -146,7 +150,8 @@ class RegistryClient:
 
     async def _manifest(
         self, reference: ImageReference, which: str, credential: Credential | None
-    ) -> tuple[bytes, str]:
+    ) -> tuple[bytes, str, str | None]:
+        """(body, Content-Type, Docker-Content-Digest) of a manifest."""
         url = f"{self.registry_url(reference)}/v2/{reference.repository}/manifests/{which}"
         headers = {"Accept": manifests.ACCEPT}
         async with await self._get(reference, url, headers, credential) as response:
@@ -157,7 +162,11 @@ class RegistryClient:
                 )
             if response.status != 200:
                 raise await self._error(response, f"Manifest of image '{reference}'")
-            return await response.read(), response.headers.get("Content-Type", "")
+            return (
+                await response.read(),
+                response.headers.get("Content-Type", ""),
+                response.headers.get("Docker-Content-Digest"),
+            )
 
     async def _blob_bytes(
         self, reference: ImageReference, blob: Descriptor, credential: Credential | None

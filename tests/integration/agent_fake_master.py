@@ -1,4 +1,4 @@
-"""A small master speaking `mesilla.v1.internal`, for testing the agent against.
+"""A small master speaking `mesilla.v1.internal`, and an in-process agent to test against it.
 
 It sits below the interface under test (the agent): it accepts REGISTER
 streams, answers REGISTERED, records every call the agent makes, and lets a
@@ -12,6 +12,10 @@ import uuid
 from collections.abc import Callable
 
 from aiohttp import web
+
+from mesilla.agent import main as agent_main
+from mesilla.agent.agent import Agent
+from mesilla.common.flags import parse
 
 from mesilla.common import recordio
 from mesilla.v1 import codec
@@ -128,7 +132,11 @@ class FakeMaster:
                     value = predicate()
                     if value:
                         return value
-                    await self._changed.wait()
+                    # Also re-check now and then: some predicates look at the agent.
+                    try:
+                        await asyncio.wait_for(self._changed.wait(), 0.1)
+                    except asyncio.TimeoutError:
+                        pass
 
         return await asyncio.wait_for(waiter(), timeout)
 
@@ -149,3 +157,48 @@ class FakeMaster:
             return None
 
         return await self.wait_for(found, timeout)
+
+
+class AgentProcess:
+    """An in-process agent and the task running it."""
+
+    def __init__(self, master: FakeMaster, work_dir: str, runtime_dir: str, *extra: str) -> None:
+        self.argv = [
+            f"--master={master.address}",
+            f"--work_dir={work_dir}",
+            "--port=0",
+            "--launcher=posix",
+            f"--runtime_dir={runtime_dir}",
+            "--resources=cpus:2;mem:1024;disk:1024;ports:[31000-32000]",
+            "--registration_backoff_factor=100ms",
+            "--executor_shutdown_grace_period=2secs",
+            *extra,
+        ]
+        self.agent: Agent | None = None
+        self.task: asyncio.Task[Agent] | None = None
+
+    async def start(self, status_update_interval: float = 10.0) -> Agent:
+        flags = parse(agent_main.AGENT_FLAGS, self.argv, environ={})
+        ready: asyncio.Future[Agent] = asyncio.get_running_loop().create_future()
+        self.task = asyncio.create_task(
+            agent_main.run(flags, status_update_interval=status_update_interval, ready=ready)
+        )
+        done, _ = await asyncio.wait({ready, self.task}, timeout=30, return_when=asyncio.FIRST_COMPLETED)
+        if self.task in done:
+            self.task.result()
+        self.agent = await ready
+        return self.agent
+
+    async def stop(self, *, destroy: bool = True) -> None:
+        """Stops the agent; with `destroy`, also every container it started."""
+        if self.agent is not None and destroy:
+            for container_id in list(self.agent.containerizer.containers()):
+                await self.agent.containerizer.destroy(container_id)
+        if self.task is not None:
+            self.task.cancel()
+            await asyncio.gather(self.task, return_exceptions=True)
+
+    @property
+    def url(self) -> str:
+        assert self.agent is not None
+        return f"http://{self.agent.endpoint}"

@@ -19,10 +19,8 @@ from typing import Any
 import aiohttp
 import pytest
 
-from mesilla.agent import main as agent_main
-from mesilla.agent.agent import Agent
-from mesilla.common.flags import parse
 from mesilla.v1.internal import (
+    Acknowledge,
     AgentCallType,
     AgentEvent,
     AgentEventType,
@@ -44,54 +42,9 @@ from mesilla.v1.mesos import (
     TaskInfo,
 )
 
-from tests.integration.agent_fake_master import FakeMaster
+from tests.integration.agent_fake_master import AgentProcess, FakeMaster
 
 pytestmark = [pytest.mark.integration]
-
-
-class AgentProcess:
-    """An in-process agent and the task running it."""
-
-    def __init__(self, master: FakeMaster, work_dir: str, runtime_dir: str, *extra: str) -> None:
-        self.argv = [
-            f"--master={master.address}",
-            f"--work_dir={work_dir}",
-            "--port=0",
-            "--launcher=posix",
-            f"--runtime_dir={runtime_dir}",
-            "--resources=cpus:2;mem:1024;disk:1024;ports:[31000-32000]",
-            "--registration_backoff_factor=100ms",
-            "--executor_shutdown_grace_period=2secs",
-            *extra,
-        ]
-        self.agent: Agent | None = None
-        self.task: asyncio.Task[Agent] | None = None
-
-    async def start(self, status_update_interval: float = 10.0) -> Agent:
-        flags = parse(agent_main.AGENT_FLAGS, self.argv, environ={})
-        ready: asyncio.Future[Agent] = asyncio.get_running_loop().create_future()
-        self.task = asyncio.create_task(
-            agent_main.run(flags, status_update_interval=status_update_interval, ready=ready)
-        )
-        done, _ = await asyncio.wait({ready, self.task}, timeout=30, return_when=asyncio.FIRST_COMPLETED)
-        if self.task in done:
-            self.task.result()
-        self.agent = await ready
-        return self.agent
-
-    async def stop(self, *, destroy: bool = True) -> None:
-        """Stops the agent; with `destroy`, also every container it started."""
-        if self.agent is not None and destroy:
-            for container_id in list(self.agent.containerizer.containers()):
-                await self.agent.containerizer.destroy(container_id)
-        if self.task is not None:
-            self.task.cancel()
-            await asyncio.gather(self.task, return_exceptions=True)
-
-    @property
-    def url(self) -> str:
-        assert self.agent is not None
-        return f"http://{self.agent.endpoint}"
 
 
 @pytest.fixture
@@ -375,3 +328,45 @@ async def test_executor_api_rejects_bad_calls(master: FakeMaster, agent_proc: Ag
             async with session.post(url, data=body, headers={"Content-Type": "application/json"}) as r:
                 assert r.status == status, (body, await r.text())
                 assert text in await r.text()
+
+
+async def test_status_updates_are_retried_until_acknowledged(
+    master: FakeMaster, agent_proc: AgentProcess
+) -> None:
+    master.auto_ack = False
+    agent = await agent_proc.start(status_update_interval=0.2)
+    await master.wait_for(lambda: master.registers)
+    await run_task(master, command_task("t-retry", "true", master.agent_id or ""))
+    first = await master.wait_update("t-retry", "TASK_STARTING", timeout=30) or None
+    head = master.updates("t-retry")[0]
+    # The head is resent (same uuid) and nothing behind it goes out before its ack.
+    await master.wait_for(
+        lambda: len([u for u in master.updates("t-retry") if u.status.uuid == head.status.uuid]) >= 3
+    )
+    assert {u.status.uuid for u in master.updates("t-retry")} == {head.status.uuid}
+    assert first is not None
+    # Acknowledge each head in turn until the terminal update is acknowledged.
+    acked: list[str] = []
+    while True:
+        current = master.updates("t-retry")[-1]
+        if current.status.state.value in acked:
+            await asyncio.sleep(0.05)
+            continue
+        acked.append(current.status.state.value)
+        await master.send(AgentEvent(
+            type=AgentEventType.ACKNOWLEDGE,
+            acknowledge=Acknowledge(
+                framework_id=current.framework_id, task_id=current.status.task_id,
+                uuid=current.status.uuid,
+            ),
+        ))
+        if current.status.state.terminal:
+            break
+        await master.wait_for(lambda: master.updates("t-retry")[-1].status.uuid != current.status.uuid)
+    assert acked[-1] == "TASK_FINISHED"
+    assert acked[:2] == ["TASK_STARTING", "TASK_RUNNING"]
+    # Once acknowledged, the task is completed and its executor and framework are cleaned up.
+    await master.wait_for(lambda: not agent.frameworks)
+    assert agent.completed_frameworks[-1].completed_executors[-1].completed_tasks[-1].state.value == (
+        "TASK_FINISHED"
+    )

@@ -1,0 +1,133 @@
+"""The agent's HTTP surfaces against a running agent: v1 operator API, v0 JSON, files."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from typing import Any
+
+import aiohttp
+import pytest
+
+from mesilla.v1.internal import AgentEvent, AgentEventType, RunTask
+from mesilla.v1.mesos import AgentID, CommandInfo, FrameworkID, FrameworkInfo, TaskID, TaskInfo
+
+from tests.integration.agent_fake_master import AgentProcess, FakeMaster
+
+pytestmark = [pytest.mark.integration]
+
+FRAMEWORK = FrameworkInfo(user="root", name="ep", id=FrameworkID(value="fw-ep"), checkpoint=True)
+
+
+@pytest.fixture
+async def running(tmp_path: Any) -> AsyncIterator[tuple[FakeMaster, AgentProcess]]:
+    """An agent with one running command task `t-ep` that printed a line."""
+    master = FakeMaster()
+    await master.start()
+    proc = AgentProcess(master, str(tmp_path / "work"), str(tmp_path / "run"), "--attributes=rack:r1")
+    try:
+        await proc.start()
+        await master.wait_for(lambda: master.registers)
+        task = TaskInfo(
+            name="ep", task_id=TaskID(value="t-ep"), agent_id=AgentID(value=master.agent_id or ""),
+            command=CommandInfo(value="echo line-in-stdout; sleep 1000"),
+        )
+        await master.send(AgentEvent(
+            type=AgentEventType.RUN_TASK, run_task=RunTask(framework_info=FRAMEWORK, task=task)
+        ))
+        await master.wait_update("t-ep", "TASK_RUNNING")
+        yield master, proc
+    finally:
+        await proc.stop()
+        await master.stop()
+
+
+async def _v1(session: aiohttp.ClientSession, url: str, call: dict[str, Any]) -> Any:
+    async with session.post(url + "/api/v1", json=call) as r:
+        assert r.status == 200, await r.text()
+        return await r.json()
+
+
+async def test_v1_operator_calls(running: tuple[FakeMaster, AgentProcess]) -> None:
+    master, proc = running
+    async with aiohttp.ClientSession() as s:
+        assert (await _v1(s, proc.url, {"type": "GET_HEALTH"}))["get_health"] == {"healthy": True}
+        version = await _v1(s, proc.url, {"type": "GET_VERSION"})
+        assert version["get_version"]["version_info"]["version"] == "1.11.0"
+        flags = {f["name"]: f.get("value") for f in (await _v1(s, proc.url, {"type": "GET_FLAGS"}))["get_flags"]["flags"]}
+        assert flags["master"] == master.address
+        state = (await _v1(s, proc.url, {"type": "GET_STATE"}))["get_state"]
+        launched = state["get_tasks"]["launched_tasks"]
+        assert [t["task_id"]["value"] for t in launched] == ["t-ep"]
+        assert launched[0]["state"] == "TASK_RUNNING"
+        assert state["get_frameworks"]["frameworks"][0]["framework_info"]["id"]["value"] == "fw-ep"
+        assert state["get_executors"]["executors"][0]["executor_info"]["executor_id"]["value"] == "t-ep"
+        agent = (await _v1(s, proc.url, {"type": "GET_AGENT"}))["get_agent"]["agent_info"]
+        assert agent["id"]["value"] == master.agent_id
+        containers = (await _v1(s, proc.url, {"type": "GET_CONTAINERS"}))["get_containers"]["containers"]
+        assert containers[0]["executor_id"]["value"] == "t-ep"
+        assert containers[0]["container_status"]["executor_pid"] > 0
+        metrics = {m["name"]: m.get("value") for m in (await _v1(s, proc.url, {"type": "GET_METRICS"}))["get_metrics"]["metrics"]}
+        assert metrics["slave/tasks_running"] == 1.0
+
+        for body, status, reason in [
+            (b"{", 400, "JSON"),
+            (b'{"type": "NO_SUCH_CALL"}', 400, "type"),
+            (b'{"type": "LIST_FILES"}', 400, "list_files"),
+            (b'{"type": "GET_OPERATIONS"}', 501, "GET_OPERATIONS"),
+        ]:
+            async with s.post(proc.url + "/api/v1", data=body, headers={"Content-Type": "application/json"}) as r:
+                assert r.status == status and reason in await r.text()
+
+
+async def test_v0_state_and_friends(running: tuple[FakeMaster, AgentProcess]) -> None:
+    master, proc = running
+    async with aiohttp.ClientSession() as s:
+        for path in ("/state", "/state.json", "/slave(1)/state"):
+            async with s.get(proc.url + path) as r:
+                assert r.status == 200
+                state = await r.json()
+        assert state["id"] == master.agent_id
+        assert state["pid"] == f"slave(1)@{proc.agent.endpoint}"  # type: ignore[union-attr]
+        assert state["attributes"] == {"rack": "r1"}
+        assert state["resources"]["cpus"] == 2.0
+        executor = state["frameworks"][0]["executors"][0]
+        assert executor["tasks"][0]["state"] == "TASK_RUNNING"
+        assert executor["directory"].endswith("/runs/" + executor["container"])
+        async with s.get(proc.url + "/health") as r:
+            assert r.status == 200
+        async with s.get(proc.url + "/version") as r:
+            assert (await r.json())["version"] == "1.11.0"
+        async with s.get(proc.url + "/metrics/snapshot") as r:
+            snapshot = await r.json()
+        assert snapshot["slave/registered"] == 1.0 and "slave/mem_total" in snapshot
+
+
+async def test_files_endpoints(running: tuple[FakeMaster, AgentProcess]) -> None:
+    _, proc = running
+    base = "/frameworks/fw-ep/executors/t-ep/runs/latest"
+    async with aiohttp.ClientSession() as s:
+        async with s.get(proc.url + "/files/browse", params={"path": base}) as r:
+            assert r.status == 200
+            listing = {e["path"]: e for e in await r.json()}
+        assert base + "/stdout" in listing
+        async with s.get(proc.url + "/files/read", params={"path": base + "/stdout", "offset": "0"}) as r:
+            body = await r.json()
+        assert body["offset"] == 0 and "line-in-stdout" in body["data"]
+        async with s.get(proc.url + "/files/read", params={"path": base + "/stdout", "offset": "-1"}) as r:
+            body = await r.json()
+        assert body == {"offset": listing[base + "/stdout"]["size"], "data": ""}
+        assert body["offset"] > 0
+        async with s.get(proc.url + "/files/download", params={"path": base + "/stdout"}) as r:
+            assert r.status == 200 and "attachment" in r.headers["Content-Disposition"]
+            assert b"line-in-stdout" in await r.read()
+        async with s.get(proc.url + "/files/debug") as r:
+            assert base in await r.json()
+        for params, status in [
+            ({}, 400),
+            ({"path": base + "/../../../../../../etc/passwd"}, 403),
+            ({"path": "/etc/passwd"}, 404),
+            ({"path": base + "/stdout", "offset": "x"}, 400),
+        ]:
+            async with s.get(proc.url + "/files/read", params=params) as r:
+                assert r.status == status, (params, await r.text())

@@ -276,3 +276,62 @@ async def test_agents_that_do_not_reregister_become_unreachable(
         assert agent_id not in server.master.recovered_agents
     async with running_master(tmp_path) as server:
         assert agent_id in server.master.unreachable_agents
+
+
+async def test_reregistering_agent_is_told_to_shut_down_removed_frameworks(
+    tmp_path: Path, session: aiohttp.ClientSession
+) -> None:
+    async with running_master(tmp_path) as server:
+        base = f"http://127.0.0.1:{server.port}"
+        agent = FakeAgent(session, base)
+        await agent.register()
+        scheduler = Scheduler(session, base)
+        await scheduler.subscribe()
+        await _running_task(scheduler, agent)
+        await agent.disconnect()
+        await scheduler.call("TEARDOWN")
+        task = {
+            "name": "t", "task_id": {"value": "t"}, "framework_id": {"value": scheduler.framework_id},
+            "agent_id": agent.agent_id, "state": "TASK_RUNNING",
+        }
+        await agent.register(tasks=[task])
+        shutdown = await agent.next_event("SHUTDOWN_FRAMEWORK")
+        assert shutdown["shutdown_framework"]["framework_id"]["value"] == scheduler.framework_id
+        assert scheduler.framework_id not in server.master.frameworks
+        await scheduler.close()
+        await agent.disconnect()
+
+
+async def test_agent_marked_gone_is_shut_down_and_its_tasks_are_gone(
+    tmp_path: Path, session: aiohttp.ClientSession
+) -> None:
+    async with running_master(tmp_path) as server:
+        base = f"http://127.0.0.1:{server.port}"
+        agent = FakeAgent(session, base)
+        await agent.register()
+        scheduler = Scheduler(session, base)
+        await scheduler.subscribe({"capabilities": [{"type": "PARTITION_AWARE"}]})
+        await _running_task(scheduler, agent)
+        agent_id = agent.agent_id["value"]  # type: ignore[index]
+        await server.master.mark_agent_gone(agent_id)
+        assert (await agent.next_event("SHUTDOWN"))["shutdown"]["message"]
+        status = await scheduler.update("t")
+        assert status["state"] == "TASK_GONE_BY_OPERATOR"
+        assert status["reason"] == "REASON_AGENT_REMOVED_BY_OPERATOR"
+        assert agent_id in server.master.gone_agents and agent_id not in server.master.agents
+        again = await agent.register()
+        assert again["type"] == "SHUTDOWN"
+        await scheduler.close()
+        await agent.disconnect()
+
+
+async def test_roles_flag_limits_the_roles_frameworks_may_use(tmp_path: Path, session: aiohttp.ClientSession) -> None:
+    async with running_master(tmp_path, "--roles=web") as server:
+        base = f"http://127.0.0.1:{server.port}"
+        denied = Scheduler(session, base)
+        event = await denied.subscribe({"role": "batch"})
+        assert event["type"] == "ERROR" and "--roles" in event["error"]["message"]
+        allowed = Scheduler(session, base)
+        assert (await allowed.subscribe({"role": "web"}))["type"] == "SUBSCRIBED"
+        await allowed.close()
+        await denied.close()

@@ -78,6 +78,7 @@ class AgentsMixin(MasterBase):
                 ),
             )
         )
+        await self._shutdown_completed_frameworks(agent, call)
         self.spawn(self._agent_heartbeat(agent, stream))
         log.info("agent %s (%s) registered at %s", agent.id, agent.hostname, pid)
         return agent
@@ -92,25 +93,53 @@ class AgentsMixin(MasterBase):
             capabilities=list(call.capabilities),
         )
         self.agents[agent.id] = agent
-        frameworks = {f.id.value: f for f in call.frameworks if f.id is not None}
-        for executor in call.executor_infos:
-            if executor.framework_id is not None:
-                framework = self._framework_for(executor.framework_id.value, frameworks)
-                agent.add_executor(framework.id, executor)
-                framework.executors.setdefault(agent.id, {})[executor.executor_id.value] = executor
-        for task in call.tasks:
-            if task.state.terminal:
-                continue
-            framework = self._framework_for(task.framework_id.value, frameworks)
-            record = msgspec.structs.replace(task, agent_id=AgentID(value=agent.id))
-            framework.unreachable_tasks.pop(task.task_id.value, None)
-            framework.tasks[task.task_id.value] = record
-            agent.add_task(record)
+        self._adopt_reported(agent, call)
         self.allocator.add_agent(
             agent.id, agent.hostname, agent.total_resources, used=agent.used_resources()
         )
         self.notify("AGENT_ADDED", agent)
         return agent
+
+    def _adopt_reported(self, agent: Agent, call: internal.Register) -> None:
+        """Takes in the executors and live tasks a re-registering agent reports and the master
+        does not know (after a master restart, or tasks that were unreachable)."""
+        frameworks = {f.id.value: f for f in call.frameworks if f.id is not None}
+        for executor in call.executor_infos:
+            framework_id = executor.framework_id.value if executor.framework_id else None
+            if framework_id is None or self.is_completed_framework(framework_id):
+                continue
+            if not agent.has_executor(framework_id, executor.executor_id.value):
+                framework = self._framework_for(framework_id, frameworks)
+                agent.add_executor(framework.id, executor)
+                framework.executors.setdefault(agent.id, {})[executor.executor_id.value] = executor
+        for task in call.tasks:
+            framework_id = task.framework_id.value
+            if task.state.terminal or self.is_completed_framework(framework_id):
+                continue
+            if task.task_id.value in agent.tasks.get(framework_id, {}):
+                continue
+            framework = self._framework_for(framework_id, frameworks)
+            record = msgspec.structs.replace(task, agent_id=AgentID(value=agent.id))
+            framework.unreachable_tasks.pop(task.task_id.value, None)
+            framework.tasks[task.task_id.value] = record
+            agent.add_task(record)
+            self.notify("TASK_ADDED", record)
+
+    async def _shutdown_completed_frameworks(self, agent: Agent, call: internal.Register) -> None:
+        """Frameworks removed while the agent was away must not keep running there."""
+        reported = {t.framework_id.value for t in call.tasks} | {
+            e.framework_id.value for e in call.executor_infos if e.framework_id is not None
+        }
+        for framework_id in sorted(reported):
+            if self.is_completed_framework(framework_id):
+                await agent.send(
+                    internal.AgentEvent(
+                        type=internal.AgentEventType.SHUTDOWN_FRAMEWORK,
+                        shutdown_framework=internal.ShutdownFramework(
+                            framework_id=FrameworkID(value=framework_id)
+                        ),
+                    )
+                )
 
     def _framework_for(self, framework_id: str, reported: dict[str, internal.FrameworkInfo]) -> Framework:
         framework = self.frameworks.get(framework_id)
@@ -155,6 +184,15 @@ class AgentsMixin(MasterBase):
                 self.update_task(task, status)
                 self.remove_task(task)
                 await self.forward_update(framework, status)
+        before = agent.used_resources()
+        self._adopt_reported(agent, call)
+        if agent.used_resources() != before:
+            # Resources of adopted tasks are in use: re-add the agent with them
+            # (its offers go, as the allocator forgets what it had offered).
+            for offer in list(agent.offers.values()):
+                self.remove_offer(offer, rescind=True, recover=False)
+            self.allocator.remove_agent(agent.id)
+            self.allocator.add_agent(agent.id, agent.hostname, agent.total_resources, used=agent.used_resources())
         self.allocator.activate_agent(agent.id)
         return agent
 
@@ -171,7 +209,7 @@ class AgentsMixin(MasterBase):
     # --- disconnection and unreachability ---------------------------------------------------
 
     def agent_disconnected(self, agent: Agent, stream_id: str) -> None:
-        if agent.stream_id != stream_id or self.agents.get(agent.id) is not agent:
+        if agent.stream_id != stream_id or self.agents.get(agent.id) is not agent or self.stopping:
             return
         self._close_agent_stream(agent)
         agent.connected = agent.active = False
@@ -252,8 +290,36 @@ class AgentsMixin(MasterBase):
         await self.registry.remove_agent(agent.id)
         self.counters["master/slave_removals"] += 1
         await self._remove_agent(
-            agent, TaskState.TASK_GONE, Reason.REASON_AGENT_REMOVED, f"Agent {agent.hostname} removed"
+            agent, TaskState.TASK_LOST, Reason.REASON_AGENT_REMOVED, f"Agent {agent.hostname} removed"
         )
+
+    async def mark_agent_gone(self, agent_id: str) -> None:
+        """The operator's MARK_AGENT_GONE: the agent never comes back; its tasks are gone."""
+        if agent_id in self.gone_agents:
+            return
+        now = time.time()
+        await self.registry.mark_agent_gone(agent_id, now)
+        self.gone_agents[agent_id] = now
+        self.unreachable_agents.pop(agent_id, None)
+        self.recovered_agents.pop(agent_id, None)
+        agent = self.agents.get(agent_id)
+        if agent is not None:
+            await agent.send(
+                internal.AgentEvent(
+                    type=internal.AgentEventType.SHUTDOWN,
+                    shutdown=internal.Shutdown(message="Agent marked gone by the operator"),
+                )
+            )
+            await self._remove_agent(
+                agent, TaskState.TASK_GONE_BY_OPERATOR, Reason.REASON_AGENT_REMOVED_BY_OPERATOR,
+                f"Agent {agent.hostname} marked gone by the operator",
+            )
+        for framework in self.frameworks.values():
+            for task in [t for t in framework.unreachable_tasks.values() if t.agent_id.value == agent_id]:
+                await self._lose_task(
+                    framework, task, TaskState.TASK_GONE_BY_OPERATOR,
+                    Reason.REASON_AGENT_REMOVED_BY_OPERATOR, "Agent marked gone by the operator", None,
+                )
 
     # --- messages -------------------------------------------------------------------------
 

@@ -33,6 +33,7 @@ class MasterBase:
     gone_agents: dict[str, float]
     offers: dict[str, Offer]
     counters: Counter[str]
+    stopping: bool
     allocator: HierarchicalDRFAllocator
     _offer_timers: dict[str, asyncio.TimerHandle]
 
@@ -53,6 +54,9 @@ class MasterBase:
 
     # frameworks.py
     def _recover_framework(self, framework_id: str, info: FrameworkInfo) -> Framework:
+        raise NotImplementedError
+
+    def is_completed_framework(self, framework_id: str) -> bool:
         raise NotImplementedError
 
     # agents.py

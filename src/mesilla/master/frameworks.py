@@ -52,6 +52,17 @@ class FrameworksMixin(MasterBase):
             self.allocator.add_framework(framework_id, framework.roles, active=False)
         return framework
 
+    def _check_allowed_roles(self, info: FrameworkInfo) -> str | None:
+        """``--roles``: when set, the only roles frameworks may use (besides '*')."""
+        allowed = self.flags.get("roles")
+        if not allowed:
+            return None
+        names = set(allowed.split(",")) | {"*"}
+        unknown = sorted(set(info.effective_roles()) - names)
+        if unknown:
+            return f"Role(s) {', '.join(unknown)} are not in the master's --roles ({allowed})"
+        return None
+
     def is_completed_framework(self, framework_id: str) -> bool:
         return any(f.id == framework_id for f in self.completed_frameworks)
 
@@ -63,7 +74,7 @@ class FrameworksMixin(MasterBase):
         Returns None when the subscription was refused (with an ERROR event on the stream).
         """
         info = call.framework_info
-        error = validate_framework_info(info, call.suppressed_roles)
+        error = validate_framework_info(info, call.suppressed_roles) or self._check_allowed_roles(info)
         if error is not None:
             await _send_error(stream, error)
             return None
@@ -128,8 +139,8 @@ class FrameworksMixin(MasterBase):
 
     def framework_disconnected(self, framework: Framework, stream_id: str) -> None:
         """The framework's stream closed: stop offers and start its failover timeout."""
-        if framework.stream_id != stream_id:
-            return  # an old stream of a framework that failed over
+        if framework.stream_id != stream_id or self.stopping:
+            return  # an old stream of a framework that failed over, or the master stopping
         framework.disconnect()
         self.allocator.deactivate_framework(framework.id)
         for offer in list(framework.offers.values()):

@@ -99,8 +99,7 @@ class LaunchMixin(MasterBase):
         check_operations(call.operations)
         self.counters["master/messages_accept"] += 1
         offer_ids = [o.value for o in call.offer_ids]
-        connected = {a.id for a in self.agents.values() if a.connected}
-        error = validate_offers(offer_ids, self.offers, framework.id, connected)
+        error = validate_offers(offer_ids, self.offers, framework.id, self._agent_connected)
         if error is not None:
             await self._reject_invalid_offers(framework, offer_ids, call.operations, error)
             return
@@ -114,7 +113,7 @@ class LaunchMixin(MasterBase):
             framework_id=framework.id,
             agent_id=agent.id,
             available=available,
-            task_ids=set(framework.tasks) | set(framework.unreachable_tasks),
+            live_task_ids=(framework.tasks, framework.unreachable_tasks),
             executors=dict(agent.executors.get(framework.id, {})),
         )
         for op in call.operations:
@@ -131,6 +130,10 @@ class LaunchMixin(MasterBase):
                 ctx.available,
                 refuse_seconds=(call.filters or Filters()).refuse_seconds,
             )
+
+    def _agent_connected(self, agent_id: str) -> bool:
+        agent = self.agents.get(agent_id)
+        return agent is not None and agent.connected
 
     async def _reject_invalid_offers(
         self, framework: Framework, offer_ids: list[str], operations: list[Operation], error: str

@@ -66,6 +66,8 @@ class Master(AgentsMixin, FrameworksMixin, OffersMixin, LaunchMixin, StatusUpdat
         #: This master is always the leader once recovered (no ZooKeeper).
         self.elected_time: float | None = None
         self.recovered = False
+        #: Set by `stop`: streams closing from now on are the master's doing, not failures.
+        self.stopping = False
         #: framework_id -> Framework, every framework not torn down (connected or not).
         self.frameworks: dict[str, Framework] = {}
         self.completed_frameworks: deque[Framework] = deque(
@@ -138,6 +140,7 @@ class Master(AgentsMixin, FrameworksMixin, OffersMixin, LaunchMixin, StatusUpdat
 
     async def stop(self) -> None:
         """Closes every stream and stops background work; the registry keeps the state."""
+        self.stopping = True
         await self.allocator.stop()
         for timer in self._offer_timers.values():
             timer.cancel()

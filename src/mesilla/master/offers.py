@@ -34,6 +34,8 @@ Allocations = dict[str, dict[str, dict[str, Resources]]]
 class OffersMixin(MasterBase):
     def _on_allocations(self, allocations: Allocations) -> None:
         """The allocator's offer callback (synchronous): book offers, send them in the background."""
+        if self.stopping:
+            return
         for framework_id, by_agent in allocations.items():
             framework = self.frameworks.get(framework_id)
             offers: list[Offer] = []

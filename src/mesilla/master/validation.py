@@ -8,7 +8,7 @@ or TASK_DROPPED / TASK_LOST with REASON_INVALID_OFFERS).
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Container, Iterable
 from dataclasses import dataclass, field
 
 import msgspec
@@ -143,7 +143,10 @@ def validate_call(call: sched.Call) -> str | None:
 
 
 def validate_offers(
-    offer_ids: list[str], offers: dict[str, Offer], framework_id: str, connected_agents: set[str]
+    offer_ids: list[str],
+    offers: dict[str, Offer],
+    framework_id: str,
+    agent_connected: Callable[[str], bool],
 ) -> str | None:
     """The offers of one ACCEPT: outstanding, the framework's own, one agent, one role."""
     if not offer_ids:
@@ -163,7 +166,7 @@ def validate_offers(
     roles = {o.allocation_info.role if o.allocation_info else None for o in chosen}
     if len(roles) > 1:
         return "Aggregated offers must be allocated to the same role"
-    if chosen[0].agent_id.value not in connected_agents:
+    if not agent_connected(chosen[0].agent_id.value):
         return f"Agent {chosen[0].agent_id.value} is not connected"
     return None
 
@@ -178,8 +181,10 @@ class LaunchContext:
     framework_id: str
     agent_id: str
     available: Resources
-    #: Ids of the framework's live tasks (and those launched earlier in this ACCEPT).
+    #: Ids of tasks launched earlier in this ACCEPT.
     task_ids: set[str] = field(default_factory=set)
+    #: The framework's live task ids (e.g. its `tasks` dict), looked up, never copied.
+    live_task_ids: tuple[Container[str], ...] = ()
     #: executor_id -> ExecutorInfo of the framework's executors on the agent (running or launched).
     executors: dict[str, ExecutorInfo] = field(default_factory=dict)
 
@@ -233,8 +238,9 @@ def _validate_task_basics(task: TaskInfo, ctx: LaunchContext) -> str | None:
     error = validate_id("TaskID", task.task_id.value)
     if error is not None:
         return error
-    if task.task_id.value in ctx.task_ids:
-        return f"Task has duplicate ID: {task.task_id.value}"
+    task_id = task.task_id.value
+    if task_id in ctx.task_ids or any(task_id in ids for ids in ctx.live_task_ids):
+        return f"Task has duplicate ID: {task_id}"
     if task.agent_id.value != ctx.agent_id:
         return f"Task uses agent {task.agent_id.value} but the offer is for agent {ctx.agent_id}"
     if task.kill_policy and task.kill_policy.grace_period and task.kill_policy.grace_period.nanoseconds < 0:

@@ -142,7 +142,7 @@ def test_offer_rules() -> None:
         "o1": offer("o1"), "o2": offer("o2"), "other-fw": offer("other-fw", framework="x"),
         "other-agent": offer("other-agent", agent="a2"), "other-role": offer("other-role", role="r"),
     }
-    connected = {AGENT, "a2"}
+    connected = {AGENT, "a2"}.__contains__
     assert validate_offers(["o1", "o2"], offers, "fw", connected) is None
     assert "No offers" in (validate_offers([], offers, "fw", connected) or "")
     assert "Duplicate" in (validate_offers(["o1", "o1"], offers, "fw", connected) or "")
@@ -150,7 +150,7 @@ def test_offer_rules() -> None:
     assert "not made to framework" in (validate_offers(["other-fw"], offers, "fw", connected) or "")
     assert "one single agent" in (validate_offers(["o1", "other-agent"], offers, "fw", connected) or "")
     assert "same role" in (validate_offers(["o1", "other-role"], offers, "fw", connected) or "")
-    assert "not connected" in (validate_offers(["o1"], offers, "fw", {"a2"}) or "")
+    assert "not connected" in (validate_offers(["o1"], offers, "fw", {"a2"}.__contains__) or "")
 
 
 # --- LAUNCH ----------------------------------------------------------------------------------
@@ -165,6 +165,7 @@ def test_valid_command_task() -> None:
     [
         ({"task_id": {"value": "a/b"}}, {}, "'/'"),
         ({}, {"task_ids": {"t"}}, "duplicate ID"),
+        ({}, {"live_task_ids": ({}, {"t"})}, "duplicate ID"),
         ({"agent_id": {"value": "elsewhere"}}, {}, "offer is for agent"),
         ({"command": None}, {}, "not both"),
         ({"executor": {"executor_id": {"value": "e"}, "command": {"value": "x"}}}, {}, "not both"),
@@ -248,7 +249,7 @@ def test_group_task_rules() -> None:
     assert validate_task_group(ex, group(), context("cpus:1.1;mem:1024;disk:1024")) is None
     # A running executor's resources are not needed again (nor its minimums).
     assert validate_task_group(ex, group(), context("cpus:1;mem:1", executors={"e": ex})) is None
-    dup_live = context(task_ids={"a"})
+    dup_live = context(live_task_ids=({"a": object()},))
     assert "duplicate ID" in (validate_task_group(ex, group(), dup_live) or "")
 
 

@@ -23,7 +23,7 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from aiohttp import web
 
@@ -33,6 +33,11 @@ Json = dict[str, Any]
 def recordio(record: Json) -> bytes:
     data = json.dumps(record).encode()
     return b"%d\n%s" % (len(data), data)
+
+
+def output_files(sandbox: Path) -> tuple[BinaryIO, BinaryIO]:
+    """The sandbox's stdout and stderr files, opened for appending."""
+    return open(sandbox / "stdout", "ab"), open(sandbox / "stderr", "ab")
 
 
 @dataclass
@@ -245,12 +250,12 @@ class FakeAgent:
             if value in self.containers:
                 return web.Response(status=202)
             try:
-                container = await self._launch(container_id, body.get("command", {}))
+                launched = await self._launch(container_id, body.get("command", {}))
             except OSError as exc:
                 return web.Response(status=400, text=f"Failed to launch container {value}: {exc}")
             if kind == "LAUNCH_CONTAINER":
                 return web.json_response({})
-            return await self._session(request, container)
+            return await self._session(request, launched)
         container = self.containers.get(value)
         if container is None:
             return web.Response(status=404, text=f"Container {value} not found")
@@ -296,7 +301,8 @@ class FakeAgent:
             argv = ["/bin/sh", "-c", command.get("value", "")]
         else:
             argv = [command["value"], *command.get("arguments", [])[1:]]
-        with open(sandbox / "stdout", "ab") as out, open(sandbox / "stderr", "ab") as err:
+        out, err = output_files(sandbox)
+        with out, err:
             process = await asyncio.create_subprocess_exec(
                 *argv, cwd=sandbox, env=env, stdout=out, stderr=err, stdin=asyncio.subprocess.DEVNULL,
                 start_new_session=True,

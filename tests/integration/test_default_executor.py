@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from tests.integration.fake_agent import FakeAgent
+from tests.integration.fake_agent import FakeAgent, output_files
 
 pytestmark = pytest.mark.integration
 
@@ -63,7 +63,8 @@ async def start_pod(tmp_path: Path) -> AsyncIterator[StartPod]:
         sandbox.mkdir()
         agent = FakeAgent(sandbox, capabilities=capabilities, token=token)
         await agent.start()
-        with open(sandbox / "stderr", "ab") as err:
+        _, err = output_files(sandbox)
+        with err:
             process = await asyncio.create_subprocess_exec(
                 sys.executable, "-m", "mesilla.executor.default",
                 env=agent.environment(checkpoint=checkpoint), cwd=sandbox, stderr=err, start_new_session=True,

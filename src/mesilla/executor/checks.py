@@ -27,8 +27,7 @@ import os
 import time
 import uuid
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 from mesilla.executor.agent_client import AgentCallError
 
@@ -45,16 +44,14 @@ class InvalidCheck(ValueError):
     """A check or health check the executor cannot run; the message names the field."""
 
 
-@dataclass(frozen=True)
-class ProbeResult:
+class ProbeResult(NamedTuple):
     """One probe's outcome: `value` is the exit code, HTTP status or connect success; None = could not run."""
 
     value: int | bool | None
     error: str | None = None
 
 
-@dataclass(frozen=True)
-class CheckSpec:
+class CheckSpec(NamedTuple):
     kind: str  # COMMAND | HTTP | TCP
     delay: float
     interval: float
@@ -126,14 +123,14 @@ def healthy(spec: CheckSpec, result: ProbeResult) -> bool:
     return result.value is True
 
 
-@dataclass
 class HealthPolicy:
     """Turns probe outcomes into health reports: (healthy, kill_task) or None (nothing to say)."""
 
-    spec: CheckSpec
-    started: float  # when checking began, for the grace period
-    consecutive_failures: int = 0
-    reported_healthy: bool = False
+    def __init__(self, spec: CheckSpec, started: float) -> None:
+        self.spec = spec
+        self.started = started  # when checking began, for the grace period
+        self.consecutive_failures = 0
+        self.reported_healthy = False
 
     def feed(self, ok: bool, now: float) -> tuple[bool, bool] | None:
         if ok:
@@ -147,12 +144,12 @@ class HealthPolicy:
         return (False, self.consecutive_failures >= self.spec.consecutive_failures)
 
 
-@dataclass
 class CheckPolicy:
     """Reports a check's status only when it changes."""
 
-    spec: CheckSpec
-    last: Json | None = None
+    def __init__(self, spec: CheckSpec) -> None:
+        self.spec = spec
+        self.last: Json | None = None
 
     def feed(self, result: ProbeResult) -> Json | None:
         status = check_status(self.spec, result)
@@ -168,7 +165,7 @@ class CheckPolicy:
 async def tcp_probe(port: int, timeout: float | None) -> ProbeResult:
     try:
         _, writer = await asyncio.wait_for(asyncio.open_connection(TARGET_HOST, port), timeout)
-    except (OSError, asyncio.TimeoutError) as exc:
+    except (TimeoutError, OSError) as exc:
         return ProbeResult(False, f"TCP connection to {TARGET_HOST}:{port} failed: {exc!r}")
     writer.close()
     return ProbeResult(True)
@@ -193,7 +190,7 @@ async def http_probe(port: int, path: str, timeout: float | None) -> ProbeResult
 
     try:
         return ProbeResult(await asyncio.wait_for(get(), timeout))
-    except (OSError, ValueError, asyncio.TimeoutError) as exc:
+    except (TimeoutError, OSError, ValueError) as exc:
         return ProbeResult(None, f"HTTP GET http://{TARGET_HOST}:{port}{path} failed: {exc!r}")
 
 
@@ -219,7 +216,7 @@ async def command_probe(
         session = await agent.launch_session(container_id, command)
         try:
             wait = await asyncio.wait_for(agent.wait_container(container_id), timeout)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             await agent.kill_container(container_id, 9)
             return ProbeResult(None, f"COMMAND check did not return within {timeout:g}s")
         status = wait.get("exit_status")

@@ -269,7 +269,7 @@ class DefaultExecutor(Executor):
             self._acknowledged.clear()
             try:
                 await asyncio.wait_for(self._acknowledged.wait(), deadline - loop.time())
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 log.warning("Exiting with %d unacknowledged updates", len(self.driver.unacknowledged_updates))
         self.driver.stop()
 

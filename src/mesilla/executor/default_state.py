@@ -48,8 +48,7 @@ import enum
 import os
 import signal
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 Json = dict[str, Any]
 
@@ -67,26 +66,22 @@ TERMINAL_STATES = frozenset(
 # --- events ------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class Subscribed:
+class Subscribed(NamedTuple):
     container_id: Json  # the executor's own container
     capabilities: frozenset[str]  # FrameworkInfo.capabilities types
 
 
-@dataclass(frozen=True)
-class LaunchGroup:
+class LaunchGroup(NamedTuple):
     tasks: list[Json]  # TaskInfo dicts
 
 
-@dataclass(frozen=True)
-class ContainerLaunched:
+class ContainerLaunched(NamedTuple):
     task_id: str
     container_id: Json
     error: str | None = None  # None: the agent answered 200
 
 
-@dataclass(frozen=True)
-class ContainerExited:
+class ContainerExited(NamedTuple):
     """The WAIT_CONTAINER answer; `exit_status` is a raw wait(2) status or None (unknown)."""
 
     task_id: str
@@ -98,32 +93,27 @@ class ContainerExited:
     limitation: Json | None = None
 
 
-@dataclass(frozen=True)
-class KillTask:
+class KillTask(NamedTuple):
     task_id: str
     kill_policy: Json | None = None
 
 
-@dataclass(frozen=True)
-class TimerFired:
+class TimerFired(NamedTuple):
     timer: Timer
 
 
-@dataclass(frozen=True)
-class CheckUpdated:
+class CheckUpdated(NamedTuple):
     task_id: str
     check_status: Json  # CheckStatusInfo
 
 
-@dataclass(frozen=True)
-class HealthUpdated:
+class HealthUpdated(NamedTuple):
     task_id: str
     healthy: bool
     kill_task: bool = False
 
 
-@dataclass(frozen=True)
-class Shutdown:
+class Shutdown(NamedTuple):
     pass
 
 
@@ -149,20 +139,17 @@ class TimerKind(enum.Enum):
     MAX_COMPLETION = "max_completion"
 
 
-@dataclass(frozen=True)
-class Timer:
+class Timer(NamedTuple):
     kind: TimerKind
     task_id: str
     attempt: int  # the task's attempt the timer belongs to; stale ones are ignored
 
 
-@dataclass(frozen=True)
-class SendUpdate:
+class SendUpdate(NamedTuple):
     status: Json  # TaskStatus without uuid and timestamp (the driver adds them)
 
 
-@dataclass(frozen=True)
-class LaunchContainer:
+class LaunchContainer(NamedTuple):
     task_id: str
     container_id: Json
     task: Json
@@ -170,53 +157,45 @@ class LaunchContainer:
     reuse_sandbox_of: Json | None = None
 
 
-@dataclass(frozen=True)
-class WaitContainer:
+class WaitContainer(NamedTuple):
     task_id: str
     container_id: Json
 
 
-@dataclass(frozen=True)
-class KillContainer:
+class KillContainer(NamedTuple):
     task_id: str
     container_id: Json
     signal: int
 
 
-@dataclass(frozen=True)
-class StartTimer:
+class StartTimer(NamedTuple):
     timer: Timer
     delay: float
 
 
-@dataclass(frozen=True)
-class CancelTimer:
+class CancelTimer(NamedTuple):
     timer: Timer
 
 
-@dataclass(frozen=True)
-class LinkSandbox:
+class LinkSandbox(NamedTuple):
     """`tasks/<task_id>` -> `containers/<container value>` in the executor sandbox."""
 
     task_id: str
     container_id: Json
 
 
-@dataclass(frozen=True)
-class StartChecks:
+class StartChecks(NamedTuple):
     task_id: str
     container_id: Json
     check: Json | None
     health_check: Json | None
 
 
-@dataclass(frozen=True)
-class StopChecks:
+class StopChecks(NamedTuple):
     task_id: str
 
 
-@dataclass(frozen=True)
-class Exit:
+class Exit(NamedTuple):
     """No task is left: exit once the updates are acknowledged."""
 
 
@@ -257,20 +236,22 @@ class KillCause(enum.Enum):
         return self in (KillCause.FRAMEWORK, KillCause.GROUP, KillCause.SHUTDOWN)
 
 
-@dataclass
 class TaskRecord:
-    info: Json
-    group: int
-    container_id: Json
-    phase: Phase = Phase.LAUNCHING
-    attempt: int = 0
-    restarts: int = 0
-    kill_cause: KillCause | None = None
-    kill_policy: Json | None = None
-    state: str | None = None  # of the last update sent
-    healthy: bool | None = None
-    check_status: Json | None = None
-    restart_message: str | None = None  # why the pending restart happens
+    """One task: its current container (attempt), where it is, and why it is being killed."""
+
+    def __init__(self, info: Json, group: int, container_id: Json) -> None:
+        self.info = info
+        self.group = group
+        self.container_id = container_id
+        self.phase = Phase.LAUNCHING
+        self.attempt = 0  # bumped per restart; timers of older attempts are stale
+        self.restarts = 0
+        self.kill_cause: KillCause | None = None
+        self.kill_policy: Json | None = None
+        self.state: str | None = None  # of the last update sent
+        self.healthy: bool | None = None
+        self.check_status: Json | None = None
+        self.restart_message: str | None = None  # why the pending restart happens
 
     @property
     def task_id(self) -> str:
@@ -342,16 +323,16 @@ def _empty_check_status(check: Json) -> Json:
 # --- the machine -------------------------------------------------------------------------
 
 
-@dataclass
 class ExecutorState:
-    executor_id: str
-    new_container_value: Callable[[], str]  # uuid4 in production, predictable in tests
-    container_id: Json | None = None
-    capabilities: frozenset[str] = frozenset()
-    tasks: dict[str, TaskRecord] = field(default_factory=dict)
-    groups: list[list[str]] = field(default_factory=list)
-    shutting_down: bool = False
-    exiting: bool = False
+    def __init__(self, executor_id: str, new_container_value: Callable[[], str]) -> None:
+        self.executor_id = executor_id
+        self.new_container_value = new_container_value  # uuid4 in production, predictable in tests
+        self.container_id: Json | None = None
+        self.capabilities: frozenset[str] = frozenset()
+        self.tasks: dict[str, TaskRecord] = {}
+        self.groups: list[list[str]] = []
+        self.shutting_down = False
+        self.exiting = False
 
     def handle(self, event: Event) -> list[Instruction]:
         out: list[Instruction] = []

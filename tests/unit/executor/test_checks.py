@@ -8,8 +8,8 @@ from collections.abc import AsyncIterator
 import pytest
 
 from mesilla.executor.checks import (
-    CheckPolicy,
     Checker,
+    CheckPolicy,
     HealthPolicy,
     InvalidCheck,
     ProbeResult,

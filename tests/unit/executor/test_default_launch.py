@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 
 from mesilla.executor.default_launch import (
     allocation_role,
@@ -23,7 +24,7 @@ def disk_with_volume(path: str) -> dict:
 
 
 def test_environment_gets_container_ip_and_allocation_role_after_the_tasks_own() -> None:
-    task = {
+    task: dict[str, Any] = {
         "task_id": {"value": "t"},
         "command": {"value": "env", "environment": {"variables": [{"name": "A", "value": "1"}]}},
         "resources": [{"name": "cpus", "type": "SCALAR", "scalar": {"value": 1}, "allocation_info": {"role": "web"}}],
@@ -56,6 +57,7 @@ def test_disk_volumes_become_parent_sandbox_path_volumes() -> None:
     }
     image_task = {**task, "container": {"type": "MESOS", "mesos": {"image": {"type": "DOCKER", "docker": {"name": "busybox"}}}}}
     _, container, _, _ = launch_container_body(image_task, "127.0.0.1")
+    assert container is not None
     assert container["mesos"]["image"]["docker"]["name"] == "busybox"
     assert container["volumes"][0]["container_path"] == "data"
     assert "volumes" not in image_task["container"]

@@ -3,6 +3,7 @@ the rootfs checked from inside with chroot + busybox."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import subprocess
 from collections.abc import AsyncIterator
@@ -222,3 +223,30 @@ async def test_failed_provision_leaves_no_rootfs(
 
     rootfses = tmp_path / "store" / "provisioner" / "containers" / "fails" / "backends" / "bind" / "rootfses"
     assert not rootfses.exists() or list(rootfses.iterdir()) == []
+
+
+async def test_cancelled_provision_is_undone(
+    tmp_path: Path, images: Path, destroy_after: list[tuple[Provisioner, ContainerID]]
+) -> None:
+    provisioner = await make_provisioner(tmp_path, "overlay")
+    container_id = ContainerID(value="cancelled")
+    destroy_after.append((provisioner, container_id))
+    await provisioner.provision(ContainerID(value="warm"), docker_image("layered:latest"))
+    await provisioner.destroy(ContainerID(value="warm"))
+
+    # Cancel at each point the provision awaits, until one run gets through uncancelled.
+    for steps in range(1, 2000):
+        task = asyncio.create_task(provisioner.provision(container_id, docker_image("layered:latest")))
+        for _ in range(steps):
+            await asyncio.sleep(0)
+        if task.done():
+            await provisioner.destroy(container_id)
+            break
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        assert mount_points_under(str(tmp_path)) == []
+        rootfses = tmp_path / "store" / "provisioner" / "containers" / "cancelled" / "backends" / "overlay" / "rootfses"
+        assert not rootfses.exists() or list(rootfses.iterdir()) == []
+    else:
+        pytest.fail("provision never finished within 2000 event-loop steps")

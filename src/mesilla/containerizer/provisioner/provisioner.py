@@ -14,6 +14,8 @@ asked for and every layer any container's rootfs still stacks.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
 import logging
 import os
@@ -92,9 +94,14 @@ class Provisioner:
 
         backend_dir = os.path.join(container_dir, "backends", self.backend.name)
         rootfs = os.path.join(backend_dir, "rootfses", str(uuid.uuid4()))
+        build = asyncio.ensure_future(self.backend.provision(layers, rootfs, backend_dir))
         try:
-            await self.backend.provision(layers, rootfs, backend_dir)
+            await asyncio.shield(build)
         except BaseException:
+            # Cancelled (the container is being destroyed): let the build finish first,
+            # so that no mount appears after it was undone.
+            with contextlib.suppress(BaseException):
+                await build
             await self.backend.destroy(rootfs, backend_dir)
             raise
         log.info("Provisioned rootfs %s for container %s from image '%s'", rootfs, container_id, name)

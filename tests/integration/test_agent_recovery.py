@@ -1,0 +1,127 @@
+"""Agent restart: the same agent id, re-attached executors, no status update lost."""
+
+from __future__ import annotations
+
+import os
+import signal
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+
+from mesilla.agent import paths
+from mesilla.v1.internal import AgentEvent, AgentEventType, KillTask, RunTask
+from mesilla.v1.mesos import AgentID, CommandInfo, FrameworkID, FrameworkInfo, TaskID, TaskInfo
+
+from tests.conftest import free_port
+from tests.integration.agent_fake_master import AgentProcess, FakeMaster
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+FRAMEWORK = FrameworkInfo(user="root", name="rec", id=FrameworkID(value="fw-rec"), checkpoint=True)
+
+
+@pytest.fixture
+async def master() -> AsyncIterator[FakeMaster]:
+    m = FakeMaster()
+    await m.start()
+    yield m
+    await m.stop()
+
+
+def _agents(master: FakeMaster, tmp_path: Any) -> tuple[AgentProcess, AgentProcess]:
+    """Two runs of one agent: same work_dir, runtime_dir and port (executors know the port)."""
+    port = free_port()
+    return tuple(  # type: ignore[return-value]
+        AgentProcess(
+            master, str(tmp_path / "work"), str(tmp_path / "run"),
+            "--executor_reregistration_timeout=10secs", f"--port={port}",
+        )
+        for _ in range(2)
+    )
+
+
+async def _run(master: FakeMaster, task_id: str, command: str) -> None:
+    task = TaskInfo(
+        name=task_id, task_id=TaskID(value=task_id), agent_id=AgentID(value=master.agent_id or ""),
+        command=CommandInfo(value=command),
+    )
+    await master.send(AgentEvent(
+        type=AgentEventType.RUN_TASK, run_task=RunTask(framework_info=FRAMEWORK, task=task)
+    ))
+
+
+async def test_restarted_agent_reattaches_and_keeps_its_tasks(master: FakeMaster, tmp_path: Any) -> None:
+    first, second = _agents(master, tmp_path)
+    try:
+        await first.start()
+        await master.wait_for(lambda: master.registers)
+        agent_id = master.agent_id
+        await _run(master, "t-rec", "sleep 1000")
+        await master.wait_update("t-rec", "TASK_RUNNING")
+        await first.stop(destroy=False)  # the executor keeps running without its agent
+        master.drop_stream()
+
+        agent = await second.start()
+        registers = await master.wait_for(lambda: master.registers[1:])
+        register = registers[0].register  # type: ignore[index]
+        assert register.agent_info.id == AgentID(value=agent_id)
+        assert [(t.task_id.value, t.state.value) for t in register.tasks] == [("t-rec", "TASK_RUNNING")]
+        # The command executor re-subscribed, so the task can still be killed through it.
+        executor = agent.frameworks["fw-rec"].executors["t-rec"]
+        assert executor.stream is not None
+        await master.send(AgentEvent(
+            type=AgentEventType.KILL_TASK,
+            kill_task=KillTask(framework_id=FrameworkID(value="fw-rec"), task_id=TaskID(value="t-rec")),
+        ))
+        await master.wait_update("t-rec", "TASK_KILLED")
+    finally:
+        await second.stop()
+        await first.stop()
+
+
+async def test_unacknowledged_updates_are_resent_after_a_restart(master: FakeMaster, tmp_path: Any) -> None:
+    master.auto_ack = False
+    first, second = _agents(master, tmp_path)
+    try:
+        await first.start()
+        await master.wait_for(lambda: master.registers)
+        await _run(master, "t-unacked", "sleep 1000")
+        head = await master.wait_for(lambda: master.updates("t-unacked"))
+        uuid = head[0].status.uuid  # type: ignore[index]
+        await first.stop(destroy=False)
+        master.drop_stream()
+        seen = len(master.updates("t-unacked"))
+
+        await second.start()
+        resent = await master.wait_for(lambda: master.updates("t-unacked")[seen:])
+        assert resent[0].status.uuid == uuid  # type: ignore[index]
+    finally:
+        await second.stop()
+        await first.stop()
+
+
+async def test_executor_that_died_while_the_agent_was_down(master: FakeMaster, tmp_path: Any) -> None:
+    first, second = _agents(master, tmp_path)
+    try:
+        agent = await first.start()
+        await master.wait_for(lambda: master.registers)
+        await _run(master, "t-dies", "sleep 1000")
+        await master.wait_update("t-dies", "TASK_RUNNING")
+        executor = agent.frameworks["fw-rec"].executors["t-dies"]
+        pid_path = paths.forked_pid_path(
+            agent.flags.work_dir, master.agent_id or "", "fw-rec", "t-dies", executor.container_id.value
+        )
+        with open(pid_path) as f:
+            pid = int(f.read())
+        await first.stop(destroy=False)
+        master.drop_stream()
+        os.kill(pid, signal.SIGKILL)
+
+        await second.start()
+        failed = await master.wait_update("t-dies", "TASK_FAILED")
+        assert failed.status.reason.value == "REASON_EXECUTOR_TERMINATED"
+        assert failed.status.source.value == "SOURCE_AGENT"
+    finally:
+        await second.stop()
+        await first.stop()

@@ -69,7 +69,9 @@ class _Stream:
         finally:
             await self.events.put(None)
 
-    async def next_event(self, *types: str, skip: tuple[str, ...] = ("HEARTBEAT",)) -> Json:
+    async def next_event(
+        self, *types: str, skip: tuple[str, ...] = ("HEARTBEAT",)
+    ) -> Json:
         """The next event (of one of `types` if given, skipping others in `skip`)."""
         while True:
             event = await asyncio.wait_for(self.events.get(), EVENT_TIMEOUT)
@@ -105,9 +107,14 @@ class Scheduler:
         # Offers that arrived while a test waited for something else.
         self.pending_offers: list[Json] = []
 
-    async def subscribe(self, framework_info: Json | None = None, **subscribe: Any) -> Json:
+    async def subscribe(
+        self, framework_info: Json | None = None, **subscribe: Any
+    ) -> Json:
         info = {"user": "root", "name": "test-framework", **(framework_info or {})}
-        call: Json = {"type": "SUBSCRIBE", "subscribe": {"framework_info": info, **subscribe}}
+        call: Json = {
+            "type": "SUBSCRIBE",
+            "subscribe": {"framework_info": info, **subscribe},
+        }
         if "id" in info:
             call["framework_id"] = info["id"]
         response = await self.session.post(self.url, json=call)
@@ -118,7 +125,9 @@ class Scheduler:
             self.framework_id = event["subscribed"]["framework_id"]["value"]
         return event
 
-    async def call(self, type_: str, body: Json | None = None, *, stream_id: str | None = None) -> aiohttp.ClientResponse:
+    async def call(
+        self, type_: str, body: Json | None = None, *, stream_id: str | None = None
+    ) -> aiohttp.ClientResponse:
         assert self.stream is not None
         call: Json = {"type": type_, "framework_id": {"value": self.framework_id}}
         if body is not None:
@@ -128,7 +137,9 @@ class Scheduler:
         await response.read()
         return response
 
-    async def next_event(self, *types: str, skip: tuple[str, ...] = ("HEARTBEAT",)) -> Json:
+    async def next_event(
+        self, *types: str, skip: tuple[str, ...] = ("HEARTBEAT",)
+    ) -> Json:
         assert self.stream is not None
         return await self.stream.next_event(*types, skip=skip)
 
@@ -140,7 +151,9 @@ class Scheduler:
 
     async def update(self, task_id: str | None = None) -> Json:
         while True:
-            event = await self.next_event("UPDATE", "OFFERS", skip=("HEARTBEAT", "RESCIND"))
+            event = await self.next_event(
+                "UPDATE", "OFFERS", skip=("HEARTBEAT", "RESCIND")
+            )
             if event["type"] == "OFFERS":
                 self.pending_offers.extend(event["offers"]["offers"])
                 continue
@@ -148,7 +161,9 @@ class Scheduler:
             if task_id is None or status["task_id"]["value"] == task_id:
                 return status
 
-    async def launch(self, offer: Json, *tasks: Json, filters: Json | None = None) -> aiohttp.ClientResponse:
+    async def launch(
+        self, offer: Json, *tasks: Json, filters: Json | None = None
+    ) -> aiohttp.ClientResponse:
         accept: Json = {
             "offer_ids": [offer["id"]],
             "operations": [{"type": "LAUNCH", "launch": {"task_infos": list(tasks)}}],
@@ -162,7 +177,9 @@ class Scheduler:
             await self.stream.close()
 
 
-def command_task(task_id: str, agent_id: Json, cpus: float = 0.1, mem: float = 32, **extra: Any) -> Json:
+def command_task(
+    task_id: str, agent_id: Json, cpus: float = 0.1, mem: float = 32, **extra: Any
+) -> Json:
     return {
         "name": task_id,
         "task_id": {"value": task_id},
@@ -176,17 +193,35 @@ def command_task(task_id: str, agent_id: Json, cpus: float = 0.1, mem: float = 3
 class FakeAgent:
     """Speaks the agent side of `mesilla.v1.internal`; runs nothing."""
 
-    def __init__(self, session: aiohttp.ClientSession, base: str, *, cpus: float = 2, mem: float = 1024,
-                 disk: float = 1024, hostname: str = "agent.test") -> None:
+    def __init__(
+        self,
+        session: aiohttp.ClientSession,
+        base: str,
+        *,
+        cpus: float = 2,
+        mem: float = 1024,
+        disk: float = 1024,
+        hostname: str = "agent.test",
+    ) -> None:
         self.session = session
         self.url = f"{base}/internal/agent"
-        self.resources = [scalar("cpus", cpus), scalar("mem", mem), scalar("disk", disk)]
+        self.resources = [
+            scalar("cpus", cpus),
+            scalar("mem", mem),
+            scalar("disk", disk),
+        ]
         self.hostname = hostname
         self.agent_id: Json | None = None
         self.stream: _Stream | None = None
 
-    async def register(self, *, tasks: list[Json] | None = None, frameworks: list[Json] | None = None) -> Json:
-        info: Json = {"hostname": self.hostname, "port": 5051, "resources": self.resources}
+    async def register(
+        self, *, tasks: list[Json] | None = None, frameworks: list[Json] | None = None
+    ) -> Json:
+        info: Json = {
+            "hostname": self.hostname,
+            "port": 5051,
+            "resources": self.resources,
+        }
         if self.agent_id is not None:
             info["id"] = self.agent_id
         body: Json = {"agent_info": info, "version": "1.11.0"}
@@ -194,7 +229,9 @@ class FakeAgent:
             body["tasks"] = tasks
         if frameworks:
             body["frameworks"] = frameworks
-        response = await self.session.post(self.url, json={"type": "REGISTER", "register": body})
+        response = await self.session.post(
+            self.url, json={"type": "REGISTER", "register": body}
+        )
         assert response.status == 200, await response.text()
         self.stream = _Stream(response)
         event = await self.stream.next_event()
@@ -202,7 +239,9 @@ class FakeAgent:
             self.agent_id = event["registered"]["agent_id"]
         return event
 
-    async def next_event(self, *types: str, skip: tuple[str, ...] = ("HEARTBEAT",)) -> Json:
+    async def next_event(
+        self, *types: str, skip: tuple[str, ...] = ("HEARTBEAT",)
+    ) -> Json:
         assert self.stream is not None
         return await self.stream.next_event(*types, skip=skip)
 
@@ -210,12 +249,16 @@ class FakeAgent:
         assert self.stream is not None
         call = {"type": type_, "agent_id": self.agent_id, type_.lower(): body}
         response = await self.session.post(
-            self.url, json=call, headers={"Mesos-Stream-Id": self.stream.stream_id or ""}
+            self.url,
+            json=call,
+            headers={"Mesos-Stream-Id": self.stream.stream_id or ""},
         )
         await response.read()
         return response
 
-    async def send_status(self, framework_id: str, task_id: str, state: str, **extra: Any) -> str:
+    async def send_status(
+        self, framework_id: str, task_id: str, state: str, **extra: Any
+    ) -> str:
         """Sends a STATUS_UPDATE as the agent's status update manager would; returns its uuid."""
         status_uuid = new_uuid()
         status = {

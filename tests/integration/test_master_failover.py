@@ -10,7 +10,6 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from mesilla.master.main import MasterServer
 from tests.integration.master_harness import (
     EVENT_TIMEOUT,
     FakeAgent,
@@ -30,16 +29,20 @@ async def session() -> AsyncIterator[aiohttp.ClientSession]:
 
 async def _until(predicate, what: str) -> None:  # type: ignore[no-untyped-def]
     """Waits (bounded) for state that changes in the background."""
+
     async def poll() -> None:
         while not predicate():
             await asyncio.sleep(0.02)
+
     try:
         await asyncio.wait_for(poll(), EVENT_TIMEOUT)
     except TimeoutError:
         raise AssertionError(f"timed out waiting for {what}") from None
 
 
-async def _running_task(scheduler: Scheduler, agent: FakeAgent, task_id: str = "t") -> None:
+async def _running_task(
+    scheduler: Scheduler, agent: FakeAgent, task_id: str = "t"
+) -> None:
     offer = await scheduler.offer()
     await scheduler.launch(offer, command_task(task_id, offer["agent_id"]))
     await agent.next_event("RUN_TASK")
@@ -47,7 +50,9 @@ async def _running_task(scheduler: Scheduler, agent: FakeAgent, task_id: str = "
     await scheduler.update(task_id)
 
 
-async def test_failover_within_timeout_keeps_tasks(tmp_path: Path, session: aiohttp.ClientSession) -> None:
+async def test_failover_within_timeout_keeps_tasks(
+    tmp_path: Path, session: aiohttp.ClientSession
+) -> None:
     async with running_master(tmp_path) as server:
         base = f"http://127.0.0.1:{server.port}"
         agent = FakeAgent(session, base)
@@ -57,7 +62,9 @@ async def test_failover_within_timeout_keeps_tasks(tmp_path: Path, session: aioh
         await _running_task(first, agent)
 
         second = Scheduler(session, base)
-        event = await second.subscribe({"failover_timeout": 3600, "id": {"value": first.framework_id}})
+        event = await second.subscribe(
+            {"failover_timeout": 3600, "id": {"value": first.framework_id}}
+        )
         assert event["type"] == "SUBSCRIBED"
         assert second.framework_id == first.framework_id
         error = await first.next_event("ERROR", skip=("HEARTBEAT", "OFFERS", "RESCIND"))
@@ -83,9 +90,18 @@ async def test_disconnected_framework_is_removed_after_its_failover_timeout(
         await _running_task(scheduler, agent)
         await scheduler.close()
         shutdown = await agent.next_event("SHUTDOWN_FRAMEWORK")
-        assert shutdown["shutdown_framework"]["framework_id"]["value"] == scheduler.framework_id
-        completed = [f for f in server.master.completed_frameworks if f.id == scheduler.framework_id]
-        assert completed and completed[0].completed_tasks[0].state.value == "TASK_KILLED"
+        assert (
+            shutdown["shutdown_framework"]["framework_id"]["value"]
+            == scheduler.framework_id
+        )
+        completed = [
+            f
+            for f in server.master.completed_frameworks
+            if f.id == scheduler.framework_id
+        ]
+        assert (
+            completed and completed[0].completed_tasks[0].state.value == "TASK_KILLED"
+        )
 
         again = Scheduler(session, base)
         event = await again.subscribe({"id": {"value": scheduler.framework_id}})
@@ -97,7 +113,9 @@ async def test_disconnected_framework_is_removed_after_its_failover_timeout(
         await agent.disconnect()
 
 
-async def test_teardown_kills_tasks_and_ends_the_stream(tmp_path: Path, session: aiohttp.ClientSession) -> None:
+async def test_teardown_kills_tasks_and_ends_the_stream(
+    tmp_path: Path, session: aiohttp.ClientSession
+) -> None:
     async with running_master(tmp_path) as server:
         base = f"http://127.0.0.1:{server.port}"
         agent = FakeAgent(session, base)
@@ -118,7 +136,9 @@ async def test_teardown_kills_tasks_and_ends_the_stream(tmp_path: Path, session:
 async def test_disconnected_agent_becomes_unreachable_and_comes_back(
     tmp_path: Path, session: aiohttp.ClientSession
 ) -> None:
-    async with running_master(tmp_path, "--agent_ping_timeout=50ms", "--max_agent_ping_timeouts=2") as server:
+    async with running_master(
+        tmp_path, "--agent_ping_timeout=50ms", "--max_agent_ping_timeouts=2"
+    ) as server:
         base = f"http://127.0.0.1:{server.port}"
         agent = FakeAgent(session, base)
         await agent.register()
@@ -137,20 +157,29 @@ async def test_disconnected_agent_becomes_unreachable_and_comes_back(
         lost = await plain.update("plain-task")
         assert lost["state"] == "TASK_LOST"
         agent_id = agent.agent_id["value"]  # type: ignore[index]
-        assert agent_id in server.master.unreachable_agents and agent_id not in server.master.agents
+        assert (
+            agent_id in server.master.unreachable_agents
+            and agent_id not in server.master.agents
+        )
         framework = server.master.frameworks[aware.framework_id or ""]
         assert "aware-task" in framework.unreachable_tasks
 
         task = {
-            "name": "aware-task", "task_id": {"value": "aware-task"},
-            "framework_id": {"value": aware.framework_id}, "agent_id": agent.agent_id,
-            "state": "TASK_RUNNING", "resources": command_task("x", agent.agent_id)["resources"],
+            "name": "aware-task",
+            "task_id": {"value": "aware-task"},
+            "framework_id": {"value": aware.framework_id},
+            "agent_id": agent.agent_id,
+            "state": "TASK_RUNNING",
+            "resources": command_task("x", agent.agent_id)["resources"],
         }
         event = await agent.register(tasks=[task])
         assert event["type"] == "REGISTERED"
         assert "aware-task" in framework.tasks and not framework.unreachable_tasks
         assert framework.tasks["aware-task"].state.value == "TASK_RUNNING"
-        assert agent_id in server.master.agents and agent_id not in server.master.unreachable_agents
+        assert (
+            agent_id in server.master.agents
+            and agent_id not in server.master.unreachable_agents
+        )
         await aware.call("RECONCILE", {"tasks": [{"task_id": {"value": "aware-task"}}]})
         assert (await aware.update("aware-task"))["state"] == "TASK_RUNNING"
         for scheduler in (aware, plain):
@@ -158,7 +187,9 @@ async def test_disconnected_agent_becomes_unreachable_and_comes_back(
         await agent.disconnect()
 
 
-async def test_disconnected_agent_offers_are_rescinded(tmp_path: Path, session: aiohttp.ClientSession) -> None:
+async def test_disconnected_agent_offers_are_rescinded(
+    tmp_path: Path, session: aiohttp.ClientSession
+) -> None:
     async with running_master(tmp_path) as server:
         base = f"http://127.0.0.1:{server.port}"
         agent = FakeAgent(session, base)
@@ -184,33 +215,66 @@ async def test_reregistering_agent_reconciles_tasks_it_does_not_know(
         await scheduler.subscribe()
         await _running_task(scheduler, agent)
         await agent.disconnect()
-        await _until(lambda: not server.master.agents[agent.agent_id["value"]].connected, "disconnection")  # type: ignore[index]
+        await _until(
+            lambda: not server.master.agents[agent.agent_id["value"]].connected,
+            "disconnection",
+        )  # type: ignore[index]
         await agent.register(tasks=[])
         status = await scheduler.update("t")
-        assert status["state"] == "TASK_LOST" and status["reason"] == "REASON_RECONCILIATION"
+        assert (
+            status["state"] == "TASK_LOST"
+            and status["reason"] == "REASON_RECONCILIATION"
+        )
         assert "t" not in server.master.frameworks[scheduler.framework_id or ""].tasks
         await scheduler.close()
         await agent.disconnect()
 
 
-async def test_agent_api_status_codes(tmp_path: Path, session: aiohttp.ClientSession) -> None:
+async def test_agent_api_status_codes(
+    tmp_path: Path, session: aiohttp.ClientSession
+) -> None:
     async with running_master(tmp_path) as server:
         url = f"http://127.0.0.1:{server.port}/internal/agent"
-        bad_resources = {"type": "REGISTER", "register": {"agent_info": {"hostname": "h", "resources": [
-            {"name": "cpus", "type": "SCALAR"}]}}}
+        bad_resources = {
+            "type": "REGISTER",
+            "register": {
+                "agent_info": {
+                    "hostname": "h",
+                    "resources": [{"name": "cpus", "type": "SCALAR"}],
+                }
+            },
+        }
         async with session.post(url, json=bad_resources) as r:
             assert r.status == 400 and "cpus" in await r.text()
-        unknown = {"type": "STATUS_UPDATE", "agent_id": {"value": "nobody"}, "status_update": {
-            "framework_id": {"value": "f"}, "status": {"task_id": {"value": "t"}, "state": "TASK_RUNNING", "uuid": "AAAA"}}}
+        unknown = {
+            "type": "STATUS_UPDATE",
+            "agent_id": {"value": "nobody"},
+            "status_update": {
+                "framework_id": {"value": "f"},
+                "status": {
+                    "task_id": {"value": "t"},
+                    "state": "TASK_RUNNING",
+                    "uuid": "AAAA",
+                },
+            },
+        }
         async with session.post(url, json=unknown) as r:
             assert r.status == 403
         agent = FakeAgent(session, f"http://127.0.0.1:{server.port}")
         await agent.register()
         unknown["agent_id"] = agent.agent_id
-        async with session.post(url, json=unknown, headers={"Mesos-Stream-Id": "stale"}) as r:
+        async with session.post(
+            url, json=unknown, headers={"Mesos-Stream-Id": "stale"}
+        ) as r:
             assert r.status == 403 and "re-register" in await r.text()
-        no_uuid = {"type": "STATUS_UPDATE", "agent_id": agent.agent_id, "status_update": {
-            "framework_id": {"value": "f"}, "status": {"task_id": {"value": "t"}, "state": "TASK_RUNNING"}}}
+        no_uuid = {
+            "type": "STATUS_UPDATE",
+            "agent_id": agent.agent_id,
+            "status_update": {
+                "framework_id": {"value": "f"},
+                "status": {"task_id": {"value": "t"}, "state": "TASK_RUNNING"},
+            },
+        }
         async with session.post(url, json=no_uuid) as r:
             assert r.status == 400 and "uuid" in await r.text()
         async with session.post(url, json={"type": "STATUS_UPDATE"}) as r:
@@ -243,14 +307,28 @@ async def test_restarted_master_recovers_agents_and_frameworks(
         agent = FakeAgent(session, base)
         agent.agent_id = {"value": agent_id}
         task = {
-            "name": "t", "task_id": {"value": "t"}, "framework_id": {"value": framework_id},
-            "agent_id": agent.agent_id, "state": "TASK_RUNNING",
+            "name": "t",
+            "task_id": {"value": "t"},
+            "framework_id": {"value": framework_id},
+            "agent_id": agent.agent_id,
+            "state": "TASK_RUNNING",
             "resources": command_task("x", agent.agent_id)["resources"],
         }
-        await agent.register(tasks=[task], frameworks=[{"user": "root", "name": "survivor", "id": {"value": framework_id}}])
+        await agent.register(
+            tasks=[task],
+            frameworks=[
+                {"user": "root", "name": "survivor", "id": {"value": framework_id}}
+            ],
+        )
         assert agent_id in master.agents and agent_id not in master.recovered_agents
         again = Scheduler(session, base)
-        event = await again.subscribe({"failover_timeout": 3600, "name": "survivor", "id": {"value": framework_id}})
+        event = await again.subscribe(
+            {
+                "failover_timeout": 3600,
+                "name": "survivor",
+                "id": {"value": framework_id},
+            }
+        )
         assert event["type"] == "SUBSCRIBED"
         assert not master.frameworks[framework_id].recovered
         await again.call("RECONCILE", {})
@@ -272,7 +350,10 @@ async def test_agents_that_do_not_reregister_become_unreachable(
         await agent.disconnect()
     agent_id = agent.agent_id["value"]  # type: ignore[index]
     async with running_master(tmp_path, "--agent_reregister_timeout=100ms") as server:
-        await _until(lambda: agent_id in server.master.unreachable_agents, "the agent to be unreachable")
+        await _until(
+            lambda: agent_id in server.master.unreachable_agents,
+            "the agent to be unreachable",
+        )
         assert agent_id not in server.master.recovered_agents
     async with running_master(tmp_path) as server:
         assert agent_id in server.master.unreachable_agents
@@ -291,12 +372,18 @@ async def test_reregistering_agent_is_told_to_shut_down_removed_frameworks(
         await agent.disconnect()
         await scheduler.call("TEARDOWN")
         task = {
-            "name": "t", "task_id": {"value": "t"}, "framework_id": {"value": scheduler.framework_id},
-            "agent_id": agent.agent_id, "state": "TASK_RUNNING",
+            "name": "t",
+            "task_id": {"value": "t"},
+            "framework_id": {"value": scheduler.framework_id},
+            "agent_id": agent.agent_id,
+            "state": "TASK_RUNNING",
         }
         await agent.register(tasks=[task])
         shutdown = await agent.next_event("SHUTDOWN_FRAMEWORK")
-        assert shutdown["shutdown_framework"]["framework_id"]["value"] == scheduler.framework_id
+        assert (
+            shutdown["shutdown_framework"]["framework_id"]["value"]
+            == scheduler.framework_id
+        )
         assert scheduler.framework_id not in server.master.frameworks
         await scheduler.close()
         await agent.disconnect()
@@ -318,14 +405,19 @@ async def test_agent_marked_gone_is_shut_down_and_its_tasks_are_gone(
         status = await scheduler.update("t")
         assert status["state"] == "TASK_GONE_BY_OPERATOR"
         assert status["reason"] == "REASON_AGENT_REMOVED_BY_OPERATOR"
-        assert agent_id in server.master.gone_agents and agent_id not in server.master.agents
+        assert (
+            agent_id in server.master.gone_agents
+            and agent_id not in server.master.agents
+        )
         again = await agent.register()
         assert again["type"] == "SHUTDOWN"
         await scheduler.close()
         await agent.disconnect()
 
 
-async def test_roles_flag_limits_the_roles_frameworks_may_use(tmp_path: Path, session: aiohttp.ClientSession) -> None:
+async def test_roles_flag_limits_the_roles_frameworks_may_use(
+    tmp_path: Path, session: aiohttp.ClientSession
+) -> None:
     async with running_master(tmp_path, "--roles=web") as server:
         base = f"http://127.0.0.1:{server.port}"
         denied = Scheduler(session, base)

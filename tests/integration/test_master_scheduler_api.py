@@ -40,7 +40,10 @@ def base(master: MasterServer) -> str:
 async def test_subscribe_answers_a_recordio_stream_of_json_events(
     master: MasterServer, session: aiohttp.ClientSession
 ) -> None:
-    call = {"type": "SUBSCRIBE", "subscribe": {"framework_info": {"user": "root", "name": "f"}}}
+    call = {
+        "type": "SUBSCRIBE",
+        "subscribe": {"framework_info": {"user": "root", "name": "f"}},
+    }
     async with session.post(f"{base(master)}/api/v1/scheduler", json=call) as response:
         assert response.status == 200
         assert response.headers["Content-Type"].startswith("application/json")
@@ -57,12 +60,16 @@ async def test_subscribe_answers_a_recordio_stream_of_json_events(
     assert subscribed["type"] == "SUBSCRIBED"
     assert subscribed["subscribed"]["heartbeat_interval_seconds"] == pytest.approx(0.1)
     assert subscribed["subscribed"]["master_info"]["port"] == master.port
-    assert subscribed["subscribed"]["framework_id"]["value"].startswith(master.master.id)
-    length2, _, rest2 = rest[int(length):].partition(b"\n")
+    assert subscribed["subscribed"]["framework_id"]["value"].startswith(
+        master.master.id
+    )
+    length2, _, rest2 = rest[int(length) :].partition(b"\n")
     assert json.loads(rest2[: int(length2)]) == {"type": "HEARTBEAT"}
 
 
-async def test_heartbeats_keep_coming(master: MasterServer, session: aiohttp.ClientSession) -> None:
+async def test_heartbeats_keep_coming(
+    master: MasterServer, session: aiohttp.ClientSession
+) -> None:
     scheduler = Scheduler(session, base(master))
     await scheduler.subscribe()
     for _ in range(3):
@@ -77,35 +84,70 @@ async def test_heartbeats_keep_coming(master: MasterServer, session: aiohttp.Cli
         (b"", {}, 400, "Expecting a JSON Call"),
         (b'{"type": "NO_SUCH_CALL"}', {}, 400, "Failed to validate Call"),
         (b'{"type": "SUBSCRIBE"}', {}, 400, "Expecting 'subscribe' to be present"),
-        (b'{"type": "SUBSCRIBE", "subscribe": {"framework_info": {"user": 1}}}', {}, 400, "framework_info.user"),
+        (
+            b'{"type": "SUBSCRIBE", "subscribe": {"framework_info": {"user": 1}}}',
+            {},
+            400,
+            "framework_info.user",
+        ),
         (b'{"type": "TEARDOWN"}', {}, 400, "Expecting 'framework_id' to be present"),
-        (b'{"type": "TEARDOWN", "framework_id": {"value": "nope"}}', {}, 400, "cannot be found"),
-        (b'{"type": "SUBSCRIBE", "subscribe": {"framework_info": {"user": "u", "name": "n"}}}',
-         {"Mesos-Stream-Id": "x"}, 400, "should not include the 'Mesos-Stream-Id'"),
-        (b'{"type": "SUBSCRIBE", "subscribe": {"framework_info": {"user": "u", "name": "n"}}}',
-         {"Accept": "text/html"}, 406, "Accept"),
-        (b'{"type": "TEARDOWN"}', {"Content-Type": "application/x-protobuf"}, 415, "JSON"),
+        (
+            b'{"type": "TEARDOWN", "framework_id": {"value": "nope"}}',
+            {},
+            400,
+            "cannot be found",
+        ),
+        (
+            b'{"type": "SUBSCRIBE", "subscribe": {"framework_info": {"user": "u", "name": "n"}}}',
+            {"Mesos-Stream-Id": "x"},
+            400,
+            "should not include the 'Mesos-Stream-Id'",
+        ),
+        (
+            b'{"type": "SUBSCRIBE", "subscribe": {"framework_info": {"user": "u", "name": "n"}}}',
+            {"Accept": "text/html"},
+            406,
+            "Accept",
+        ),
+        (
+            b'{"type": "TEARDOWN"}',
+            {"Content-Type": "application/x-protobuf"},
+            415,
+            "JSON",
+        ),
     ],
 )
 async def test_malformed_calls_get_4xx_with_a_reason(
-    master: MasterServer, session: aiohttp.ClientSession,
-    body: bytes, headers: dict[str, str], status: int, reason: str,
+    master: MasterServer,
+    session: aiohttp.ClientSession,
+    body: bytes,
+    headers: dict[str, str],
+    status: int,
+    reason: str,
 ) -> None:
     headers = {"Content-Type": "application/json", **headers}
-    async with session.post(f"{base(master)}/api/v1/scheduler", data=body, headers=headers) as response:
+    async with session.post(
+        f"{base(master)}/api/v1/scheduler", data=body, headers=headers
+    ) as response:
         assert response.status == status
         assert reason in await response.text()
 
 
-async def test_only_post_is_allowed(master: MasterServer, session: aiohttp.ClientSession) -> None:
+async def test_only_post_is_allowed(
+    master: MasterServer, session: aiohttp.ClientSession
+) -> None:
     async with session.get(f"{base(master)}/api/v1/scheduler") as response:
         assert response.status == 405
 
 
-async def test_stream_id_is_checked(master: MasterServer, session: aiohttp.ClientSession) -> None:
+async def test_stream_id_is_checked(
+    master: MasterServer, session: aiohttp.ClientSession
+) -> None:
     scheduler = Scheduler(session, base(master))
     await scheduler.subscribe()
-    wrong = await scheduler.call("REVIVE", {}, stream_id="00000000-0000-0000-0000-000000000000")
+    wrong = await scheduler.call(
+        "REVIVE", {}, stream_id="00000000-0000-0000-0000-000000000000"
+    )
     assert wrong.status == 403
     assert "didn't match" in await wrong.text()
     call = {"type": "REVIVE", "framework_id": {"value": scheduler.framework_id}}
@@ -122,10 +164,13 @@ async def test_unknown_fields_are_ignored_and_missing_accept_means_json(
     call = {
         "type": "SUBSCRIBE",
         "no_such_field": 1,
-        "subscribe": {"framework_info": {"user": "u", "name": "n", "future_field": {"x": 1}}},
+        "subscribe": {
+            "framework_info": {"user": "u", "name": "n", "future_field": {"x": 1}}
+        },
     }
     async with session.post(
-        f"{base(master)}/api/v1/scheduler", data=json.dumps(call),
+        f"{base(master)}/api/v1/scheduler",
+        data=json.dumps(call),
         headers={"Content-Type": "application/json", "Accept": ""},
     ) as response:
         assert response.status == 200
@@ -143,7 +188,9 @@ async def test_calls_of_a_disconnected_framework_are_forbidden(
     while framework.connected:
         await asyncio.sleep(0.05)
     call = {"type": "REVIVE", "framework_id": {"value": scheduler.framework_id}}
-    async with session.post(scheduler.url, json=call, headers={"Mesos-Stream-Id": stream_id or ""}) as r:
+    async with session.post(
+        scheduler.url, json=call, headers={"Mesos-Stream-Id": stream_id or ""}
+    ) as r:
         assert r.status == 403
         assert "not subscribed" in await r.text()
 
@@ -164,7 +211,9 @@ async def test_request_and_inverse_offer_calls_are_accepted(
     scheduler = Scheduler(session, base(master))
     await scheduler.subscribe()
     assert (await scheduler.call("REQUEST", {"requests": []})).status == 202
-    assert (await scheduler.call("DECLINE_INVERSE_OFFERS", {"inverse_offer_ids": []})).status == 202
+    assert (
+        await scheduler.call("DECLINE_INVERSE_OFFERS", {"inverse_offer_ids": []})
+    ).status == 202
     await scheduler.close()
 
 
@@ -178,19 +227,26 @@ async def test_unsupported_operations_are_rejected_whole(
     offer = await scheduler.offer()
     response = await scheduler.call(
         "ACCEPT",
-        {"offer_ids": [offer["id"]], "operations": [{"type": "RESERVE", "reserve": {"resources": []}}]},
+        {
+            "offer_ids": [offer["id"]],
+            "operations": [{"type": "RESERVE", "reserve": {"resources": []}}],
+        },
     )
     assert response.status == 400
     assert "RESERVE is not supported" in await response.text()
     # The offer is untouched and still usable.
     response = await scheduler.launch(offer, command_task("t", offer["agent_id"]))
     assert response.status == 202
-    assert (await agent.next_event("RUN_TASK"))["run_task"]["task"]["task_id"]["value"] == "t"
+    assert (await agent.next_event("RUN_TASK"))["run_task"]["task"]["task_id"][
+        "value"
+    ] == "t"
     await scheduler.close()
     await agent.disconnect()
 
 
-async def test_update_framework(master: MasterServer, session: aiohttp.ClientSession) -> None:
+async def test_update_framework(
+    master: MasterServer, session: aiohttp.ClientSession
+) -> None:
     agent = FakeAgent(session, base(master))
     await agent.register()
     scheduler = Scheduler(session, base(master))
@@ -204,19 +260,26 @@ async def test_update_framework(master: MasterServer, session: aiohttp.ClientSes
     event = await agent.next_event("UPDATE_FRAMEWORK")
     assert event["update_framework"]["framework_info"]["name"] == "renamed"
     assert master.master.frameworks[scheduler.framework_id or ""].info.name == "renamed"
-    response = await scheduler.call("UPDATE_FRAMEWORK", {"framework_info": {**info, "user": "other"}})
+    response = await scheduler.call(
+        "UPDATE_FRAMEWORK", {"framework_info": {**info, "user": "other"}}
+    )
     assert response.status == 400
     assert "user" in await response.text()
     await scheduler.close()
     await agent.disconnect()
 
 
-async def test_calls_before_recovery_get_503(tmp_path: Path, session: aiohttp.ClientSession) -> None:
+async def test_calls_before_recovery_get_503(
+    tmp_path: Path, session: aiohttp.ClientSession
+) -> None:
     async with running_master(tmp_path) as server:
         server.master.recovered = False
         async with session.post(
             f"http://127.0.0.1:{server.port}/api/v1/scheduler",
-            json={"type": "SUBSCRIBE", "subscribe": {"framework_info": {"user": "u", "name": "n"}}},
+            json={
+                "type": "SUBSCRIBE",
+                "subscribe": {"framework_info": {"user": "u", "name": "n"}},
+            },
         ) as response:
             assert response.status == 503
         server.master.recovered = True

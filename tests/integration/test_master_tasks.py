@@ -49,7 +49,8 @@ async def test_offer_has_the_agents_resources_and_address(
     assert offer["agent_id"] == agent.agent_id
     assert offer["hostname"] == "agent.test"
     assert offer["url"] == {
-        "scheme": "http", "address": {"hostname": "agent.test", "ip": "127.0.0.1", "port": 5051},
+        "scheme": "http",
+        "address": {"hostname": "agent.test", "ip": "127.0.0.1", "port": 5051},
         "path": "/slave(1)",
     }
     assert offer["allocation_info"] == {"role": "*"}
@@ -74,35 +75,60 @@ async def test_launch_update_and_acknowledge(
     record = master.master.frameworks[scheduler.framework_id or ""].tasks["t1"]
     assert record.state.value == "TASK_STAGING" and record.statuses == []
 
-    running = await agent.send_status(scheduler.framework_id or "", "t1", "TASK_RUNNING", data="eA==")
+    running = await agent.send_status(
+        scheduler.framework_id or "", "t1", "TASK_RUNNING", data="eA=="
+    )
     status = await scheduler.update("t1")
     assert status["state"] == "TASK_RUNNING" and status["uuid"] == running
     assert status["agent_id"] == agent.agent_id
     assert [s.state.value for s in record.statuses] == ["TASK_RUNNING"]
     assert record.statuses[0].data is None  # kept without data, as Mesos does
 
-    assert (await scheduler.call("ACKNOWLEDGE", {
-        "agent_id": agent.agent_id, "task_id": {"value": "t1"}, "uuid": running,
-    })).status == 202
+    assert (
+        await scheduler.call(
+            "ACKNOWLEDGE",
+            {
+                "agent_id": agent.agent_id,
+                "task_id": {"value": "t1"},
+                "uuid": running,
+            },
+        )
+    ).status == 202
     ack = (await agent.next_event("ACKNOWLEDGE"))["acknowledge"]
-    assert ack == {"framework_id": {"value": scheduler.framework_id}, "task_id": {"value": "t1"}, "uuid": running}
+    assert ack == {
+        "framework_id": {"value": scheduler.framework_id},
+        "task_id": {"value": "t1"},
+        "uuid": running,
+    }
 
-    finished = await agent.send_status(scheduler.framework_id or "", "t1", "TASK_FINISHED")
+    finished = await agent.send_status(
+        scheduler.framework_id or "", "t1", "TASK_FINISHED"
+    )
     assert (await scheduler.update("t1"))["state"] == "TASK_FINISHED"
     framework = master.master.frameworks[scheduler.framework_id or ""]
     assert "t1" in framework.tasks  # until the terminal update is acknowledged
-    await scheduler.call("ACKNOWLEDGE", {"agent_id": agent.agent_id, "task_id": {"value": "t1"}, "uuid": finished})
+    await scheduler.call(
+        "ACKNOWLEDGE",
+        {"agent_id": agent.agent_id, "task_id": {"value": "t1"}, "uuid": finished},
+    )
     await agent.next_event("ACKNOWLEDGE")
     assert "t1" not in framework.tasks
     assert [t.task_id.value for t in framework.completed_tasks] == ["t1"]
     assert master.master.counters["master/tasks_finished"] == 1
 
 
-async def test_acknowledge_with_a_bad_uuid_is_rejected(cluster: tuple[Scheduler, FakeAgent]) -> None:
+async def test_acknowledge_with_a_bad_uuid_is_rejected(
+    cluster: tuple[Scheduler, FakeAgent],
+) -> None:
     scheduler, agent = cluster
-    response = await scheduler.call("ACKNOWLEDGE", {
-        "agent_id": agent.agent_id, "task_id": {"value": "t1"}, "uuid": "AAAA",
-    })
+    response = await scheduler.call(
+        "ACKNOWLEDGE",
+        {
+            "agent_id": agent.agent_id,
+            "task_id": {"value": "t1"},
+            "uuid": "AAAA",
+        },
+    )
     assert response.status == 400
     assert "uuid" in await response.text()
 
@@ -114,21 +140,37 @@ async def test_latest_state_runs_ahead_of_the_forwarded_update(
     offer = await scheduler.offer()
     await scheduler.launch(offer, command_task("t1", offer["agent_id"]))
     await agent.next_event("RUN_TASK")
-    status = {"task_id": {"value": "t1"}, "state": "TASK_RUNNING", "uuid": "AAAAAAAAAAAAAAAAAAAAAA=="}
-    await agent.call("STATUS_UPDATE", {
-        "framework_id": {"value": scheduler.framework_id}, "status": status, "latest_state": "TASK_FAILED",
-    })
+    status = {
+        "task_id": {"value": "t1"},
+        "state": "TASK_RUNNING",
+        "uuid": "AAAAAAAAAAAAAAAAAAAAAA==",
+    }
+    await agent.call(
+        "STATUS_UPDATE",
+        {
+            "framework_id": {"value": scheduler.framework_id},
+            "status": status,
+            "latest_state": "TASK_FAILED",
+        },
+    )
     await scheduler.update("t1")
     task = master.master.frameworks[scheduler.framework_id or ""].tasks["t1"]
     assert task.state.value == "TASK_FAILED"
-    assert task.status_update_state is not None and task.status_update_state.value == "TASK_RUNNING"
+    assert (
+        task.status_update_state is not None
+        and task.status_update_state.value == "TASK_RUNNING"
+    )
 
 
-async def test_invalid_tasks_get_task_error(cluster: tuple[Scheduler, FakeAgent]) -> None:
+async def test_invalid_tasks_get_task_error(
+    cluster: tuple[Scheduler, FakeAgent],
+) -> None:
     scheduler, agent = cluster
     offer = await scheduler.offer()
     aid = offer["agent_id"]
-    both = command_task("both", aid, executor={"executor_id": {"value": "e"}, "command": {"value": "x"}})
+    both = command_task(
+        "both", aid, executor={"executor_id": {"value": "e"}, "command": {"value": "x"}}
+    )
     greedy = command_task("greedy", aid, cpus=100)
     neither = {**command_task("neither", aid)}
     del neither["command"]
@@ -151,7 +193,9 @@ async def test_invalid_tasks_get_task_error(cluster: tuple[Scheduler, FakeAgent]
     assert run["task"]["task_id"]["value"] == "dup"
 
 
-async def test_invalid_offers_lose_the_tasks(master: MasterServer, cluster: tuple[Scheduler, FakeAgent]) -> None:
+async def test_invalid_offers_lose_the_tasks(
+    master: MasterServer, cluster: tuple[Scheduler, FakeAgent]
+) -> None:
     scheduler, _ = cluster
     offer = await scheduler.offer()
     stale = {**offer, "id": {"value": "no-such-offer"}}
@@ -180,19 +224,33 @@ async def test_unused_resources_are_offered_again_and_decline_filters(
 ) -> None:
     scheduler, agent = cluster
     offer = await scheduler.offer()
-    await scheduler.launch(offer, command_task("t", offer["agent_id"], cpus=0.5), filters={"refuse_seconds": 0})
+    await scheduler.launch(
+        offer,
+        command_task("t", offer["agent_id"], cpus=0.5),
+        filters={"refuse_seconds": 0},
+    )
     await agent.next_event("RUN_TASK")
     again = await scheduler.offer()
-    cpus = {r["name"]: r["scalar"]["value"] for r in again["resources"] if r["type"] == "SCALAR"}["cpus"]
+    cpus = {
+        r["name"]: r["scalar"]["value"]
+        for r in again["resources"]
+        if r["type"] == "SCALAR"
+    }["cpus"]
     assert cpus == 1.5  # exact arithmetic: 2 - 0.5
-    assert (await scheduler.call("DECLINE", {"offer_ids": [again["id"]], "filters": {"refuse_seconds": 3600}})).status == 202
+    assert (
+        await scheduler.call(
+            "DECLINE", {"offer_ids": [again["id"]], "filters": {"refuse_seconds": 3600}}
+        )
+    ).status == 202
     assert again["id"]["value"] not in master.master.offers
     assert (await scheduler.call("REVIVE", {})).status == 202
     revived = await scheduler.offer()
     assert revived["id"] != again["id"]
 
 
-async def test_suppress_and_revive_roles(master: MasterServer, cluster: tuple[Scheduler, FakeAgent]) -> None:
+async def test_suppress_and_revive_roles(
+    master: MasterServer, cluster: tuple[Scheduler, FakeAgent]
+) -> None:
     scheduler, _ = cluster
     offer = await scheduler.offer()
     assert (await scheduler.call("SUPPRESS", {"roles": ["*"]})).status == 202
@@ -200,14 +258,19 @@ async def test_suppress_and_revive_roles(master: MasterServer, cluster: tuple[Sc
     assert framework.suppressed_roles == {"*"}
     bad = await scheduler.call("SUPPRESS", {"roles": ["other"]})
     assert bad.status == 400 and "not subscribed to role" in await bad.text()
-    await scheduler.call("DECLINE", {"offer_ids": [offer["id"]], "filters": {"refuse_seconds": 0}})
+    await scheduler.call(
+        "DECLINE", {"offer_ids": [offer["id"]], "filters": {"refuse_seconds": 0}}
+    )
     assert (await scheduler.call("REVIVE", {"roles": ["*"]})).status == 202
     assert framework.suppressed_roles == set()
     await scheduler.offer()
 
 
 async def test_offer_timeout_rescinds(tmp_path: Path) -> None:
-    async with running_master(tmp_path, "--offer_timeout=100ms") as server, aiohttp.ClientSession() as session:
+    async with (
+        running_master(tmp_path, "--offer_timeout=100ms") as server,
+        aiohttp.ClientSession() as session,
+    ):
         base = f"http://127.0.0.1:{server.port}"
         agent = FakeAgent(session, base)
         await agent.register()
@@ -220,34 +283,55 @@ async def test_offer_timeout_rescinds(tmp_path: Path) -> None:
         await agent.disconnect()
 
 
-async def test_kill_known_and_unknown_tasks(cluster: tuple[Scheduler, FakeAgent]) -> None:
+async def test_kill_known_and_unknown_tasks(
+    cluster: tuple[Scheduler, FakeAgent],
+) -> None:
     scheduler, agent = cluster
     offer = await scheduler.offer()
     await scheduler.launch(offer, command_task("t", offer["agent_id"]))
     await agent.next_event("RUN_TASK")
     policy = {"grace_period": {"nanoseconds": 1000}}
-    assert (await scheduler.call("KILL", {"task_id": {"value": "t"}, "kill_policy": policy})).status == 202
+    assert (
+        await scheduler.call("KILL", {"task_id": {"value": "t"}, "kill_policy": policy})
+    ).status == 202
     kill = (await agent.next_event("KILL_TASK"))["kill_task"]
-    assert kill == {"framework_id": {"value": scheduler.framework_id}, "task_id": {"value": "t"}, "kill_policy": policy}
+    assert kill == {
+        "framework_id": {"value": scheduler.framework_id},
+        "task_id": {"value": "t"},
+        "kill_policy": policy,
+    }
     await scheduler.call("KILL", {"task_id": {"value": "ghost"}})
     status = await scheduler.update("ghost")
-    assert status["state"] == "TASK_LOST" and status["reason"] == "REASON_RECONCILIATION"
+    assert (
+        status["state"] == "TASK_LOST" and status["reason"] == "REASON_RECONCILIATION"
+    )
     assert "uuid" not in status
 
 
-async def test_reconcile_explicit_and_implicit(master: MasterServer, cluster: tuple[Scheduler, FakeAgent]) -> None:
+async def test_reconcile_explicit_and_implicit(
+    master: MasterServer, cluster: tuple[Scheduler, FakeAgent]
+) -> None:
     scheduler, agent = cluster
     offer = await scheduler.offer()
-    await scheduler.launch(offer, command_task("a", offer["agent_id"]), command_task("b", offer["agent_id"]))
+    await scheduler.launch(
+        offer,
+        command_task("a", offer["agent_id"]),
+        command_task("b", offer["agent_id"]),
+    )
     await agent.next_event("RUN_TASK")
     await agent.next_event("RUN_TASK")
     await agent.send_status(scheduler.framework_id or "", "a", "TASK_RUNNING")
     await scheduler.update("a")
-    await scheduler.call("RECONCILE", {"tasks": [
-        {"task_id": {"value": "a"}},
-        {"task_id": {"value": "x"}, "agent_id": agent.agent_id},
-        {"task_id": {"value": "y"}, "agent_id": {"value": "unknown-agent"}},
-    ]})
+    await scheduler.call(
+        "RECONCILE",
+        {
+            "tasks": [
+                {"task_id": {"value": "a"}},
+                {"task_id": {"value": "x"}, "agent_id": agent.agent_id},
+                {"task_id": {"value": "y"}, "agent_id": {"value": "unknown-agent"}},
+            ]
+        },
+    )
     states = {}
     for _ in range(3):
         status = await scheduler.update()
@@ -262,15 +346,22 @@ async def test_reconcile_explicit_and_implicit(master: MasterServer, cluster: tu
     assert implicit == {"a": "TASK_RUNNING", "b": "TASK_STAGING"}
 
 
-async def test_partition_aware_reconciliation_states(master: MasterServer, cluster: tuple[Scheduler, FakeAgent]) -> None:
+async def test_partition_aware_reconciliation_states(
+    master: MasterServer, cluster: tuple[Scheduler, FakeAgent]
+) -> None:
     _, agent = cluster
     async with aiohttp.ClientSession() as session:
         scheduler = Scheduler(session, f"http://127.0.0.1:{master.port}")
         await scheduler.subscribe({"capabilities": [{"type": "PARTITION_AWARE"}]})
-        await scheduler.call("RECONCILE", {"tasks": [
-            {"task_id": {"value": "x"}, "agent_id": agent.agent_id},
-            {"task_id": {"value": "y"}},
-        ]})
+        await scheduler.call(
+            "RECONCILE",
+            {
+                "tasks": [
+                    {"task_id": {"value": "x"}, "agent_id": agent.agent_id},
+                    {"task_id": {"value": "y"}},
+                ]
+            },
+        )
         got = {}
         for _ in range(2):
             status = await scheduler.update()
@@ -284,8 +375,12 @@ async def test_messages_shutdown_and_executor_failure(
 ) -> None:
     scheduler, agent = cluster
     offer = await scheduler.offer()
-    executor = {"executor_id": {"value": "e"}, "command": {"value": "run-executor"}, "type": "CUSTOM",
-                "resources": [scalar("cpus", 0.1), scalar("mem", 32)]}
+    executor = {
+        "executor_id": {"value": "e"},
+        "command": {"value": "run-executor"},
+        "type": "CUSTOM",
+        "resources": [scalar("cpus", 0.1), scalar("mem", 32)],
+    }
     task = command_task("t", offer["agent_id"], executor=executor)
     del task["command"]
     await scheduler.launch(offer, task)
@@ -293,32 +388,66 @@ async def test_messages_shutdown_and_executor_failure(
     assert run["task"]["executor"]["framework_id"]["value"] == scheduler.framework_id
     framework_id = {"value": scheduler.framework_id}
 
-    await scheduler.call("MESSAGE", {"agent_id": agent.agent_id, "executor_id": {"value": "e"}, "data": "aGk="})
+    await scheduler.call(
+        "MESSAGE",
+        {"agent_id": agent.agent_id, "executor_id": {"value": "e"}, "data": "aGk="},
+    )
     message = (await agent.next_event("FRAMEWORK_MESSAGE"))["framework_message"]
-    assert message == {"framework_id": framework_id, "executor_id": {"value": "e"}, "data": "aGk="}
+    assert message == {
+        "framework_id": framework_id,
+        "executor_id": {"value": "e"},
+        "data": "aGk=",
+    }
 
-    await agent.call("EXECUTOR_MESSAGE", {"framework_id": framework_id, "executor_id": {"value": "e"}, "data": "eW8="})
+    await agent.call(
+        "EXECUTOR_MESSAGE",
+        {"framework_id": framework_id, "executor_id": {"value": "e"}, "data": "eW8="},
+    )
     event = await scheduler.next_event("MESSAGE", skip=("HEARTBEAT", "OFFERS"))
-    assert event["message"] == {"agent_id": agent.agent_id, "executor_id": {"value": "e"}, "data": "eW8="}
+    assert event["message"] == {
+        "agent_id": agent.agent_id,
+        "executor_id": {"value": "e"},
+        "data": "eW8=",
+    }
 
-    await scheduler.call("SHUTDOWN", {"executor_id": {"value": "e"}, "agent_id": agent.agent_id})
+    await scheduler.call(
+        "SHUTDOWN", {"executor_id": {"value": "e"}, "agent_id": agent.agent_id}
+    )
     shutdown = (await agent.next_event("SHUTDOWN_EXECUTOR"))["shutdown_executor"]
     assert shutdown == {"framework_id": framework_id, "executor_id": {"value": "e"}}
 
-    await agent.call("EXITED_EXECUTOR", {"framework_id": framework_id, "executor_id": {"value": "e"}, "status": 256})
-    failure = (await scheduler.next_event("FAILURE", skip=("HEARTBEAT", "OFFERS")))["failure"]
-    assert failure == {"agent_id": agent.agent_id, "executor_id": {"value": "e"}, "status": 256}
+    await agent.call(
+        "EXITED_EXECUTOR",
+        {"framework_id": framework_id, "executor_id": {"value": "e"}, "status": 256},
+    )
+    failure = (await scheduler.next_event("FAILURE", skip=("HEARTBEAT", "OFFERS")))[
+        "failure"
+    ]
+    assert failure == {
+        "agent_id": agent.agent_id,
+        "executor_id": {"value": "e"},
+        "status": 256,
+    }
     assert not master.master.agents[agent.agent_id["value"]].executors  # type: ignore[index]
 
 
-def _group(agent_id: Any, *, disk: float = 10, tasks: int = 2, **task_extra: Any) -> dict[str, Any]:
+def _group(
+    agent_id: Any, *, disk: float = 10, tasks: int = 2, **task_extra: Any
+) -> dict[str, Any]:
     executor = {
-        "executor_id": {"value": "default"}, "type": "DEFAULT",
-        "resources": [scalar("cpus", 0.1), scalar("mem", 32)] + ([scalar("disk", disk)] if disk else []),
+        "executor_id": {"value": "default"},
+        "type": "DEFAULT",
+        "resources": [scalar("cpus", 0.1), scalar("mem", 32)]
+        + ([scalar("disk", disk)] if disk else []),
     }
-    return {"executor": executor, "task_group": {"tasks": [
-        {**command_task(f"g{i}", agent_id), **task_extra} for i in range(tasks)
-    ]}}
+    return {
+        "executor": executor,
+        "task_group": {
+            "tasks": [
+                {**command_task(f"g{i}", agent_id), **task_extra} for i in range(tasks)
+            ]
+        },
+    }
 
 
 async def test_launch_group_goes_to_the_agent_whole(
@@ -326,25 +455,52 @@ async def test_launch_group_goes_to_the_agent_whole(
 ) -> None:
     scheduler, agent = cluster
     offer = await scheduler.offer()
-    await scheduler.call("ACCEPT", {"offer_ids": [offer["id"]], "operations": [
-        {"type": "LAUNCH_GROUP", "launch_group": _group(offer["agent_id"])},
-    ]})
+    await scheduler.call(
+        "ACCEPT",
+        {
+            "offer_ids": [offer["id"]],
+            "operations": [
+                {"type": "LAUNCH_GROUP", "launch_group": _group(offer["agent_id"])},
+            ],
+        },
+    )
     group = (await agent.next_event("RUN_TASK_GROUP"))["run_task_group"]
     assert group["executor_info"]["executor_id"] == {"value": "default"}
     assert group["executor_info"]["framework_id"] == {"value": scheduler.framework_id}
     assert [t["task_id"]["value"] for t in group["task_group"]["tasks"]] == ["g0", "g1"]
-    assert all(t["executor"]["executor_id"] == {"value": "default"} for t in group["task_group"]["tasks"])
+    assert all(
+        t["executor"]["executor_id"] == {"value": "default"}
+        for t in group["task_group"]["tasks"]
+    )
     framework = master.master.frameworks[scheduler.framework_id or ""]
-    assert {t.executor_id.value for t in framework.tasks.values() if t.executor_id} == {"default"}
+    assert {t.executor_id.value for t in framework.tasks.values() if t.executor_id} == {
+        "default"
+    }
 
 
-async def test_invalid_launch_group_fails_whole(cluster: tuple[Scheduler, FakeAgent]) -> None:
+async def test_invalid_launch_group_fails_whole(
+    cluster: tuple[Scheduler, FakeAgent],
+) -> None:
     scheduler, agent = cluster
     offer = await scheduler.offer()
-    await scheduler.call("ACCEPT", {"offer_ids": [offer["id"]], "operations": [
-        {"type": "LAUNCH_GROUP", "launch_group": _group(offer["agent_id"], disk=0)},
-        {"type": "LAUNCH", "launch": {"task_infos": [command_task("after", offer["agent_id"])]}},
-    ]})
+    await scheduler.call(
+        "ACCEPT",
+        {
+            "offer_ids": [offer["id"]],
+            "operations": [
+                {
+                    "type": "LAUNCH_GROUP",
+                    "launch_group": _group(offer["agent_id"], disk=0),
+                },
+                {
+                    "type": "LAUNCH",
+                    "launch": {
+                        "task_infos": [command_task("after", offer["agent_id"])]
+                    },
+                },
+            ],
+        },
+    )
     for _ in range(2):
         status = await scheduler.update()
         assert status["state"] == "TASK_ERROR"
@@ -376,5 +532,7 @@ async def test_observers_see_tasks_agents_and_frameworks(master: MasterServer) -
     kinds = [kind for kind, _ in seen]
     assert kinds[:4] == ["AGENT_ADDED", "FRAMEWORK_ADDED", "TASK_ADDED", "TASK_UPDATED"]
     assert "FRAMEWORK_REMOVED" in kinds
-    framework_id, status, state = seen[3][1]
-    assert framework_id.value == scheduler.framework_id and state.value == "TASK_RUNNING"
+    framework_id, _status, state = seen[3][1]
+    assert (
+        framework_id.value == scheduler.framework_id and state.value == "TASK_RUNNING"
+    )

@@ -58,14 +58,14 @@ class Agent:
         for framework_id, tasks in self.tasks.items():
             for task in tasks.values():
                 if not task.state.terminal:
-                    used[framework_id] = used.get(framework_id, Resources()) + Resources.from_list(
-                        task.resources
-                    )
+                    used[framework_id] = used.get(
+                        framework_id, Resources()
+                    ) + Resources.from_list(task.resources)
         for framework_id, executors in self.executors.items():
             for executor in executors.values():
-                used[framework_id] = used.get(framework_id, Resources()) + Resources.from_list(
-                    executor.resources
-                )
+                used[framework_id] = used.get(
+                    framework_id, Resources()
+                ) + Resources.from_list(executor.resources)
         return used
 
     def offered_resources(self) -> Resources:
@@ -88,9 +88,13 @@ class Agent:
         return executor_id in self.executors.get(framework_id, {})
 
     def add_executor(self, framework_id: str, executor: ExecutorInfo) -> None:
-        self.executors.setdefault(framework_id, {})[executor.executor_id.value] = executor
+        self.executors.setdefault(framework_id, {})[executor.executor_id.value] = (
+            executor
+        )
 
-    def remove_executor(self, framework_id: str, executor_id: str) -> ExecutorInfo | None:
+    def remove_executor(
+        self, framework_id: str, executor_id: str
+    ) -> ExecutorInfo | None:
         executors = self.executors.get(framework_id, {})
         executor = executors.pop(executor_id, None)
         if not executors:

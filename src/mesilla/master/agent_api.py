@@ -47,7 +47,9 @@ def _validate(call: internal.AgentCall) -> None:
         try:
             Resources.from_list(call.register.agent_info.resources)
         except ResourcesError as exc:
-            raise BadRequest(f"Invalid 'register.agent_info.resources': {exc}") from None
+            raise BadRequest(
+                f"Invalid 'register.agent_info.resources': {exc}"
+            ) from None
     if call.status_update is not None and call.status_update.status.uuid is None:
         raise BadRequest("Expecting 'status_update.status.uuid' to be present")
 
@@ -65,8 +67,13 @@ async def agent_call(request: web.Request, master: Master) -> web.StreamResponse
     agent = master.agents.get(call.agent_id.value)
     if agent is None:
         raise Forbidden(f"Agent {call.agent_id.value} is not registered: send REGISTER")
-    if request.headers.get(STREAM_ID_HEADER) != agent.stream_id or agent.stream_id is None:
-        raise Forbidden(f"'{STREAM_ID_HEADER}' does not match agent {agent.id}'s stream: re-register")
+    if (
+        request.headers.get(STREAM_ID_HEADER) != agent.stream_id
+        or agent.stream_id is None
+    ):
+        raise Forbidden(
+            f"'{STREAM_ID_HEADER}' does not match agent {agent.id}'s stream: re-register"
+        )
     if call.status_update is not None:
         await master.status_update(agent, call.status_update)
     elif call.executor_message is not None:
@@ -78,10 +85,14 @@ async def agent_call(request: web.Request, master: Master) -> web.StreamResponse
     return web.Response(status=202)
 
 
-async def _register(request: web.Request, master: Master, call: internal.Register) -> web.StreamResponse:
+async def _register(
+    request: web.Request, master: Master, call: internal.Register
+) -> web.StreamResponse:
     stream_id = str(uuid.uuid4())
     stream = await EventStream.open(request, headers={STREAM_ID_HEADER: stream_id})
-    agent = await master.register_agent(stream, stream_id, call, request.remote or "127.0.0.1")
+    agent = await master.register_agent(
+        stream, stream_id, call, request.remote or "127.0.0.1"
+    )
     if agent is not None:
         await hold(request, stream)
         master.agent_disconnected(agent, stream_id)

@@ -32,7 +32,11 @@ class AgentsMixin(MasterBase):
     # --- registration -------------------------------------------------------------------
 
     async def register_agent(
-        self, stream: EventStream, stream_id: str, call: internal.Register, remote_ip: str
+        self,
+        stream: EventStream,
+        stream_id: str,
+        call: internal.Register,
+        remote_ip: str,
     ) -> Agent | None:
         """REGISTER on an open stream; returns the agent, or None if it was told to shut down."""
         info = call.agent_info
@@ -50,7 +54,9 @@ class AgentsMixin(MasterBase):
                 await stream.send(
                     internal.AgentEvent(
                         type=internal.AgentEventType.SHUTDOWN,
-                        shutdown=internal.Shutdown(message=f"Agent {agent_id} has been marked gone"),
+                        shutdown=internal.Shutdown(
+                            message=f"Agent {agent_id} has been marked gone"
+                        ),
                     )
                 )
                 stream.close()
@@ -83,7 +89,9 @@ class AgentsMixin(MasterBase):
         log.info("agent %s (%s) registered at %s", agent.id, agent.hostname, pid)
         return agent
 
-    def _add_agent(self, info: internal.AgentInfo, pid: str, call: internal.Register) -> Agent:
+    def _add_agent(
+        self, info: internal.AgentInfo, pid: str, call: internal.Register
+    ) -> Agent:
         assert info.id is not None
         agent = Agent(
             id=info.id.value,
@@ -105,13 +113,17 @@ class AgentsMixin(MasterBase):
         does not know (after a master restart, or tasks that were unreachable)."""
         frameworks = {f.id.value: f for f in call.frameworks if f.id is not None}
         for executor in call.executor_infos:
-            framework_id = executor.framework_id.value if executor.framework_id else None
+            framework_id = (
+                executor.framework_id.value if executor.framework_id else None
+            )
             if framework_id is None or self.is_completed_framework(framework_id):
                 continue
             if not agent.has_executor(framework_id, executor.executor_id.value):
                 framework = self._framework_for(framework_id, frameworks)
                 agent.add_executor(framework.id, executor)
-                framework.executors.setdefault(agent.id, {})[executor.executor_id.value] = executor
+                framework.executors.setdefault(agent.id, {})[
+                    executor.executor_id.value
+                ] = executor
         for task in call.tasks:
             framework_id = task.framework_id.value
             if task.state.terminal or self.is_completed_framework(framework_id):
@@ -125,10 +137,14 @@ class AgentsMixin(MasterBase):
             agent.add_task(record)
             self.notify("TASK_ADDED", record)
 
-    async def _shutdown_completed_frameworks(self, agent: Agent, call: internal.Register) -> None:
+    async def _shutdown_completed_frameworks(
+        self, agent: Agent, call: internal.Register
+    ) -> None:
         """Frameworks removed while the agent was away must not keep running there."""
         reported = {t.framework_id.value for t in call.tasks} | {
-            e.framework_id.value for e in call.executor_infos if e.framework_id is not None
+            e.framework_id.value
+            for e in call.executor_infos
+            if e.framework_id is not None
         }
         for framework_id in sorted(reported):
             if self.is_completed_framework(framework_id):
@@ -141,10 +157,14 @@ class AgentsMixin(MasterBase):
                     )
                 )
 
-    def _framework_for(self, framework_id: str, reported: dict[str, internal.FrameworkInfo]) -> Framework:
+    def _framework_for(
+        self, framework_id: str, reported: dict[str, internal.FrameworkInfo]
+    ) -> Framework:
         framework = self.frameworks.get(framework_id)
         if framework is None:
-            info = reported.get(framework_id) or internal.FrameworkInfo(id=FrameworkID(value=framework_id))
+            info = reported.get(framework_id) or internal.FrameworkInfo(
+                id=FrameworkID(value=framework_id)
+            )
             framework = self._recover_framework(framework_id, info)
         return framework
 
@@ -172,7 +192,11 @@ class AgentsMixin(MasterBase):
                 if task.state.terminal:
                     continue
                 # The agent never got it or forgot it: Mesos's agent answers such tasks the same way.
-                state = TaskState.TASK_DROPPED if framework.partition_aware else TaskState.TASK_LOST
+                state = (
+                    TaskState.TASK_DROPPED
+                    if framework.partition_aware
+                    else TaskState.TASK_LOST
+                )
                 status = master_status(
                     task.task_id.value,
                     state,
@@ -192,7 +216,12 @@ class AgentsMixin(MasterBase):
             for offer in list(agent.offers.values()):
                 self.remove_offer(offer, rescind=True, recover=False)
             self.allocator.remove_agent(agent.id)
-            self.allocator.add_agent(agent.id, agent.hostname, agent.total_resources, used=agent.used_resources())
+            self.allocator.add_agent(
+                agent.id,
+                agent.hostname,
+                agent.total_resources,
+                used=agent.used_resources(),
+            )
         self.allocator.activate_agent(agent.id)
         return agent
 
@@ -209,7 +238,11 @@ class AgentsMixin(MasterBase):
     # --- disconnection and unreachability ---------------------------------------------------
 
     def agent_disconnected(self, agent: Agent, stream_id: str) -> None:
-        if agent.stream_id != stream_id or self.agents.get(agent.id) is not agent or self.stopping:
+        if (
+            agent.stream_id != stream_id
+            or self.agents.get(agent.id) is not agent
+            or self.stopping
+        ):
             return
         self._close_agent_stream(agent)
         agent.connected = agent.active = False
@@ -217,7 +250,11 @@ class AgentsMixin(MasterBase):
         for offer in list(agent.offers.values()):
             self.remove_offer(offer, rescind=True)
         timeout = self.flags.agent_ping_timeout * self.flags.max_agent_ping_timeouts
-        log.info("agent %s disconnected; unreachable in %ss unless it comes back", agent.id, timeout)
+        log.info(
+            "agent %s disconnected; unreachable in %ss unless it comes back",
+            agent.id,
+            timeout,
+        )
         self.counters["master/slave_unreachable_scheduled"] += 1
         agent.unreachable_timer = asyncio.get_running_loop().call_later(
             timeout, lambda: self.spawn(self.mark_unreachable(agent))
@@ -232,12 +269,19 @@ class AgentsMixin(MasterBase):
         self.counters["master/slave_removals"] += 1
         self.unreachable_agents[agent.id] = now
         await self._remove_agent(
-            agent, TaskState.TASK_UNREACHABLE, Reason.REASON_AGENT_REMOVED,
-            f"Agent {agent.hostname} is unreachable", unreachable_time=now,
+            agent,
+            TaskState.TASK_UNREACHABLE,
+            Reason.REASON_AGENT_REMOVED,
+            f"Agent {agent.hostname} is unreachable",
+            unreachable_time=now,
         )
 
     async def _remove_agent(
-        self, agent: Agent, state: TaskState, reason: Reason, message: str,
+        self,
+        agent: Agent,
+        state: TaskState,
+        reason: Reason,
+        message: str,
         unreachable_time: float | None = None,
     ) -> None:
         """Takes an agent out of the cluster; its tasks go `state` (TASK_LOST for frameworks not PARTITION_AWARE)."""
@@ -249,7 +293,9 @@ class AgentsMixin(MasterBase):
             if framework is None:
                 continue
             for task in list(tasks.values()):
-                await self._lose_task(framework, task, state, reason, message, unreachable_time)
+                await self._lose_task(
+                    framework, task, state, reason, message, unreachable_time
+                )
         for framework_id, executors in agent.executors.items():
             framework = self.frameworks.get(framework_id)
             if framework is not None:
@@ -259,7 +305,12 @@ class AgentsMixin(MasterBase):
         self.notify("AGENT_REMOVED", agent.id)
 
     async def _lose_task(
-        self, framework: Framework, task: Task, state: TaskState, reason: Reason, message: str,
+        self,
+        framework: Framework,
+        task: Task,
+        state: TaskState,
+        reason: Reason,
+        message: str,
         unreachable_time: float | None,
     ) -> None:
         unreachable = state is TaskState.TASK_UNREACHABLE
@@ -267,11 +318,17 @@ class AgentsMixin(MasterBase):
         if not was_terminal:
             sent = state if framework.partition_aware else TaskState.TASK_LOST
             status = master_status(
-                task.task_id.value, sent, reason, message,
-                agent_id=task.agent_id.value, executor_id=task.executor_id,
+                task.task_id.value,
+                sent,
+                reason,
+                message,
+                agent_id=task.agent_id.value,
+                executor_id=task.executor_id,
                 unreachable_time=unreachable_time,
             )
-            self.update_task(task, status, state if unreachable else None, recover=False)
+            self.update_task(
+                task, status, state if unreachable else None, recover=False
+            )
             await self.forward_update(framework, status)
         self.remove_task(task, unreachable=unreachable and not was_terminal)
 
@@ -283,14 +340,20 @@ class AgentsMixin(MasterBase):
             del self.recovered_agents[agent_id]
             self.unreachable_agents[agent_id] = now
             self.counters["master/recovery_slave_removals"] += 1
-            log.info("agent %s did not re-register after master failover: unreachable", agent_id)
+            log.info(
+                "agent %s did not re-register after master failover: unreachable",
+                agent_id,
+            )
 
     async def unregister_agent(self, agent: Agent) -> None:
         """UNREGISTER: the agent is leaving for good (its tasks are lost)."""
         await self.registry.remove_agent(agent.id)
         self.counters["master/slave_removals"] += 1
         await self._remove_agent(
-            agent, TaskState.TASK_LOST, Reason.REASON_AGENT_REMOVED, f"Agent {agent.hostname} removed"
+            agent,
+            TaskState.TASK_LOST,
+            Reason.REASON_AGENT_REMOVED,
+            f"Agent {agent.hostname} removed",
         )
 
     async def mark_agent_gone(self, agent_id: str) -> None:
@@ -307,23 +370,37 @@ class AgentsMixin(MasterBase):
             await agent.send(
                 internal.AgentEvent(
                     type=internal.AgentEventType.SHUTDOWN,
-                    shutdown=internal.Shutdown(message="Agent marked gone by the operator"),
+                    shutdown=internal.Shutdown(
+                        message="Agent marked gone by the operator"
+                    ),
                 )
             )
             await self._remove_agent(
-                agent, TaskState.TASK_GONE_BY_OPERATOR, Reason.REASON_AGENT_REMOVED_BY_OPERATOR,
+                agent,
+                TaskState.TASK_GONE_BY_OPERATOR,
+                Reason.REASON_AGENT_REMOVED_BY_OPERATOR,
                 f"Agent {agent.hostname} marked gone by the operator",
             )
         for framework in self.frameworks.values():
-            for task in [t for t in framework.unreachable_tasks.values() if t.agent_id.value == agent_id]:
+            for task in [
+                t
+                for t in framework.unreachable_tasks.values()
+                if t.agent_id.value == agent_id
+            ]:
                 await self._lose_task(
-                    framework, task, TaskState.TASK_GONE_BY_OPERATOR,
-                    Reason.REASON_AGENT_REMOVED_BY_OPERATOR, "Agent marked gone by the operator", None,
+                    framework,
+                    task,
+                    TaskState.TASK_GONE_BY_OPERATOR,
+                    Reason.REASON_AGENT_REMOVED_BY_OPERATOR,
+                    "Agent marked gone by the operator",
+                    None,
                 )
 
     # --- messages -------------------------------------------------------------------------
 
-    async def executor_message(self, agent: Agent, msg: internal.ExecutorToFramework) -> None:
+    async def executor_message(
+        self, agent: Agent, msg: internal.ExecutorToFramework
+    ) -> None:
         self.counters["master/messages_executor_to_framework"] += 1
         framework = self.frameworks.get(msg.framework_id.value)
         if framework is None or not framework.connected:
@@ -334,7 +411,9 @@ class AgentsMixin(MasterBase):
             sched.Event(
                 type=sched.EventType.MESSAGE,
                 message=sched.FrameworkMessage(
-                    agent_id=AgentID(value=agent.id), executor_id=msg.executor_id, data=msg.data
+                    agent_id=AgentID(value=agent.id),
+                    executor_id=msg.executor_id,
+                    data=msg.data,
                 ),
             )
         )
@@ -348,12 +427,16 @@ class AgentsMixin(MasterBase):
                 sched.Event(
                     type=sched.EventType.FAILURE,
                     failure=sched.Failure(
-                        agent_id=AgentID(value=agent.id), executor_id=msg.executor_id, status=msg.status
+                        agent_id=AgentID(value=agent.id),
+                        executor_id=msg.executor_id,
+                        status=msg.status,
                     ),
                 )
             )
 
-    async def framework_message(self, framework: Framework, msg: sched.FrameworkMessage) -> None:
+    async def framework_message(
+        self, framework: Framework, msg: sched.FrameworkMessage
+    ) -> None:
         """MESSAGE from a scheduler: to the executor through its agent."""
         self.counters["master/messages_framework_to_executor"] += 1
         agent = self.agents.get(msg.agent_id.value)
@@ -372,16 +455,22 @@ class AgentsMixin(MasterBase):
             )
         )
 
-    async def shutdown_executor(self, framework: Framework, call: sched.Shutdown) -> None:
+    async def shutdown_executor(
+        self, framework: Framework, call: sched.Shutdown
+    ) -> None:
         agent = self.agents.get(call.agent_id.value)
         if agent is None or not agent.connected:
-            log.warning("cannot shut down executor %s: agent not connected", call.executor_id.value)
+            log.warning(
+                "cannot shut down executor %s: agent not connected",
+                call.executor_id.value,
+            )
             return
         await agent.send(
             internal.AgentEvent(
                 type=internal.AgentEventType.SHUTDOWN_EXECUTOR,
                 shutdown_executor=internal.ShutdownExecutor(
-                    framework_id=FrameworkID(value=framework.id), executor_id=call.executor_id
+                    framework_id=FrameworkID(value=framework.id),
+                    executor_id=call.executor_id,
                 ),
             )
         )

@@ -17,7 +17,14 @@ from mesilla.master.agent import Agent
 from mesilla.master.allocator import HierarchicalDRFAllocator
 from mesilla.master.framework import Framework
 from mesilla.master.registry import Registry
-from mesilla.v1.mesos import AgentInfo, FrameworkInfo, MasterInfo, Offer, Task, TaskStatus
+from mesilla.v1.mesos import (
+    AgentInfo,
+    FrameworkInfo,
+    MasterInfo,
+    Offer,
+    Task,
+    TaskStatus,
+)
 
 
 class MasterBase:
@@ -67,11 +74,20 @@ class MasterBase:
         raise NotImplementedError
 
     # offers.py
-    def remove_offer(self, offer: Offer, *, rescind: bool, recover: bool = True) -> None:
+    def remove_offer(
+        self, offer: Offer, *, rescind: bool, recover: bool = True
+    ) -> None:
         raise NotImplementedError
 
     # status_updates.py
-    def update_task(self, task: Task, status: TaskStatus, latest: Any = None, *, recover: bool = True) -> None:
+    def update_task(
+        self,
+        task: Task,
+        status: TaskStatus,
+        latest: Any = None,
+        *,
+        recover: bool = True,
+    ) -> None:
         raise NotImplementedError
 
     def remove_task(self, task: Task, *, unreachable: bool = False) -> None:
@@ -80,5 +96,7 @@ class MasterBase:
     async def forward_update(self, framework: Framework, status: TaskStatus) -> None:
         raise NotImplementedError
 
-    def recover_executor(self, agent: Agent, framework_id: str, executor_id: str) -> Resources:
+    def recover_executor(
+        self, agent: Agent, framework_id: str, executor_id: str
+    ) -> Resources:
         raise NotImplementedError

@@ -74,7 +74,9 @@ class Framework:
         for task in self.tasks.values():
             if not task.state.terminal:
                 agent = task.agent_id.value
-                used[agent] = used.get(agent, Resources()) + Resources.from_list(task.resources)
+                used[agent] = used.get(agent, Resources()) + Resources.from_list(
+                    task.resources
+                )
         for agent_id, executors in self.executors.items():
             for executor in executors.values():
                 used[agent_id] = used.get(agent_id, Resources()) + Resources.from_list(

@@ -28,7 +28,9 @@ log = logging.getLogger(__name__)
 
 
 async def _send_error(stream: EventStream, message: str) -> None:
-    await stream.send(sched.Event(type=sched.EventType.ERROR, error=sched.Error(message=message)))
+    await stream.send(
+        sched.Event(type=sched.EventType.ERROR, error=sched.Error(message=message))
+    )
     stream.close()
 
 
@@ -37,7 +39,8 @@ class FrameworksMixin(MasterBase):
         framework = Framework(
             id=framework_id,
             info=info,
-            max_completed_tasks=self.flags.get("max_completed_tasks_per_framework") or 1000,
+            max_completed_tasks=self.flags.get("max_completed_tasks_per_framework")
+            or 1000,
         )
         self.frameworks[framework_id] = framework
         return framework
@@ -74,7 +77,9 @@ class FrameworksMixin(MasterBase):
         Returns None when the subscription was refused (with an ERROR event on the stream).
         """
         info = call.framework_info
-        error = validate_framework_info(info, call.suppressed_roles) or self._check_allowed_roles(info)
+        error = validate_framework_info(
+            info, call.suppressed_roles
+        ) or self._check_allowed_roles(info)
         if error is not None:
             await _send_error(stream, error)
             return None
@@ -85,7 +90,9 @@ class FrameworksMixin(MasterBase):
         if info.id is not None:
             framework = self.frameworks.get(info.id.value)
         if framework is None:
-            framework_id = info.id.value if info.id is not None else self.new_framework_id()
+            framework_id = (
+                info.id.value if info.id is not None else self.new_framework_id()
+            )
             info = msgspec.structs.replace(info, id=FrameworkID(value=framework_id))
             await self.registry.add_framework(info)
             framework = self._new_framework(framework_id, info)
@@ -111,12 +118,18 @@ class FrameworksMixin(MasterBase):
             )
         )
         framework.heartbeat_task = self.spawn(self._heartbeat(framework, stream))
-        self.counters["master/messages_register_framework" if added else "master/messages_reregister_framework"] += 1
+        self.counters[
+            "master/messages_register_framework"
+            if added
+            else "master/messages_reregister_framework"
+        ] += 1
         self.notify("FRAMEWORK_ADDED" if added else "FRAMEWORK_UPDATED", framework)
         log.info("framework %s (%s) subscribed", framework.id, framework.info.name)
         return framework
 
-    async def _failover(self, framework: Framework, info: FrameworkInfo, suppressed: list[str]) -> None:
+    async def _failover(
+        self, framework: Framework, info: FrameworkInfo, suppressed: list[str]
+    ) -> None:
         """A re-SUBSCRIBE with a known id: the old stream, if any, gets ERROR and is closed."""
         old = framework.disconnect()
         if old is not None:
@@ -146,7 +159,9 @@ class FrameworksMixin(MasterBase):
         for offer in list(framework.offers.values()):
             self.remove_offer(offer, rescind=False)
         timeout = framework.info.failover_timeout
-        log.info("framework %s disconnected; failover timeout %ss", framework.id, timeout)
+        log.info(
+            "framework %s disconnected; failover timeout %ss", framework.id, timeout
+        )
         framework.failover_timer = asyncio.get_running_loop().call_later(
             max(timeout, 0.0), lambda: self.spawn(self._failover_expired(framework))
         )
@@ -154,7 +169,9 @@ class FrameworksMixin(MasterBase):
 
     async def _failover_expired(self, framework: Framework) -> None:
         if self.frameworks.get(framework.id) is framework and not framework.connected:
-            log.info("framework %s did not fail over in time: removing it", framework.id)
+            log.info(
+                "framework %s did not fail over in time: removing it", framework.id
+            )
             await self.remove_framework(framework)
 
     async def teardown(self, framework: Framework) -> None:
@@ -173,7 +190,9 @@ class FrameworksMixin(MasterBase):
             stream.close()
         for offer in list(framework.offers.values()):
             self.remove_offer(offer, rescind=False, recover=False)
-        agent_ids = {t.agent_id.value for t in framework.tasks.values()} | set(framework.executors)
+        agent_ids = {t.agent_id.value for t in framework.tasks.values()} | set(
+            framework.executors
+        )
         for task in list(framework.tasks.values()):
             if not task.state.terminal:
                 status = master_status(
@@ -210,22 +229,28 @@ class FrameworksMixin(MasterBase):
         self.notify("FRAMEWORK_REMOVED", framework)
         log.info("framework %s removed", framework.id)
 
-    async def update_framework(self, framework: Framework, call: sched.UpdateFramework) -> None:
+    async def update_framework(
+        self, framework: Framework, call: sched.UpdateFramework
+    ) -> None:
         """UPDATE_FRAMEWORK: new FrameworkInfo and suppressed roles; agents hear of the change."""
         info = call.framework_info
-        error = validate_framework_info(info, call.suppressed_roles) or validate_framework_update(
-            framework.info, info
-        )
+        error = validate_framework_info(
+            info, call.suppressed_roles
+        ) or validate_framework_update(framework.info, info)
         if error is not None:
             raise BadRequest(f"Supplied FrameworkInfo is not valid: {error}")
         changed = info != framework.info
         framework.info = info
         framework.suppressed_roles = set(call.suppressed_roles)
-        self.allocator.update_framework(framework.id, framework.roles, framework.suppressed_roles)
+        self.allocator.update_framework(
+            framework.id, framework.roles, framework.suppressed_roles
+        )
         if not changed:
             return
         await self.registry.add_framework(info)
-        agent_ids = {t.agent_id.value for t in framework.tasks.values()} | set(framework.executors)
+        agent_ids = {t.agent_id.value for t in framework.tasks.values()} | set(
+            framework.executors
+        )
         for agent_id in agent_ids:
             agent = self.agents.get(agent_id)
             if agent is not None:

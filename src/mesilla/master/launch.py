@@ -59,7 +59,9 @@ def check_operations(operations: list[Operation]) -> None:
         if op.type is OperationType.LAUNCH and op.launch is None:
             raise BadRequest(f"Operation {index} of type LAUNCH needs 'launch'")
         if op.type is OperationType.LAUNCH_GROUP and op.launch_group is None:
-            raise BadRequest(f"Operation {index} of type LAUNCH_GROUP needs 'launch_group'")
+            raise BadRequest(
+                f"Operation {index} of type LAUNCH_GROUP needs 'launch_group'"
+            )
 
 
 def _tasks_of(operations: list[Operation]) -> list[TaskInfo]:
@@ -99,9 +101,13 @@ class LaunchMixin(MasterBase):
         check_operations(call.operations)
         self.counters["master/messages_accept"] += 1
         offer_ids = [o.value for o in call.offer_ids]
-        error = validate_offers(offer_ids, self.offers, framework.id, self._agent_connected)
+        error = validate_offers(
+            offer_ids, self.offers, framework.id, self._agent_connected
+        )
         if error is not None:
-            await self._reject_invalid_offers(framework, offer_ids, call.operations, error)
+            await self._reject_invalid_offers(
+                framework, offer_ids, call.operations, error
+            )
             return
         offers = [self.offers[offer_id] for offer_id in offer_ids]
         agent = self.agents[offers[0].agent_id.value]
@@ -136,15 +142,23 @@ class LaunchMixin(MasterBase):
         return agent is not None and agent.connected
 
     async def _reject_invalid_offers(
-        self, framework: Framework, offer_ids: list[str], operations: list[Operation], error: str
+        self,
+        framework: Framework,
+        offer_ids: list[str],
+        operations: list[Operation],
+        error: str,
     ) -> None:
         for offer_id in offer_ids:
             offer = self.offers.get(offer_id)
             if offer is not None and offer.framework_id.value == framework.id:
                 self.remove_offer(offer, rescind=False)
-        state = TaskState.TASK_DROPPED if framework.partition_aware else TaskState.TASK_LOST
+        state = (
+            TaskState.TASK_DROPPED if framework.partition_aware else TaskState.TASK_LOST
+        )
         for task in _tasks_of(operations):
-            self.counters["master/tasks_" + state.value.removeprefix("TASK_").lower()] += 1
+            self.counters[
+                "master/tasks_" + state.value.removeprefix("TASK_").lower()
+            ] += 1
             await self.forward_update(
                 framework,
                 master_status(
@@ -156,36 +170,61 @@ class LaunchMixin(MasterBase):
                 ),
             )
 
-    async def _task_error(self, framework: Framework, task: TaskInfo, reason: Reason, error: str) -> None:
+    async def _task_error(
+        self, framework: Framework, task: TaskInfo, reason: Reason, error: str
+    ) -> None:
         self.counters["master/tasks_error"] += 1
         await self.forward_update(
             framework,
             master_status(
-                task.task_id.value, TaskState.TASK_ERROR, reason, error, agent_id=task.agent_id.value
+                task.task_id.value,
+                TaskState.TASK_ERROR,
+                reason,
+                error,
+                agent_id=task.agent_id.value,
             ),
         )
 
-    def _add_executor(self, framework: Framework, agent: Agent, executor: ExecutorInfo, ctx: LaunchContext) -> None:
+    def _add_executor(
+        self,
+        framework: Framework,
+        agent: Agent,
+        executor: ExecutorInfo,
+        ctx: LaunchContext,
+    ) -> None:
         if executor.executor_id.value in ctx.executors:
             return
         ctx.executors[executor.executor_id.value] = executor
         agent.add_executor(framework.id, executor)
-        framework.executors.setdefault(agent.id, {})[executor.executor_id.value] = executor
+        framework.executors.setdefault(agent.id, {})[executor.executor_id.value] = (
+            executor
+        )
 
-    def _add_task(self, framework: Framework, agent: Agent, task: TaskInfo, ctx: LaunchContext) -> None:
+    def _add_task(
+        self, framework: Framework, agent: Agent, task: TaskInfo, ctx: LaunchContext
+    ) -> None:
         record = new_task_record(framework, task)
         framework.tasks[task.task_id.value] = record
         agent.add_task(record)
         ctx.task_ids.add(task.task_id.value)
         self.notify("TASK_ADDED", record)
 
-    async def _launch_task(self, framework: Framework, agent: Agent, task: TaskInfo, ctx: LaunchContext) -> None:
+    async def _launch_task(
+        self, framework: Framework, agent: Agent, task: TaskInfo, ctx: LaunchContext
+    ) -> None:
         if task.executor is not None:
-            executor = msgspec.structs.replace(task.executor, framework_id=FrameworkID(value=framework.id))
+            executor = msgspec.structs.replace(
+                task.executor, framework_id=FrameworkID(value=framework.id)
+            )
             task = msgspec.structs.replace(task, executor=executor)
         error = validate_task(task, ctx)
         if error is not None:
-            log.info("task %s of framework %s is invalid: %s", task.task_id.value, framework.id, error)
+            log.info(
+                "task %s of framework %s is invalid: %s",
+                task.task_id.value,
+                framework.id,
+                error,
+            )
             await self._task_error(framework, task, Reason.REASON_TASK_INVALID, error)
             return
         ctx.available = ctx.available - task_consumption(task, ctx)
@@ -199,15 +238,23 @@ class LaunchMixin(MasterBase):
             )
         )
 
-    async def _launch_group(self, framework: Framework, agent: Agent, op: LaunchGroup, ctx: LaunchContext) -> None:
-        executor = msgspec.structs.replace(op.executor, framework_id=FrameworkID(value=framework.id))
+    async def _launch_group(
+        self, framework: Framework, agent: Agent, op: LaunchGroup, ctx: LaunchContext
+    ) -> None:
+        executor = msgspec.structs.replace(
+            op.executor, framework_id=FrameworkID(value=framework.id)
+        )
         error = validate_task_group(executor, op.task_group, ctx)
         if error is not None:
             log.info("task group of framework %s is invalid: %s", framework.id, error)
             for task in op.task_group.tasks:
-                await self._task_error(framework, task, Reason.REASON_TASK_GROUP_INVALID, error)
+                await self._task_error(
+                    framework, task, Reason.REASON_TASK_GROUP_INVALID, error
+                )
             return
-        tasks = [msgspec.structs.replace(t, executor=executor) for t in op.task_group.tasks]
+        tasks = [
+            msgspec.structs.replace(t, executor=executor) for t in op.task_group.tasks
+        ]
         needed = Resources()
         for task in tasks:
             needed = needed + Resources.from_list(task.resources)

@@ -25,19 +25,54 @@ MASTER_FLAGS: list[Flag] = [
     Flag("hostname", "Hostname the master advertises (default: the --ip)."),
     Flag("advertise_ip", "IP address advertised to frameworks and agents."),
     Flag("work_dir", "Where the registry (registry.db) lives.", required=True),
-    Flag("registry", "Registry store: 'sqlite' (under --work_dir) or 'in_memory'.", "sqlite"),
-    Flag("heartbeat_interval", "Interval of HEARTBEAT events to schedulers and agents.", 15.0, "duration"),
+    Flag(
+        "registry",
+        "Registry store: 'sqlite' (under --work_dir) or 'in_memory'.",
+        "sqlite",
+    ),
+    Flag(
+        "heartbeat_interval",
+        "Interval of HEARTBEAT events to schedulers and agents.",
+        15.0,
+        "duration",
+    ),
     Flag("allocation_interval", "Interval between allocation cycles.", 1.0, "duration"),
-    Flag("offer_timeout", "Offers not accepted or declined within this are rescinded (default: never).",
-         None, "duration"),
-    Flag("agent_ping_timeout", "How long the master waits for a disconnected agent per ping.", 15.0, "duration"),
-    Flag("max_agent_ping_timeouts", "Missed pings after which a disconnected agent is unreachable.", 5, "int"),
-    Flag("agent_reregister_timeout", "How long agents have to re-register after a master failover.",
-         600.0, "duration"),
-    Flag("roles", "Deprecated in Mesos: a comma-separated list of allowed roles (unset: any)."),
+    Flag(
+        "offer_timeout",
+        "Offers not accepted or declined within this are rescinded (default: never).",
+        None,
+        "duration",
+    ),
+    Flag(
+        "agent_ping_timeout",
+        "How long the master waits for a disconnected agent per ping.",
+        15.0,
+        "duration",
+    ),
+    Flag(
+        "max_agent_ping_timeouts",
+        "Missed pings after which a disconnected agent is unreachable.",
+        5,
+        "int",
+    ),
+    Flag(
+        "agent_reregister_timeout",
+        "How long agents have to re-register after a master failover.",
+        600.0,
+        "duration",
+    ),
+    Flag(
+        "roles",
+        "Deprecated in Mesos: a comma-separated list of allowed roles (unset: any).",
+    ),
     Flag("weights", "Role weights, e.g. 'role1=2.0,role2=1.5'."),
     Flag("max_completed_frameworks", "Completed frameworks to remember.", 50, "int"),
-    Flag("max_completed_tasks_per_framework", "Completed tasks to remember per framework.", 1000, "int"),
+    Flag(
+        "max_completed_tasks_per_framework",
+        "Completed tasks to remember per framework.",
+        1000,
+        "int",
+    ),
     Flag("cluster", "Human readable name of the cluster."),
     Flag("quiet", "Disable logging to stderr.", False, "bool"),
     Flag("logging_level", "Log level: INFO, WARNING or ERROR.", "INFO"),
@@ -50,7 +85,9 @@ def make_registry(flags: Flags) -> Registry:
         return SqliteRegistry.in_work_dir(flags.work_dir)
     if flags.registry == "in_memory":
         return InMemoryRegistry()
-    raise FlagError(f"Unknown --registry '{flags.registry}': use 'sqlite' or 'in_memory'")
+    raise FlagError(
+        f"Unknown --registry '{flags.registry}': use 'sqlite' or 'in_memory'"
+    )
 
 
 @dataclass
@@ -82,8 +119,7 @@ async def serve(flags: Flags) -> AsyncIterator[MasterServer]:
     try:
         site = web.TCPSite(runner, flags.ip, flags.port, reuse_address=True)
         await site.start()
-        sockets = [s for s in (site._server.sockets if site._server else [])]  # type: ignore[union-attr]
-        port = sockets[0].getsockname()[1] if sockets else flags.port
+        port = runner.addresses[0][1]
         advertised = flags.get("advertise_ip") or flags.ip
         if advertised == "0.0.0.0":
             advertised = socket.gethostbyname(socket.gethostname())

@@ -55,7 +55,9 @@ def ip_as_int(ip: str) -> int:
         return 0
 
 
-class Master(AgentsMixin, FrameworksMixin, OffersMixin, LaunchMixin, StatusUpdatesMixin):
+class Master(
+    AgentsMixin, FrameworksMixin, OffersMixin, LaunchMixin, StatusUpdatesMixin
+):
     def __init__(self, flags: Flags, registry: Registry) -> None:
         self.flags = flags
         self.registry = registry
@@ -135,7 +137,9 @@ class Master(AgentsMixin, FrameworksMixin, OffersMixin, LaunchMixin, StatusUpdat
         await self.allocator.start()
         log.info(
             "master %s recovered %d agent(s) and %d framework(s)",
-            self.id, len(self.recovered_agents), len(self.frameworks),
+            self.id,
+            len(self.recovered_agents),
+            len(self.frameworks),
         )
 
     async def stop(self) -> None:
@@ -228,6 +232,8 @@ def parse_weights(text: str | None) -> dict[str, float] | None:
         except ValueError:
             value = -1.0
         if not role.strip() or value <= 0:
-            raise ValueError(f"expected role=weight with a positive weight, got '{item}'")
+            raise ValueError(
+                f"expected role=weight with a positive weight, got '{item}'"
+            )
         weights[role.strip()] = value
     return weights

@@ -42,18 +42,32 @@ class OffersMixin(MasterBase):
             for agent_id, by_role in by_agent.items():
                 agent = self.agents.get(agent_id)
                 for role, resources in by_role.items():
-                    if framework is None or not framework.active or agent is None or not agent.active:
-                        self.allocator.recover_resources(framework_id, agent_id, resources)
+                    if (
+                        framework is None
+                        or not framework.active
+                        or agent is None
+                        or not agent.active
+                    ):
+                        self.allocator.recover_resources(
+                            framework_id, agent_id, resources
+                        )
                         continue
-                    offers.append(self._make_offer(framework_id, agent_id, role, resources))
+                    offers.append(
+                        self._make_offer(framework_id, agent_id, role, resources)
+                    )
             if offers and framework is not None:
                 self.spawn(
                     framework.send(
-                        sched.Event(type=sched.EventType.OFFERS, offers=sched.Offers(offers=offers))
+                        sched.Event(
+                            type=sched.EventType.OFFERS,
+                            offers=sched.Offers(offers=offers),
+                        )
                     )
                 )
 
-    def _make_offer(self, framework_id: str, agent_id: str, role: str, resources: Resources) -> Offer:
+    def _make_offer(
+        self, framework_id: str, agent_id: str, role: str, resources: Resources
+    ) -> Offer:
         agent = self.agents[agent_id]
         framework = self.frameworks[framework_id]
         ip, _, port = agent.pid.rpartition("@")[2].rpartition(":")
@@ -64,13 +78,17 @@ class OffersMixin(MasterBase):
             hostname=agent.hostname,
             url=URL(
                 scheme="http",
-                address=Address(hostname=agent.hostname, ip=ip, port=int(port or agent.info.port)),
+                address=Address(
+                    hostname=agent.hostname, ip=ip, port=int(port or agent.info.port)
+                ),
                 path="/slave(1)",
             ),
             domain=agent.info.domain,
             resources=resources.to_list(allocation_role=role),
             attributes=list(agent.info.attributes),
-            executor_ids=[ExecutorID(value=e) for e in agent.executors.get(framework_id, {})],
+            executor_ids=[
+                ExecutorID(value=e) for e in agent.executors.get(framework_id, {})
+            ],
             allocation_info=AllocationInfo(role=role),
         )
         offer_id = offer.id.value
@@ -90,7 +108,9 @@ class OffersMixin(MasterBase):
             log.info("offer %s timed out: rescinding it", offer_id)
             self.remove_offer(offer, rescind=True)
 
-    def remove_offer(self, offer: Offer, *, rescind: bool, recover: bool = True) -> None:
+    def remove_offer(
+        self, offer: Offer, *, rescind: bool, recover: bool = True
+    ) -> None:
         """Takes an offer off the books; `recover` returns its resources to the allocator."""
         offer_id = offer.id.value
         self.offers.pop(offer_id, None)
@@ -105,12 +125,17 @@ class OffersMixin(MasterBase):
             agent.offers.pop(offer_id, None)
         if recover:
             self.allocator.recover_resources(
-                offer.framework_id.value, offer.agent_id.value, Resources.from_list(offer.resources)
+                offer.framework_id.value,
+                offer.agent_id.value,
+                Resources.from_list(offer.resources),
             )
         if rescind and framework is not None and framework.connected:
             self.spawn(
                 framework.send(
-                    sched.Event(type=sched.EventType.RESCIND, rescind=sched.Rescind(offer_id=offer.id))
+                    sched.Event(
+                        type=sched.EventType.RESCIND,
+                        rescind=sched.Rescind(offer_id=offer.id),
+                    )
                 )
             )
 

@@ -56,13 +56,17 @@ class Registry(Protocol):
 
 def _agent_id(info: AgentInfo) -> str:
     if info.id is None:
-        raise ValueError(f"agent {info.hostname} has no id: admit it only after assigning one")
+        raise ValueError(
+            f"agent {info.hostname} has no id: admit it only after assigning one"
+        )
     return info.id.value
 
 
 def _framework_id(info: FrameworkInfo) -> str:
     if info.id is None:
-        raise ValueError(f"framework '{info.name}' has no id: add it only after assigning one")
+        raise ValueError(
+            f"framework '{info.name}' has no id: add it only after assigning one"
+        )
     return info.id.value
 
 
@@ -134,7 +138,9 @@ class SqliteRegistry:
 
     def _connect(self) -> sqlite3.Connection:
         if self._db is None:
-            db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
+            db = sqlite3.connect(
+                self.path, check_same_thread=False, isolation_level=None
+            )
             db.execute("PRAGMA journal_mode=WAL")
             db.execute("PRAGMA synchronous=FULL")
             db.executescript(_SCHEMA)
@@ -150,12 +156,16 @@ class SqliteRegistry:
     def _recover(self) -> RegistryState:
         db = self._connect()
         state = RegistryState()
-        for agent_id, info, mark, when in db.execute("SELECT id, info, mark, time FROM agents"):
+        for agent_id, info, mark, when in db.execute(
+            "SELECT id, info, mark, time FROM agents"
+        ):
             state.agents[agent_id] = RegisteredAgent(
                 msgspec.json.decode(info, type=AgentInfo), AgentMark(mark), when
             )
         for framework_id, info in db.execute("SELECT id, info FROM frameworks"):
-            state.frameworks[framework_id] = msgspec.json.decode(info, type=FrameworkInfo)
+            state.frameworks[framework_id] = msgspec.json.decode(
+                info, type=FrameworkInfo
+            )
         return state
 
     async def recover(self) -> RegistryState:
@@ -196,7 +206,9 @@ class SqliteRegistry:
         )
 
     async def remove_framework(self, framework_id: str) -> None:
-        await self._run(self._write, "DELETE FROM frameworks WHERE id = ?", (framework_id,))
+        await self._run(
+            self._write, "DELETE FROM frameworks WHERE id = ?", (framework_id,)
+        )
 
     def _close(self) -> None:
         if self._db is not None:

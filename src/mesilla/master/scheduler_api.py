@@ -34,7 +34,9 @@ def install(router: Router, master: Master) -> None:
     async def handler(request: web.Request) -> web.StreamResponse:
         return await scheduler(request, master)
 
-    router.add("/api/v1/scheduler", handler, methods=("POST",), realm="mesos-master-scheduler")
+    router.add(
+        "/api/v1/scheduler", handler, methods=("POST",), realm="mesos-master-scheduler"
+    )
 
 
 async def scheduler(request: web.Request, master: Master) -> web.StreamResponse:
@@ -53,10 +55,14 @@ async def scheduler(request: web.Request, master: Master) -> web.StreamResponse:
     if framework is None:
         raise BadRequest(f"Framework {call.framework_id.value} cannot be found")
     if not framework.connected:
-        raise Forbidden(f"Framework {framework.id} is not subscribed: send SUBSCRIBE first")
+        raise Forbidden(
+            f"Framework {framework.id} is not subscribed: send SUBSCRIBE first"
+        )
     stream_id = request.headers.get(STREAM_ID_HEADER)
     if stream_id is None:
-        raise Forbidden(f"All non-subscribe calls should include the '{STREAM_ID_HEADER}' header")
+        raise Forbidden(
+            f"All non-subscribe calls should include the '{STREAM_ID_HEADER}' header"
+        )
     if stream_id != framework.stream_id:
         raise Forbidden(
             f"The stream ID '{stream_id}' included in this request didn't match the stream ID "
@@ -66,10 +72,14 @@ async def scheduler(request: web.Request, master: Master) -> web.StreamResponse:
     return await _dispatch(master, framework, call)
 
 
-async def _subscribe(request: web.Request, master: Master, call: sched.Subscribe) -> web.StreamResponse:
+async def _subscribe(
+    request: web.Request, master: Master, call: sched.Subscribe
+) -> web.StreamResponse:
     check_accept(request, streaming=True)
     if STREAM_ID_HEADER in request.headers:
-        raise BadRequest(f"Subscribe calls should not include the '{STREAM_ID_HEADER}' header")
+        raise BadRequest(
+            f"Subscribe calls should not include the '{STREAM_ID_HEADER}' header"
+        )
     stream_id = str(uuid.uuid4())
     stream = await EventStream.open(request, headers={STREAM_ID_HEADER: stream_id})
     framework = await master.subscribe(stream, stream_id, call)
@@ -79,7 +89,9 @@ async def _subscribe(request: web.Request, master: Master, call: sched.Subscribe
     return stream.response
 
 
-async def _dispatch(master: Master, framework: Framework, call: sched.Call) -> web.StreamResponse:
+async def _dispatch(
+    master: Master, framework: Framework, call: sched.Call
+) -> web.StreamResponse:
     accepted = web.Response(status=202)
     kind = call.type
     if kind is sched.CallType.TEARDOWN:

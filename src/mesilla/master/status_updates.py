@@ -56,7 +56,9 @@ def master_status(
         executor_id=executor_id,
         timestamp=time.time(),
         unreachable_time=(
-            TimeInfo(nanoseconds=int(unreachable_time * 1e9)) if unreachable_time else None
+            TimeInfo(nanoseconds=int(unreachable_time * 1e9))
+            if unreachable_time
+            else None
         ),
     )
 
@@ -85,7 +87,9 @@ class StatusUpdatesMixin(MasterBase):
         if status.uuid is None or all(s.uuid != status.uuid for s in task.statuses):
             task.statuses.append(_without_data(status))
         if task.state.terminal and not was_terminal:
-            self.counters["master/tasks_" + task.state.value.removeprefix("TASK_").lower()] += 1
+            self.counters[
+                "master/tasks_" + task.state.value.removeprefix("TASK_").lower()
+            ] += 1
             if recover:
                 self.allocator.recover_resources(
                     task.framework_id.value,
@@ -111,10 +115,14 @@ class StatusUpdatesMixin(MasterBase):
     async def forward_update(self, framework: Framework, status: TaskStatus) -> None:
         if framework.connected:
             await framework.send(
-                sched.Event(type=sched.EventType.UPDATE, update=sched.Update(status=status))
+                sched.Event(
+                    type=sched.EventType.UPDATE, update=sched.Update(status=status)
+                )
             )
 
-    def recover_executor(self, agent: Agent, framework_id: str, executor_id: str) -> Resources:
+    def recover_executor(
+        self, agent: Agent, framework_id: str, executor_id: str
+    ) -> Resources:
         executor = agent.remove_executor(framework_id, executor_id)
         framework = self.frameworks.get(framework_id)
         if framework is not None:
@@ -136,12 +144,17 @@ class StatusUpdatesMixin(MasterBase):
         framework = self.frameworks.get(update.framework_id.value)
         if framework is None:
             self.counters["master/invalid_status_updates"] += 1
-            if any(f.id == update.framework_id.value for f in self.completed_frameworks):
+            if any(
+                f.id == update.framework_id.value for f in self.completed_frameworks
+            ):
                 # The framework is gone for good: acknowledge so the agent stops retrying.
-                await self._acknowledge_to_agent(agent, update.framework_id.value, status)
+                await self._acknowledge_to_agent(
+                    agent, update.framework_id.value, status
+                )
             log.warning(
                 "dropping status update for task %s of unknown framework %s",
-                status.task_id.value, update.framework_id.value,
+                status.task_id.value,
+                update.framework_id.value,
             )
             return
         status.agent_id = AgentID(value=agent.id)
@@ -151,14 +164,18 @@ class StatusUpdatesMixin(MasterBase):
         self.counters["master/valid_status_updates"] += 1
         await self.forward_update(framework, status)
 
-    async def _acknowledge_to_agent(self, agent: Agent, framework_id: str, status: TaskStatus) -> None:
+    async def _acknowledge_to_agent(
+        self, agent: Agent, framework_id: str, status: TaskStatus
+    ) -> None:
         if status.uuid is None:
             return
         await agent.send(
             internal.AgentEvent(
                 type=internal.AgentEventType.ACKNOWLEDGE,
                 acknowledge=internal.Acknowledge(
-                    framework_id=_fid(framework_id), task_id=status.task_id, uuid=status.uuid
+                    framework_id=_fid(framework_id),
+                    task_id=status.task_id,
+                    uuid=status.uuid,
                 ),
             )
         )
@@ -173,7 +190,8 @@ class StatusUpdatesMixin(MasterBase):
             self.counters["master/invalid_status_update_acknowledgements"] += 1
             log.warning(
                 "cannot relay acknowledgement for task %s: agent %s is not connected",
-                ack.task_id.value, ack.agent_id.value,
+                ack.task_id.value,
+                ack.agent_id.value,
             )
             return
         task = framework.tasks.get(ack.task_id.value)
@@ -200,12 +218,15 @@ class StatusUpdatesMixin(MasterBase):
         task = framework.tasks.get(kill.task_id.value)
         if task is None:
             await self.reconcile(
-                framework, [sched.ReconcileTask(task_id=kill.task_id, agent_id=kill.agent_id)]
+                framework,
+                [sched.ReconcileTask(task_id=kill.task_id, agent_id=kill.agent_id)],
             )
             return
         agent = self.agents.get(task.agent_id.value)
         if agent is None or not agent.connected:
-            log.warning("cannot kill task %s: its agent is not connected", kill.task_id.value)
+            log.warning(
+                "cannot kill task %s: its agent is not connected", kill.task_id.value
+            )
             return
         await agent.send(
             internal.AgentEvent(
@@ -218,11 +239,16 @@ class StatusUpdatesMixin(MasterBase):
             )
         )
 
-    async def reconcile(self, framework: Framework, tasks: list[sched.ReconcileTask]) -> None:
+    async def reconcile(
+        self, framework: Framework, tasks: list[sched.ReconcileTask]
+    ) -> None:
         """RECONCILE: explicit for the given tasks, implicit (all tasks) when none are given."""
         self.counters["master/messages_reconcile_tasks"] += 1
         if not tasks:
-            for task in [*framework.tasks.values(), *framework.unreachable_tasks.values()]:
+            for task in [
+                *framework.tasks.values(),
+                *framework.unreachable_tasks.values(),
+            ]:
                 await self.forward_update(framework, self._latest_status(task))
             return
         for item in tasks:
@@ -247,7 +273,9 @@ class StatusUpdatesMixin(MasterBase):
             status.unreachable_time = last.unreachable_time
         return status
 
-    def _reconcile_one(self, framework: Framework, item: sched.ReconcileTask) -> TaskStatus | None:
+    def _reconcile_one(
+        self, framework: Framework, item: sched.ReconcileTask
+    ) -> TaskStatus | None:
         task = framework.task(item.task_id.value)
         if task is not None:
             return self._latest_status(task)
@@ -260,12 +288,21 @@ class StatusUpdatesMixin(MasterBase):
         aware = framework.partition_aware
         unreachable_time = None
         if agent_id and agent_id in self.agents:
-            state, message = TaskState.TASK_GONE, "Reconciliation: Task is unknown to the agent"
+            state, message = (
+                TaskState.TASK_GONE,
+                "Reconciliation: Task is unknown to the agent",
+            )
         elif agent_id and agent_id in self.unreachable_agents:
-            state, message = TaskState.TASK_UNREACHABLE, "Reconciliation: Task is unreachable"
+            state, message = (
+                TaskState.TASK_UNREACHABLE,
+                "Reconciliation: Task is unreachable",
+            )
             unreachable_time = self.unreachable_agents[agent_id]
         elif agent_id and agent_id in self.gone_agents:
-            state, message = TaskState.TASK_GONE_BY_OPERATOR, "Reconciliation: Task is gone"
+            state, message = (
+                TaskState.TASK_GONE_BY_OPERATOR,
+                "Reconciliation: Task is gone",
+            )
         else:
             state, message = TaskState.TASK_UNKNOWN, "Reconciliation: Task is unknown"
         return master_status(

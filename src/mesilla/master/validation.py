@@ -58,7 +58,9 @@ def validate_role(role: str) -> str | None:
 # --- frameworks ----------------------------------------------------------------------------
 
 
-def validate_framework_info(info: FrameworkInfo, suppressed_roles: Iterable[str] = ()) -> str | None:
+def validate_framework_info(
+    info: FrameworkInfo, suppressed_roles: Iterable[str] = ()
+) -> str | None:
     multi_role = info.has_capability("MULTI_ROLE")
     if multi_role and info.role is not None:
         return "'FrameworkInfo.role' must not be set when the MULTI_ROLE capability is declared; use 'roles'"
@@ -131,7 +133,9 @@ def validate_call(call: sched.Call) -> str | None:
     if call.type is sched.CallType.ACKNOWLEDGE:
         assert call.acknowledge is not None
         if len(call.acknowledge.uuid) != 16:
-            return "Failed to parse 'acknowledge.uuid': expecting the 16 bytes of a UUID"
+            return (
+                "Failed to parse 'acknowledge.uuid': expecting the 16 bytes of a UUID"
+            )
     if call.type is sched.CallType.UPDATE_FRAMEWORK:
         assert call.update_framework is not None
         if call.update_framework.framework_info.id != call.framework_id:
@@ -200,7 +204,10 @@ def _validate_executor(executor: ExecutorInfo, ctx: LaunchContext) -> str | None
     error = validate_id("ExecutorID", executor.executor_id.value)
     if error is not None:
         return error
-    if executor.framework_id is not None and executor.framework_id.value != ctx.framework_id:
+    if (
+        executor.framework_id is not None
+        and executor.framework_id.value != ctx.framework_id
+    ):
         return (
             f"ExecutorInfo has an invalid FrameworkID (Actual: {executor.framework_id.value} "
             f"vs Expected: {ctx.framework_id})"
@@ -211,7 +218,9 @@ def _validate_executor(executor: ExecutorInfo, ctx: LaunchContext) -> str | None
         if executor.command is not None:
             return f"Executor {executor.executor_id.value} of type DEFAULT must not set 'command'"
         container = executor.container
-        if container is not None and (container.type != "MESOS" or container.docker is not None):
+        if container is not None and (
+            container.type != "MESOS" or container.docker is not None
+        ):
             return f"Executor {executor.executor_id.value} of type DEFAULT must use a MESOS container"
         if container is not None and container.mesos is not None:
             return f"Executor {executor.executor_id.value} of type DEFAULT must not set 'container.mesos'"
@@ -243,13 +252,24 @@ def _validate_task_basics(task: TaskInfo, ctx: LaunchContext) -> str | None:
         return f"Task has duplicate ID: {task_id}"
     if task.agent_id.value != ctx.agent_id:
         return f"Task uses agent {task.agent_id.value} but the offer is for agent {ctx.agent_id}"
-    if task.kill_policy and task.kill_policy.grace_period and task.kill_policy.grace_period.nanoseconds < 0:
+    if (
+        task.kill_policy
+        and task.kill_policy.grace_period
+        and task.kill_policy.grace_period.nanoseconds < 0
+    ):
         return "Task's 'kill_policy.grace_period' must not be negative"
-    if task.max_completion_time is not None and task.max_completion_time.nanoseconds < 0:
+    if (
+        task.max_completion_time is not None
+        and task.max_completion_time.nanoseconds < 0
+    ):
         return "Task's 'max_completion_time' must not be negative"
     if task.command is not None and task.command.value is None:
         return "Task's 'command.value' must be set"
-    if task.container is not None and task.container.type == "DOCKER" and task.container.docker is None:
+    if (
+        task.container is not None
+        and task.container.type == "DOCKER"
+        and task.container.docker is None
+    ):
         return "Task's DOCKER container needs 'container.docker'"
     resources = _resources("task", task.resources)
     if isinstance(resources, str):
@@ -262,7 +282,10 @@ def _validate_task_basics(task: TaskInfo, ctx: LaunchContext) -> str | None:
 def task_consumption(task: TaskInfo, ctx: LaunchContext) -> Resources:
     """What launching `task` takes from the offer: its resources plus a new executor's."""
     total = Resources.from_list(task.resources)
-    if task.executor is not None and task.executor.executor_id.value not in ctx.executors:
+    if (
+        task.executor is not None
+        and task.executor.executor_id.value not in ctx.executors
+    ):
         total = total + Resources.from_list(task.executor.resources)
     return total
 
@@ -284,7 +307,9 @@ def validate_task(task: TaskInfo, ctx: LaunchContext) -> str | None:
     return None
 
 
-def validate_task_group(executor: ExecutorInfo, group: TaskGroupInfo, ctx: LaunchContext) -> str | None:
+def validate_task_group(
+    executor: ExecutorInfo, group: TaskGroupInfo, ctx: LaunchContext
+) -> str | None:
     """A LAUNCH_GROUP operation, whole: its executor and every task (given with the executor copied in)."""
     if not group.tasks:
         return "Task group must not be empty"
@@ -311,15 +336,23 @@ def validate_task_group(executor: ExecutorInfo, group: TaskGroupInfo, ctx: Launc
         if task.task_id.value in seen:
             return f"Task group has duplicate task ID: {task.task_id.value}"
         seen.add(task.task_id.value)
-        if task.executor is not None and _comparable(task.executor) != _comparable(executor):
+        if task.executor is not None and _comparable(task.executor) != _comparable(
+            executor
+        ):
             return (
                 f"The ExecutorInfo of task {task.task_id.value} differs from the group's "
                 f"executor {executor.executor_id.value}: leave 'TaskInfo.executor' unset"
             )
-        if task.container is not None and (task.container.type == "DOCKER" or task.container.docker):
+        if task.container is not None and (
+            task.container.type == "DOCKER" or task.container.docker
+        ):
             return f"Task {task.task_id.value}: tasks of a group cannot use a DOCKER container"
         linux = task.container.linux_info if task.container is not None else None
-        shares = True if linux is None or linux.share_cgroups is None else linux.share_cgroups
+        shares = (
+            True
+            if linux is None or linux.share_cgroups is None
+            else linux.share_cgroups
+        )
         share_cgroups.add(shares)
         if task.limits and shares:
             return (

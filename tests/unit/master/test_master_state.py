@@ -31,7 +31,11 @@ from mesilla.v1.mesos import (
 
 @pytest.fixture
 def master(tmp_path: Any) -> Master:
-    flags = parse(MASTER_FLAGS, [f"--work_dir={tmp_path}", "--max_completed_tasks_per_framework=2"], environ={})
+    flags = parse(
+        MASTER_FLAGS,
+        [f"--work_dir={tmp_path}", "--max_completed_tasks_per_framework=2"],
+        environ={},
+    )
     return Master(flags, InMemoryRegistry())
 
 
@@ -40,13 +44,21 @@ def setup_task(master: Master, task_id: str = "t") -> tuple[Framework, Agent, An
         "fw", FrameworkInfo(user="u", name="n", id=FrameworkID(value="fw"))
     )
     agent = master.agents.get("a") or Agent(
-        id="a", info=AgentInfo(hostname="h", id=AgentID(value="a"), resources=Resources.parse("cpus:4;mem:1024").to_list()),
+        id="a",
+        info=AgentInfo(
+            hostname="h",
+            id=AgentID(value="a"),
+            resources=Resources.parse("cpus:4;mem:1024").to_list(),
+        ),
         pid="slave(1)@127.0.0.1:5051",
     )
     master.agents["a"] = agent
     info = TaskInfo(
-        name=task_id, task_id=TaskID(value=task_id), agent_id=AgentID(value="a"),
-        resources=Resources.parse("cpus:1;mem:128").to_list(), command=CommandInfo(value="true"),
+        name=task_id,
+        task_id=TaskID(value=task_id),
+        agent_id=AgentID(value="a"),
+        resources=Resources.parse("cpus:1;mem:128").to_list(),
+        command=CommandInfo(value="true"),
     )
     record = new_task_record(framework, info)
     framework.tasks[task_id] = record
@@ -55,7 +67,9 @@ def setup_task(master: Master, task_id: str = "t") -> tuple[Framework, Agent, An
 
 
 def status(state: str, uuid: bytes | None = b"u" * 16, **extra: Any) -> TaskStatus:
-    return TaskStatus(task_id=TaskID(value="t"), state=TaskState(state), uuid=uuid, **extra)
+    return TaskStatus(
+        task_id=TaskID(value="t"), state=TaskState(state), uuid=uuid, **extra
+    )
 
 
 def test_a_new_task_is_staging_without_statuses(master: Master) -> None:
@@ -64,7 +78,9 @@ def test_a_new_task_is_staging_without_statuses(master: Master) -> None:
     assert task.user == "u"
 
 
-def test_statuses_start_with_the_first_update_and_drop_duplicates_and_data(master: Master) -> None:
+def test_statuses_start_with_the_first_update_and_drop_duplicates_and_data(
+    master: Master,
+) -> None:
     _, _, task = setup_task(master)
     running = status("TASK_RUNNING", data=b"payload")
     master.update_task(task, running)
@@ -112,7 +128,10 @@ def test_unreachable_tasks_wait_apart(master: Master) -> None:
 
 def test_executors_count_as_used(master: Master) -> None:
     framework, agent, _ = setup_task(master)
-    executor = ExecutorInfo(executor_id=ExecutorID(value="e"), resources=Resources.parse("cpus:0.5").to_list())
+    executor = ExecutorInfo(
+        executor_id=ExecutorID(value="e"),
+        resources=Resources.parse("cpus:0.5").to_list(),
+    )
     agent.add_executor("fw", executor)
     framework.executors["a"] = {"e": executor}
     assert agent.used_resources()["fw"] == Resources.parse("cpus:1.5;mem:128")
@@ -130,7 +149,9 @@ def test_ids_and_addresses(master: Master) -> None:
     assert master.master_info.pid == "master@127.0.0.1:5050"
 
 
-def test_observers_are_told_and_a_failing_one_does_not_break_others(master: Master) -> None:
+def test_observers_are_told_and_a_failing_one_does_not_break_others(
+    master: Master,
+) -> None:
     seen: list[str] = []
 
     def broken(kind: str, payload: Any) -> None:

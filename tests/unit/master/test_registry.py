@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
 
-from mesilla.master.registry import AgentMark, InMemoryRegistry, Registry, SqliteRegistry
+from mesilla.master.registry import (
+    AgentMark,
+    InMemoryRegistry,
+    Registry,
+    SqliteRegistry,
+)
 from mesilla.v1.mesos import AgentID, AgentInfo, FrameworkID, FrameworkInfo
 
 
@@ -20,8 +25,14 @@ def framework_info(framework_id: str, name: str = "f") -> FrameworkInfo:
 
 
 @pytest.fixture(params=["sqlite", "in_memory"])
-async def registry(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Registry]:
-    store: Registry = SqliteRegistry.in_work_dir(str(tmp_path)) if request.param == "sqlite" else InMemoryRegistry()
+async def registry(
+    request: pytest.FixtureRequest, tmp_path: Path
+) -> AsyncIterator[Registry]:
+    store: Registry = (
+        SqliteRegistry.in_work_dir(str(tmp_path))
+        if request.param == "sqlite"
+        else InMemoryRegistry()
+    )
     yield store
     await store.close()
 
@@ -37,7 +48,10 @@ async def test_agents_are_admitted_marked_and_removed(registry: Registry) -> Non
     state = await registry.recover()
     assert state.agents["a1"].mark is AgentMark.ADMITTED
     assert state.agents["a1"].info.hostname == "new-name"
-    assert (state.agents["a2"].mark, state.agents["a2"].time) == (AgentMark.UNREACHABLE, 100.0)
+    assert (state.agents["a2"].mark, state.agents["a2"].time) == (
+        AgentMark.UNREACHABLE,
+        100.0,
+    )
     assert (state.agents["a3"].mark, state.agents["a3"].time) == (AgentMark.GONE, 200.0)
     await registry.remove_agent("a1")
     assert "a1" not in (await registry.recover()).agents

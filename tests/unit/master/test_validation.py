@@ -44,11 +44,20 @@ def executor(**fields: Any) -> ExecutorInfo:
         "resources": Resources.parse("cpus:0.1;mem:32;disk:10").to_list(),
         **fields,
     }
-    return msgspec.convert({k: v for k, v in raw.items() if v is not None}, ExecutorInfo)
+    return msgspec.convert(
+        {k: v for k, v in raw.items() if v is not None}, ExecutorInfo
+    )
 
 
-def context(resources: str = "cpus:4;mem:1024;disk:1024", **fields: Any) -> LaunchContext:
-    return LaunchContext(framework_id="fw", agent_id=AGENT, available=Resources.parse(resources), **fields)
+def context(
+    resources: str = "cpus:4;mem:1024;disk:1024", **fields: Any
+) -> LaunchContext:
+    return LaunchContext(
+        framework_id="fw",
+        agent_id=AGENT,
+        available=Resources.parse(resources),
+        **fields,
+    )
 
 
 # --- ids, roles, frameworks -------------------------------------------------------------
@@ -82,8 +91,12 @@ def test_framework_info_rules() -> None:
     assert validate_framework_info(info()) is None
     assert validate_framework_info(info(capabilities=multi, roles=["a", "b"])) is None
     assert "MULTI_ROLE" in (validate_framework_info(info(roles=["a"])) or "")
-    assert "must not be set" in (validate_framework_info(info(capabilities=multi, role="a")) or "")
-    assert "duplicates" in (validate_framework_info(info(capabilities=multi, roles=["a", "a"])) or "")
+    assert "must not be set" in (
+        validate_framework_info(info(capabilities=multi, role="a")) or ""
+    )
+    assert "duplicates" in (
+        validate_framework_info(info(capabilities=multi, roles=["a", "a"])) or ""
+    )
     assert "role" in (validate_framework_info(info(role="-bad")) or "")
     assert "negative" in (validate_framework_info(info(failover_timeout=-1)) or "")
     assert "suppressed" in (validate_framework_info(info(), ["other"]) or "")
@@ -92,12 +105,27 @@ def test_framework_info_rules() -> None:
 
 def test_framework_update_rules() -> None:
     old = info(id={"value": "f"}, principal="p")
-    assert validate_framework_update(old, info(id={"value": "f"}, principal="p", name="new")) is None
-    assert "id" in (validate_framework_update(old, info(id={"value": "g"}, principal="p")) or "")
-    assert "principal" in (validate_framework_update(old, info(id={"value": "f"}, principal="q")) or "")
-    assert "user" in (validate_framework_update(old, info(id={"value": "f"}, principal="p", user="x")) or "")
+    assert (
+        validate_framework_update(
+            old, info(id={"value": "f"}, principal="p", name="new")
+        )
+        is None
+    )
+    assert "id" in (
+        validate_framework_update(old, info(id={"value": "g"}, principal="p")) or ""
+    )
+    assert "principal" in (
+        validate_framework_update(old, info(id={"value": "f"}, principal="q")) or ""
+    )
+    assert "user" in (
+        validate_framework_update(old, info(id={"value": "f"}, principal="p", user="x"))
+        or ""
+    )
     assert "checkpoint" in (
-        validate_framework_update(old, info(id={"value": "f"}, principal="p", checkpoint=True)) or ""
+        validate_framework_update(
+            old, info(id={"value": "f"}, principal="p", checkpoint=True)
+        )
+        or ""
     )
 
 
@@ -110,47 +138,92 @@ def call(**fields: Any) -> sched.Call:
 
 def test_call_rules() -> None:
     sub = {"framework_info": {"user": "u", "name": "n", "id": {"value": "f"}}}
-    assert validate_call(call(type="SUBSCRIBE", subscribe=sub, framework_id={"value": "f"})) is None
+    assert (
+        validate_call(
+            call(type="SUBSCRIBE", subscribe=sub, framework_id={"value": "f"})
+        )
+        is None
+    )
     assert "differs" in (validate_call(call(type="SUBSCRIBE", subscribe=sub)) or "")
     assert "'subscribe'" in (validate_call(call(type="SUBSCRIBE")) or "")
     assert "framework_id" in (validate_call(call(type="TEARDOWN")) or "")
     assert validate_call(call(type="TEARDOWN", framework_id={"value": "f"})) is None
-    assert "'kill'" in (validate_call(call(type="KILL", framework_id={"value": "f"})) or "")
+    assert "'kill'" in (
+        validate_call(call(type="KILL", framework_id={"value": "f"})) or ""
+    )
     assert "type" in (validate_call(call(type="UNKNOWN")) or "")
     ack = {"agent_id": {"value": "a"}, "task_id": {"value": "t"}, "uuid": "AAAA"}
-    assert "uuid" in (validate_call(call(type="ACKNOWLEDGE", framework_id={"value": "f"}, acknowledge=ack)) or "")
+    assert "uuid" in (
+        validate_call(
+            call(type="ACKNOWLEDGE", framework_id={"value": "f"}, acknowledge=ack)
+        )
+        or ""
+    )
     ack["uuid"] = "AAAAAAAAAAAAAAAAAAAAAA=="
-    assert validate_call(call(type="ACKNOWLEDGE", framework_id={"value": "f"}, acknowledge=ack)) is None
+    assert (
+        validate_call(
+            call(type="ACKNOWLEDGE", framework_id={"value": "f"}, acknowledge=ack)
+        )
+        is None
+    )
     update = {"framework_info": {"user": "u", "name": "n", "id": {"value": "g"}}}
     assert "differs" in (
-        validate_call(call(type="UPDATE_FRAMEWORK", framework_id={"value": "f"}, update_framework=update)) or ""
+        validate_call(
+            call(
+                type="UPDATE_FRAMEWORK",
+                framework_id={"value": "f"},
+                update_framework=update,
+            )
+        )
+        or ""
     )
 
 
 # --- offers --------------------------------------------------------------------------------
 
 
-def offer(offer_id: str, *, framework: str = "fw", agent: str = AGENT, role: str = "*") -> Offer:
-    return msgspec.convert({
-        "id": {"value": offer_id}, "framework_id": {"value": framework},
-        "agent_id": {"value": agent}, "hostname": "h", "allocation_info": {"role": role},
-    }, Offer)
+def offer(
+    offer_id: str, *, framework: str = "fw", agent: str = AGENT, role: str = "*"
+) -> Offer:
+    return msgspec.convert(
+        {
+            "id": {"value": offer_id},
+            "framework_id": {"value": framework},
+            "agent_id": {"value": agent},
+            "hostname": "h",
+            "allocation_info": {"role": role},
+        },
+        Offer,
+    )
 
 
 def test_offer_rules() -> None:
     offers = {
-        "o1": offer("o1"), "o2": offer("o2"), "other-fw": offer("other-fw", framework="x"),
-        "other-agent": offer("other-agent", agent="a2"), "other-role": offer("other-role", role="r"),
+        "o1": offer("o1"),
+        "o2": offer("o2"),
+        "other-fw": offer("other-fw", framework="x"),
+        "other-agent": offer("other-agent", agent="a2"),
+        "other-role": offer("other-role", role="r"),
     }
     connected = {AGENT, "a2"}.__contains__
     assert validate_offers(["o1", "o2"], offers, "fw", connected) is None
     assert "No offers" in (validate_offers([], offers, "fw", connected) or "")
     assert "Duplicate" in (validate_offers(["o1", "o1"], offers, "fw", connected) or "")
-    assert "no longer valid" in (validate_offers(["gone"], offers, "fw", connected) or "")
-    assert "not made to framework" in (validate_offers(["other-fw"], offers, "fw", connected) or "")
-    assert "one single agent" in (validate_offers(["o1", "other-agent"], offers, "fw", connected) or "")
-    assert "same role" in (validate_offers(["o1", "other-role"], offers, "fw", connected) or "")
-    assert "not connected" in (validate_offers(["o1"], offers, "fw", {"a2"}.__contains__) or "")
+    assert "no longer valid" in (
+        validate_offers(["gone"], offers, "fw", connected) or ""
+    )
+    assert "not made to framework" in (
+        validate_offers(["other-fw"], offers, "fw", connected) or ""
+    )
+    assert "one single agent" in (
+        validate_offers(["o1", "other-agent"], offers, "fw", connected) or ""
+    )
+    assert "same role" in (
+        validate_offers(["o1", "other-role"], offers, "fw", connected) or ""
+    )
+    assert "not connected" in (
+        validate_offers(["o1"], offers, "fw", {"a2"}.__contains__) or ""
+    )
 
 
 # --- LAUNCH ----------------------------------------------------------------------------------
@@ -168,42 +241,79 @@ def test_valid_command_task() -> None:
         ({}, {"live_task_ids": ({}, {"t"})}, "duplicate ID"),
         ({"agent_id": {"value": "elsewhere"}}, {}, "offer is for agent"),
         ({"command": None}, {}, "not both"),
-        ({"executor": {"executor_id": {"value": "e"}, "command": {"value": "x"}}}, {}, "not both"),
+        (
+            {"executor": {"executor_id": {"value": "e"}, "command": {"value": "x"}}},
+            {},
+            "not both",
+        ),
         ({"resources": []}, {}, "no resources"),
-        ({"resources": [{"name": "cpus", "type": "SCALAR"}]}, {}, "Invalid task resources"),
-        ({"resources": [{"name": "cpus", "type": "SCALAR", "scalar": {"value": 8}}]}, {}, "more resources"),
-        ({"resources": [{"name": "gpus", "type": "SCALAR", "scalar": {"value": 1}}]}, {}, "more resources"),
+        (
+            {"resources": [{"name": "cpus", "type": "SCALAR"}]},
+            {},
+            "Invalid task resources",
+        ),
+        (
+            {"resources": [{"name": "cpus", "type": "SCALAR", "scalar": {"value": 8}}]},
+            {},
+            "more resources",
+        ),
+        (
+            {"resources": [{"name": "gpus", "type": "SCALAR", "scalar": {"value": 1}}]},
+            {},
+            "more resources",
+        ),
         ({"kill_policy": {"grace_period": {"nanoseconds": -1}}}, {}, "grace_period"),
         ({"max_completion_time": {"nanoseconds": -1}}, {}, "max_completion_time"),
         ({"command": {"shell": True}}, {}, "command.value"),
         ({"container": {"type": "DOCKER"}}, {}, "container.docker"),
     ],
 )
-def test_invalid_tasks(fields: dict[str, Any], ctx_fields: dict[str, Any], message: str) -> None:
+def test_invalid_tasks(
+    fields: dict[str, Any], ctx_fields: dict[str, Any], message: str
+) -> None:
     error = validate_task(task(**fields), context(**ctx_fields))
     assert error is not None and message in error
 
 
 def custom_task(**executor_fields: Any) -> TaskInfo:
-    raw = {"executor_id": {"value": "e"}, "type": "CUSTOM", "command": {"value": "run"},
-           "resources": Resources.parse("cpus:0.1;mem:32").to_list(), **executor_fields}
+    raw = {
+        "executor_id": {"value": "e"},
+        "type": "CUSTOM",
+        "command": {"value": "run"},
+        "resources": Resources.parse("cpus:0.1;mem:32").to_list(),
+        **executor_fields,
+    }
     return task(command=None, executor={k: v for k, v in raw.items() if v is not None})
 
 
 def test_executor_rules_for_launch() -> None:
     assert validate_task(custom_task(), context()) is None
-    assert "CUSTOM needs 'command'" in (validate_task(custom_task(command=None), context()) or "")
-    assert "FrameworkID" in (validate_task(custom_task(framework_id={"value": "other"}), context()) or "")
+    assert "CUSTOM needs 'command'" in (
+        validate_task(custom_task(command=None), context()) or ""
+    )
+    assert "FrameworkID" in (
+        validate_task(custom_task(framework_id={"value": "other"}), context()) or ""
+    )
     assert "shutdown_grace_period" in (
-        validate_task(custom_task(shutdown_grace_period={"nanoseconds": -5}), context()) or ""
+        validate_task(custom_task(shutdown_grace_period={"nanoseconds": -5}), context())
+        or ""
     )
     # The executor's resources count unless it already runs on the agent.
-    assert "more resources" in (validate_task(custom_task(), context("cpus:0.55;mem:100")) or "")
+    assert "more resources" in (
+        validate_task(custom_task(), context("cpus:0.55;mem:100")) or ""
+    )
     running = custom_task().executor
     assert running is not None
-    assert validate_task(custom_task(), context("cpus:0.55;mem:100", executors={"e": running})) is None
+    assert (
+        validate_task(
+            custom_task(), context("cpus:0.55;mem:100", executors={"e": running})
+        )
+        is None
+    )
     changed = custom_task(command={"value": "something else"})
-    assert "not compatible" in (validate_task(changed, context(executors={"e": running})) or "")
+    assert "not compatible" in (
+        validate_task(changed, context(executors={"e": running})) or ""
+    )
 
 
 # --- LAUNCH_GROUP --------------------------------------------------------------------------
@@ -222,7 +332,10 @@ def test_valid_group() -> None:
     [
         ({"type": "UNKNOWN"}, "'ExecutorInfo.type' must be set"),
         ({"command": {"value": "x"}}, "DEFAULT must not set 'command'"),
-        ({"container": {"type": "DOCKER", "docker": {"image": "x"}}}, "MESOS container"),
+        (
+            {"container": {"type": "DOCKER", "docker": {"image": "x"}}},
+            "MESOS container",
+        ),
         ({"container": {"type": "MESOS", "mesos": {}}}, "container.mesos"),
         ({"resources": Resources.parse("cpus:0.001;mem:32;disk:1").to_list()}, "cpus"),
         ({"resources": Resources.parse("cpus:0.1;mem:31;disk:1").to_list()}, "mem"),
@@ -237,18 +350,31 @@ def test_invalid_group_executors(executor_fields: dict[str, Any], message: str) 
 
 def test_group_task_rules() -> None:
     ex = executor()
-    assert "empty" in (validate_task_group(ex, TaskGroupInfo(tasks=[]), context()) or "")
-    assert "duplicate task ID" in (validate_task_group(ex, group(task("a"), task("a")), context()) or "")
+    assert "empty" in (
+        validate_task_group(ex, TaskGroupInfo(tasks=[]), context()) or ""
+    )
+    assert "duplicate task ID" in (
+        validate_task_group(ex, group(task("a"), task("a")), context()) or ""
+    )
     other = task("b", executor={"executor_id": {"value": "other"}, "type": "DEFAULT"})
-    assert "differs from the group's executor" in (validate_task_group(ex, group(task("a"), other), context()) or "")
+    assert "differs from the group's executor" in (
+        validate_task_group(ex, group(task("a"), other), context()) or ""
+    )
     same = task("b", executor=msgspec.to_builtins(ex))
     assert validate_task_group(ex, group(task("a"), same), context()) is None
     docker = task("b", container={"type": "DOCKER", "docker": {"image": "x"}})
     assert "DOCKER" in (validate_task_group(ex, group(docker), context()) or "")
-    assert "more resources" in (validate_task_group(ex, group(), context("cpus:1.05;mem:1024;disk:1024")) or "")
-    assert validate_task_group(ex, group(), context("cpus:1.1;mem:1024;disk:1024")) is None
+    assert "more resources" in (
+        validate_task_group(ex, group(), context("cpus:1.05;mem:1024;disk:1024")) or ""
+    )
+    assert (
+        validate_task_group(ex, group(), context("cpus:1.1;mem:1024;disk:1024")) is None
+    )
     # A running executor's resources are not needed again (nor its minimums).
-    assert validate_task_group(ex, group(), context("cpus:1;mem:1", executors={"e": ex})) is None
+    assert (
+        validate_task_group(ex, group(), context("cpus:1;mem:1", executors={"e": ex}))
+        is None
+    )
     dup_live = context(live_task_ids=({"a": object()},))
     assert "duplicate ID" in (validate_task_group(ex, group(), dup_live) or "")
 
@@ -258,7 +384,11 @@ def test_limits_need_share_cgroups_false() -> None:
     limits = {"cpus": {"value": 1}}
     shared = task("a", limits=limits)
     assert "share_cgroups" in (validate_task_group(ex, group(shared), context()) or "")
-    isolated = task("a", limits=limits, container={"type": "MESOS", "linux_info": {"share_cgroups": False}})
+    isolated = task(
+        "a",
+        limits=limits,
+        container={"type": "MESOS", "linux_info": {"share_cgroups": False}},
+    )
     assert validate_task_group(ex, group(isolated), context()) is None
     mixed = group(isolated, task("b"))
     assert "same" in (validate_task_group(ex, mixed, context()) or "")

@@ -171,9 +171,8 @@ class Cgroup:
         """Creates the cgroup in each controller's hierarchy (idempotent)."""
         if self.version == 1:
             for controller in controllers:
-                for name in V1_COMPANIONS.get(controller, (controller,)):
-                    if self.hierarchy.has(name):
-                        os.makedirs(self.directory(name), exist_ok=True)
+                for name in self._companions(controller):
+                    os.makedirs(self.directory(name), exist_ok=True)
             return
         wanted = [c for c in controllers if self.hierarchy.has(c)]
         # v2: a controller is usable in a cgroup only when every ancestor delegates it.
@@ -210,13 +209,22 @@ class Cgroup:
                 values[key] = int(value)
         return values
 
+    def _companions(self, controller: str) -> list[str]:
+        """The controllers that make up `controller` here (v1 splits cpu from cpuacct)."""
+        if self.version == 2:
+            return [controller]
+        return [n for n in V1_COMPANIONS.get(controller, (controller,)) if self.hierarchy.has(n)]
+
     def add_process(self, controller: str, pid: int) -> None:
-        procs = os.path.join(self._procs_directory(controller), "cgroup.procs")
-        try:
-            with open(procs, "w") as f:
-                f.write(str(pid))
-        except OSError as exc:
-            raise CgroupsError(f"Failed to move pid {pid} into cgroup {self.path}: {exc.strerror}") from None
+        for name in self._companions(controller):
+            procs = os.path.join(self._procs_directory(name), "cgroup.procs")
+            try:
+                with open(procs, "w") as f:
+                    f.write(str(pid))
+            except OSError as exc:
+                raise CgroupsError(
+                    f"Failed to move pid {pid} into cgroup {self.path} ({name}): {exc.strerror}"
+                ) from None
 
     def processes(self, controller: str) -> list[int]:
         """Every process in this cgroup and below it."""
@@ -231,27 +239,28 @@ class Cgroup:
         return found
 
     def contains(self, controller: str, pid: int) -> bool:
-        """Whether `pid` is in this cgroup or one below it."""
+        """Whether `pid` is in this cgroup or one below it (in every v1 companion)."""
         prefix = "/" + self.path
         try:
             with open(f"/proc/{pid}/cgroup") as f:
                 lines = f.read().splitlines()
         except FileNotFoundError:
             return False
+        wanted = set(self._companions(controller))
         for line in lines:
             _hid, names, path = line.split(":", 2)
-            matches = names == "" if self.version == 2 else controller in names.split(",")
-            if matches and (path == prefix or path.startswith(prefix + "/")):
-                return True
-        return False
+            inside = path == prefix or path.startswith(prefix + "/")
+            if self.version == 2 and names == "":
+                return inside
+            if self.version == 1 and inside:
+                wanted -= set(names.split(","))
+        return self.version == 1 and not wanted
 
     async def remove(self, controllers: Iterable[str], attempts: int = 50) -> None:
         """Removes the cgroup and its descendants, SIGKILLing what is left in them and
         waiting while the dying tasks drain (as Mesos's cgroups destroy does)."""
-        names: set[str] = set()
-        for controller in controllers:
-            names.update(V1_COMPANIONS.get(controller, (controller,)) if self.version == 1 else (controller,))
-        directories = {self.directory(n) for n in names if self.hierarchy.has(n)}
+        names = {name for controller in controllers for name in self._companions(controller)}
+        directories = {self.directory(n) for n in names}
         for top in directories:
             await _remove_tree(top, attempts)
 
@@ -308,11 +317,15 @@ class OomListener:
     """Reports the kernel's OOM kills in one memory cgroup from the moment it is created.
 
     v1 registers an eventfd on `memory.oom_control` through `cgroup.event_control`
-    (the kernel also signals it when the cgroup goes away, hence the counter
-    check); v2 has no such notification on a plain fd, so `memory.events` is polled.
+    (the kernel also signals it when the cgroup goes away, and may signal before
+    it counts the kill, hence the counter check and re-check); v2 has no such
+    notification on a plain fd, so `memory.events` is polled.
     """
 
-    POLL_INTERVAL = 0.25
+    POLL_INTERVAL = 1.0  # v2 only
+    # v1: the event can come before the kernel counts the kill, so look again a few times.
+    RECHECKS = 20
+    RECHECK_INTERVAL = 0.05
 
     def __init__(self, cgroup: Cgroup) -> None:
         self.cgroup = cgroup
@@ -345,14 +358,19 @@ class OomListener:
                 try:
                     os.eventfd_read(self._eventfd)
                 except BlockingIOError:
-                    continue
+                    pass
+                rechecks = self.RECHECKS
             else:
                 await asyncio.sleep(self.POLL_INTERVAL)
-            kills = self.oom_kills() - self._baseline
-            if kills > 0:
-                return kills
-            if not self.cgroup.exists("memory"):
-                await asyncio.Event().wait()  # removed: the container ended otherwise
+                rechecks = 1
+            for attempt in range(rechecks):
+                kills = self.oom_kills() - self._baseline
+                if kills > 0:
+                    return kills
+                if not self.cgroup.exists("memory"):
+                    await asyncio.Event().wait()  # removed: the container ended otherwise
+                if attempt + 1 < rechecks:
+                    await asyncio.sleep(self.RECHECK_INTERVAL)
 
     def close(self) -> None:
         for fd in (self._eventfd, self._control):

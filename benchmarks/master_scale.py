@@ -1,0 +1,485 @@
+#!/usr/bin/env python3
+"""Master scale benchmark: allocation cycle time and sustained task launch throughput.
+
+For each agent count (``--agents=1000,10000``) it measures:
+
+1. **Allocation cycle, direct**: a `HierarchicalDRFAllocator` populated with
+   the agents and ``--frameworks`` frameworks, timing `allocate()` itself:
+   a *full* cycle (every agent free, the worst case) and *steady* cycles
+   (10 % of the agents' resources come back between cycles, as declines and
+   finished tasks do).
+2. **A live cluster**: a real master (``python -m mesilla master``, its own
+   process, loopback, temporary work_dir), the agents simulated in this
+   process speaking the internal agent protocol (`mesilla.v1.internal`; they
+   answer RUN_TASK with a TASK_RUNNING update and run nothing) and the
+   frameworks speaking the v1 scheduler API (ACCEPT with LAUNCH, ACKNOWLEDGE).
+   For ``--duration`` seconds the frameworks launch tasks as fast as offers
+   come, with at most ``--max_in_flight`` launched but not yet running. It
+   reports tasks/s from ACCEPT to TASK_RUNNING arriving at the scheduler, the
+   latency of each, and the master's own ``allocator/mesos/allocation_run_ms``
+   percentiles from ``/metrics/snapshot``.
+
+Targets (issue #2): at 10,000 agents a cycle p50 under 100 ms and at least
+1,000 task launches per second. Usage::
+
+    python benchmarks/master_scale.py [--agents=1000,10000] [--frameworks=10] [--duration=20]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import base64
+import contextlib
+import json
+import os
+import platform
+import random
+import resource
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import aiohttp
+import msgspec
+
+from mesilla.common.recordio import Decoder
+from mesilla.common.resources import Resources
+from mesilla.master.allocator import HierarchicalDRFAllocator
+from mesilla.master.metrics import percentile
+
+Json = dict[str, Any]
+
+CYCLE_TARGET_MS = 100.0
+LAUNCH_TARGET_PER_S = 1000.0
+AGENT_RESOURCES = "cpus:8;mem:16384;disk:100000;ports:[31000-32000]"
+TASK_CPUS, TASK_MEM = 0.1, 32.0
+REGISTER_CONCURRENCY = 200
+READY_TIMEOUT = 60.0
+
+
+# --- the machine ---------------------------------------------------------------------
+
+
+def machine() -> dict[str, str]:
+    model = "unknown"
+    with contextlib.suppress(OSError), open("/proc/cpuinfo") as f:
+        for line in f:
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    mem = "unknown"
+    with contextlib.suppress(OSError), open("/proc/meminfo") as f:
+        for line in f:
+            if line.startswith("MemTotal"):
+                mem = f"{int(line.split()[1]) / 1024 / 1024:.1f} GiB"
+                break
+    return {
+        "cpu": model,
+        "cores": str(os.cpu_count()),
+        "memory": mem,
+        "python": platform.python_version(),
+        "kernel": platform.release(),
+    }
+
+
+# --- 1. the allocator alone -------------------------------------------------------------
+
+
+def bench_allocator(agents: int, frameworks: int, cycles: int) -> dict[str, float]:
+    allocator = HierarchicalDRFAllocator(offer_callback=lambda _: None)
+    total = Resources.parse(AGENT_RESOURCES)
+    for i in range(frameworks):
+        allocator.add_framework(f"fw-{i}", ["*"])
+    for i in range(agents):
+        allocator.add_agent(f"agent-{i}", f"host-{i}", total)
+    full: list[float] = []
+    steady: list[float] = []
+    for _ in range(max(3, cycles // 10)):
+        _recover(allocator, _timed(allocator, full))
+    # Steady state: each cycle gets back a random tenth of the agents, as
+    # declines, unused parts of offers and finished tasks give them back.
+    held = _timed(allocator, [])
+    for _ in range(cycles):
+        sample = random.sample(sorted(held), len(held) // 10)
+        _recover(allocator, {agent_id: held.pop(agent_id) for agent_id in sample})
+        held.update(_timed(allocator, steady))
+    return {
+        "full_p50": statistics.median(full),
+        "full_max": max(full),
+        "steady_p50": statistics.median(steady),
+        "steady_p99": percentile(sorted(steady), 0.99),
+    }
+
+
+def _timed(allocator: HierarchicalDRFAllocator, into: list[float]) -> dict[str, tuple[str, Resources]]:
+    """One cycle, timed into `into`; returns agent_id -> (framework_id, resources) allocated."""
+    started = time.perf_counter()
+    result = allocator.allocate()
+    into.append((time.perf_counter() - started) * 1000)
+    return {
+        agent_id: (framework_id, resources)
+        for framework_id, by_agent in result.items()
+        for agent_id, by_role in by_agent.items()
+        for resources in by_role.values()
+    }
+
+
+def _recover(allocator: HierarchicalDRFAllocator, held: dict[str, tuple[str, Resources]]) -> None:
+    for agent_id, (framework_id, resources) in held.items():
+        allocator.recover_resources(framework_id, agent_id, resources)
+
+
+# --- 2. a live cluster ---------------------------------------------------------------------
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@contextlib.asynccontextmanager
+async def master_process(work_dir: str, registry: str) -> AsyncIterator[str]:
+    """A real master in its own process; yields its base URL, stops it with SIGTERM."""
+    port = _free_port()
+    process = subprocess.Popen(
+        [
+            sys.executable, "-m", "mesilla", "master", "--ip=127.0.0.1", f"--port={port}",
+            f"--work_dir={work_dir}", f"--registry={registry}", "--logging_level=WARNING",
+        ]
+    )
+    base = f"http://127.0.0.1:{port}"
+    try:
+        async with aiohttp.ClientSession() as session:
+            deadline = time.monotonic() + READY_TIMEOUT
+            while True:
+                if process.poll() is not None:
+                    raise RuntimeError(f"the master exited with {process.returncode}")
+                with contextlib.suppress(aiohttp.ClientError):
+                    async with session.get(base + "/health") as response:
+                        if response.status == 200:
+                            break
+                if time.monotonic() > deadline:
+                    raise RuntimeError("the master did not come up")
+                await asyncio.sleep(0.2)
+        yield base
+    finally:
+        if process.poll() is None:
+            process.send_signal(signal.SIGTERM)
+            try:
+                process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+
+
+async def _events(response: aiohttp.ClientResponse) -> AsyncIterator[Json]:
+    decoder = Decoder()
+    async for chunk in response.content.iter_any():
+        for record in decoder.feed(chunk):
+            yield json.loads(record)
+
+
+def _uuid() -> str:
+    return base64.b64encode(uuid.uuid4().bytes).decode()
+
+
+class SimulatedAgents:
+    """Many agents in one event loop: each holds a REGISTER stream and answers RUN_TASK."""
+
+    def __init__(self, base: str, streams: aiohttp.ClientSession, calls: aiohttp.ClientSession) -> None:
+        self.url = base + "/internal/agent"
+        self.streams = streams
+        self.calls = calls
+        self.tasks: list[asyncio.Task[None]] = []
+        self.errors = 0
+
+    async def start(self, count: int) -> float:
+        """Registers `count` agents; returns the seconds it took."""
+        started = time.perf_counter()
+        gate = asyncio.Semaphore(REGISTER_CONCURRENCY)
+        ready = [asyncio.get_running_loop().create_future() for _ in range(count)]
+        for i in range(count):
+            self.tasks.append(asyncio.create_task(self._agent(i, gate, ready[i])))
+        await asyncio.gather(*ready)
+        return time.perf_counter() - started
+
+    async def _agent(self, index: int, gate: asyncio.Semaphore, ready: asyncio.Future[None]) -> None:
+        info = {
+            "hostname": f"sim-{index}",
+            "port": 5051,
+            "resources": msgspec.to_builtins(Resources.parse(AGENT_RESOURCES).to_list()),
+        }
+        async with gate:
+            response = await self.streams.post(self.url, json={"type": "REGISTER", "register": {"agent_info": info}})
+        if response.status != 200:
+            ready.set_exception(RuntimeError(f"REGISTER: {response.status} {await response.text()}"))
+            return
+        stream_id = response.headers["Mesos-Stream-Id"]
+        agent_id: Json | None = None
+        try:
+            async for event in _events(response):
+                if event["type"] == "REGISTERED":
+                    agent_id = event["registered"]["agent_id"]
+                    ready.set_result(None)
+                elif event["type"] == "RUN_TASK" and agent_id is not None:
+                    run = event["run_task"]
+                    asyncio.create_task(self._running(agent_id, stream_id, run))
+        except (aiohttp.ClientError, asyncio.CancelledError):
+            pass
+        finally:
+            response.close()
+
+    async def _running(self, agent_id: Json, stream_id: str, run: Json) -> None:
+        status = {
+            "task_id": run["task"]["task_id"],
+            "state": "TASK_RUNNING",
+            "source": "SOURCE_EXECUTOR",
+            "agent_id": agent_id,
+            "timestamp": time.time(),
+            "uuid": _uuid(),
+        }
+        call = {
+            "type": "STATUS_UPDATE",
+            "agent_id": agent_id,
+            "status_update": {"framework_id": run["framework_info"]["id"], "status": status},
+        }
+        async with self.calls.post(self.url, json=call, headers={"Mesos-Stream-Id": stream_id}) as response:
+            if response.status != 202:
+                self.errors += 1
+
+    async def stop(self) -> None:
+        for task in self.tasks:
+            task.cancel()
+        await asyncio.gather(*self.tasks, return_exceptions=True)
+
+
+@dataclass
+class LaunchStats:
+    accepted_at: dict[str, float] = field(default_factory=dict)
+    latencies: list[float] = field(default_factory=list)
+    first_accept: float | None = None
+    last_running: float | None = None
+    errors: int = 0
+
+
+class SimulatedFramework:
+    """A v1 scheduler that launches small command tasks on every offer while the run lasts."""
+
+    def __init__(self, name: str, base: str, calls: aiohttp.ClientSession, in_flight: int, stats: LaunchStats) -> None:
+        self.name = name
+        self.url = base + "/api/v1/scheduler"
+        self.calls = calls
+        self.stats = stats
+        self.slots = asyncio.Semaphore(in_flight)
+        self.framework_id: Json | None = None
+        self.stream_id = ""
+        self.launching = True
+        self._next_task = 0
+        self._work: list[asyncio.Task[None]] = []
+
+    async def run(self, streams: aiohttp.ClientSession, subscribed: asyncio.Future[None]) -> None:
+        call = {"type": "SUBSCRIBE", "subscribe": {"framework_info": {"user": "bench", "name": self.name}}}
+        response = await streams.post(self.url, json=call)
+        if response.status != 200:
+            subscribed.set_exception(RuntimeError(f"SUBSCRIBE: {response.status} {await response.text()}"))
+            return
+        self.stream_id = response.headers["Mesos-Stream-Id"]
+        try:
+            async for event in _events(response):
+                kind = event["type"]
+                if kind == "SUBSCRIBED":
+                    self.framework_id = event["subscribed"]["framework_id"]
+                    subscribed.set_result(None)
+                elif kind == "OFFERS":
+                    for offer in event["offers"]["offers"]:
+                        self._work.append(asyncio.create_task(self._use(offer)))
+                elif kind == "UPDATE":
+                    self._update(event["update"]["status"])
+        except (aiohttp.ClientError, asyncio.CancelledError):
+            pass
+        finally:
+            response.close()
+            for task in self._work:
+                task.cancel()
+
+    async def _post(self, call: Json) -> int:
+        async with self.calls.post(self.url, json=call, headers={"Mesos-Stream-Id": self.stream_id}) as response:
+            return response.status
+
+    async def _use(self, offer: Json) -> None:
+        scalars = {r["name"]: r["scalar"]["value"] for r in offer["resources"] if r.get("scalar")}
+        count = int(min(scalars.get("cpus", 0) / TASK_CPUS, scalars.get("mem", 0) / TASK_MEM, 10))
+        taken = 0
+        for _ in range(count):
+            await self.slots.acquire()
+            taken += 1
+        if not self.launching or count == 0:
+            for _ in range(taken):
+                self.slots.release()
+            await self._post({"type": "DECLINE", "framework_id": self.framework_id, "decline": {"offer_ids": [offer["id"]]}})
+            return
+        tasks = []
+        now = time.perf_counter()
+        for _ in range(count):
+            task_id = f"{self.name}-{self._next_task}"
+            self._next_task += 1
+            self.stats.accepted_at[task_id] = now
+            tasks.append(
+                {
+                    "name": task_id,
+                    "task_id": {"value": task_id},
+                    "agent_id": offer["agent_id"],
+                    "resources": [
+                        {"name": "cpus", "type": "SCALAR", "scalar": {"value": TASK_CPUS}},
+                        {"name": "mem", "type": "SCALAR", "scalar": {"value": TASK_MEM}},
+                    ],
+                    "command": {"value": "true"},
+                }
+            )
+        if self.stats.first_accept is None:
+            self.stats.first_accept = now
+        call = {
+            "type": "ACCEPT",
+            "framework_id": self.framework_id,
+            "accept": {
+                "offer_ids": [offer["id"]],
+                "operations": [{"type": "LAUNCH", "launch": {"task_infos": tasks}}],
+                "filters": {"refuse_seconds": 0},
+            },
+        }
+        if await self._post(call) != 202:
+            self.stats.errors += 1
+
+    def _update(self, status: Json) -> None:
+        task_id = status["task_id"]["value"]
+        if status["state"] == "TASK_RUNNING":
+            accepted = self.stats.accepted_at.pop(task_id, None)
+            if accepted is not None:
+                now = time.perf_counter()
+                self.stats.latencies.append((now - accepted) * 1000)
+                self.stats.last_running = now
+                self.slots.release()
+        if "uuid" in status:
+            ack = {
+                "type": "ACKNOWLEDGE",
+                "framework_id": self.framework_id,
+                "acknowledge": {"agent_id": status["agent_id"], "task_id": status["task_id"], "uuid": status["uuid"]},
+            }
+            self._work.append(asyncio.create_task(self._post(ack)))
+
+
+async def bench_cluster(agents: int, frameworks: int, duration: float, in_flight: int, registry: str) -> dict[str, float]:
+    with tempfile.TemporaryDirectory(prefix="mesilla-bench-") as work_dir:
+        async with master_process(work_dir, registry) as base, aiohttp.ClientSession(
+            connector=aiohttp.TCPConnector(limit=0), timeout=aiohttp.ClientTimeout(total=None)
+        ) as streams, aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=256)) as calls:
+            sim = SimulatedAgents(base, streams, calls)
+            stats = LaunchStats()
+            runners: list[asyncio.Task[None]] = []
+            try:
+                registration = await sim.start(agents)
+                fws = [
+                    SimulatedFramework(f"bench-{i}", base, calls, max(1, in_flight // frameworks), stats)
+                    for i in range(frameworks)
+                ]
+                subscribed = [asyncio.get_running_loop().create_future() for _ in fws]
+                runners = [asyncio.create_task(fw.run(streams, done)) for fw, done in zip(fws, subscribed, strict=True)]
+                await asyncio.gather(*subscribed)
+                await asyncio.sleep(duration)
+                for fw in fws:
+                    fw.launching = False
+                # Let what was accepted reach TASK_RUNNING (bounded).
+                deadline = time.monotonic() + 30
+                while stats.accepted_at and time.monotonic() < deadline:
+                    await asyncio.sleep(0.2)
+                async with calls.get(base + "/metrics/snapshot") as response:
+                    metrics = await response.json()
+            finally:
+                for task in runners:
+                    task.cancel()
+                await asyncio.gather(*runners, return_exceptions=True)
+                await sim.stop()
+    launched = len(stats.latencies)
+    elapsed = (stats.last_running or 0) - (stats.first_accept or 0)
+    latencies = sorted(stats.latencies) or [0.0]
+    return {
+        "registration_s": registration,
+        "tasks_running": float(launched),
+        "tasks_lost_in_flight": float(len(stats.accepted_at)),
+        "launch_rate": launched / elapsed if elapsed > 0 else 0.0,
+        "latency_p50": percentile(latencies, 0.5),
+        "latency_p99": percentile(latencies, 0.99),
+        "master_cycle_p50": metrics.get("allocator/mesos/allocation_run_ms/p50", float("nan")),
+        "master_cycle_p99": metrics.get("allocator/mesos/allocation_run_ms/p99", float("nan")),
+        "master_cycles": metrics.get("allocator/mesos/allocation_runs", 0.0),
+        "errors": float(stats.errors + sim.errors),
+    }
+
+
+# --- main ----------------------------------------------------------------------------------------
+
+
+def _verdict(ok: bool) -> str:
+    return "meets target" if ok else "BELOW TARGET"
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--agents", default="1000,10000", help="comma-separated agent counts")
+    parser.add_argument("--frameworks", type=int, default=10)
+    parser.add_argument("--duration", type=float, default=20.0, help="seconds of launching per agent count")
+    parser.add_argument("--cycles", type=int, default=30, help="direct allocation cycles per agent count")
+    parser.add_argument("--max_in_flight", type=int, default=4000, help="tasks launched but not running, at most")
+    parser.add_argument("--registry", default="sqlite", choices=("sqlite", "in_memory"))
+    args = parser.parse_args()
+    counts = [int(x) for x in args.agents.split(",") if x.strip()]
+
+    # Every simulated agent holds a connection, on both sides.
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    wanted = min(hard, max(soft, 2 * max(counts) + 1024))
+    resource.setrlimit(resource.RLIMIT_NOFILE, (wanted, hard))
+
+    print("Mesilla master scale benchmark")
+    for key, value in machine().items():
+        print(f"  {key:8} {value}")
+    print(f"  frameworks {args.frameworks}, agents {counts}, {args.duration:g}s of launching each\n")
+
+    for count in counts:
+        alloc = bench_allocator(count, args.frameworks, args.cycles)
+        print(f"== {count} agents, {args.frameworks} frameworks")
+        target = f"target p50 < {CYCLE_TARGET_MS:g} ms at 10,000 agents"
+        print(f"  allocation cycle, direct, all agents free:  p50 {alloc['full_p50']:7.1f} ms  max {alloc['full_max']:7.1f} ms")
+        print(
+            f"  allocation cycle, direct, steady (10% back): p50 {alloc['steady_p50']:7.1f} ms  "
+            f"p99 {alloc['steady_p99']:7.1f} ms   {target}: {_verdict(alloc['full_p50'] < CYCLE_TARGET_MS)}"
+        )
+        live = asyncio.run(bench_cluster(count, args.frameworks, args.duration, args.max_in_flight, args.registry))
+        print(f"  agent registration: {live['registration_s']:.1f} s ({count / live['registration_s']:.0f} agents/s)")
+        print(
+            f"  live master allocation cycle: p50 {live['master_cycle_p50']:7.1f} ms  "
+            f"p99 {live['master_cycle_p99']:7.1f} ms over {live['master_cycles']:.0f} cycles"
+        )
+        print(
+            f"  task launch, ACCEPT -> TASK_RUNNING at the scheduler: {live['launch_rate']:7.0f} tasks/s "
+            f"({live['tasks_running']:.0f} tasks; latency p50 {live['latency_p50']:.0f} ms, "
+            f"p99 {live['latency_p99']:.0f} ms)   target >= {LAUNCH_TARGET_PER_S:g}/s: "
+            f"{_verdict(live['launch_rate'] >= LAUNCH_TARGET_PER_S)}"
+        )
+        if live["errors"] or live["tasks_lost_in_flight"]:
+            print(f"  errors: {live['errors']:.0f} calls refused, {live['tasks_lost_in_flight']:.0f} tasks never running")
+        print()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

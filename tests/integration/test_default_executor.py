@@ -207,13 +207,20 @@ async def test_authentication_token_is_sent_on_every_call(start_pod: StartPod) -
     assert await pod.exited() == 0
 
 
-async def test_resubscribes_after_losing_the_agent_and_keeps_its_tasks(start_pod: StartPod) -> None:
+async def test_resubscribes_after_losing_the_agent_and_keeps_its_tasks(start_pod: StartPod, unused_port: int) -> None:
     pod = await start_pod(checkpoint=True)
     agent = pod.agent
-    await agent.launch_group(task("a", "sleep 600"))
-    await agent.wait_for(agent.reached("a", "TASK_RUNNING"))
+    health = {"type": "TCP", "tcp": {"port": unused_port}, "grace_period_seconds": 30, **FAST}
+    await agent.launch_group(task("a", web_server(unused_port), health_check=health))
+
+    def healthy_reports() -> int:
+        return sum(1 for u in agent.updates if u.get("healthy") is True)
+
+    await agent.wait_for(lambda: healthy_reports() == 1)
     agent.drop_subscription()
     await agent.wait_for(lambda: agent.subscriptions == 2)
+    # Checks paused while disconnected start afresh: healthy is reported again.
+    await agent.wait_for(lambda: healthy_reports() == 2)
     # Still managed after the new subscription: a KILL goes through.
     await agent.kill("a")
     await agent.wait_for(agent.terminal("a"))

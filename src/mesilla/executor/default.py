@@ -75,6 +75,8 @@ class DefaultExecutor(Executor):
         self._ip: str | None = None
         self._timers: dict[Timer, asyncio.TimerHandle] = {}
         self._checkers: dict[str, list[Checker]] = {}
+        # What each checked task asked for, to restart its checks after a disconnection.
+        self._checked: dict[str, StartChecks] = {}
         self._tasks: set[asyncio.Task[Any]] = set()
         self._updates: asyncio.Queue[Json] = asyncio.Queue()
         self._sender: asyncio.Task[None] | None = None
@@ -103,6 +105,9 @@ class DefaultExecutor(Executor):
             driver.stop()
             return
         self.feed(Subscribed(container_id, capabilities))
+        for task_id, start in self._checked.items():
+            if task_id not in self._checkers:
+                self._start_checks(start)
 
     async def launch(self, driver: ExecutorDriver, task: Json) -> None:
         # As Mesos: LAUNCH never goes to the default executor; treat it as fatal.
@@ -118,6 +123,12 @@ class DefaultExecutor(Executor):
 
     async def acknowledged(self, driver: ExecutorDriver, task_id: str, uuid: str) -> None:
         self._acknowledged.set()
+
+    async def disconnected(self, driver: ExecutorDriver) -> None:
+        # As Mesos: no checking while the agent is away, so a restarting agent
+        # never gets a task killed for failures nobody could report.
+        for task_id in list(self._checkers):
+            self._stop_checks(task_id)
 
     async def shutdown(self, driver: ExecutorDriver) -> None:
         self.feed(Shutdown())
@@ -166,10 +177,12 @@ class DefaultExecutor(Executor):
                 except OSError as exc:
                     log.warning("Could not link the sandbox of task '%s': %s", instruction.task_id, exc)
             case StartChecks():
-                self._start_checks(instruction)
+                self._checked[instruction.task_id] = instruction
+                if self.driver is not None and self.driver.connected:
+                    self._start_checks(instruction)
             case StopChecks():
-                for checker in self._checkers.pop(instruction.task_id, []):
-                    self._spawn(checker.stop())
+                self._checked.pop(instruction.task_id, None)
+                self._stop_checks(instruction.task_id)
             case Exit():
                 self._spawn(self._exit())
 
@@ -238,6 +251,10 @@ class DefaultExecutor(Executor):
         except (OSError, AgentCallError) as exc:
             # The escalation timer sends SIGKILL again; nothing else to do here.
             log.warning("Killing the container of task '%s' failed: %s", kill.task_id, exc)
+
+    def _stop_checks(self, task_id: str) -> None:
+        for checker in self._checkers.pop(task_id, []):
+            self._spawn(checker.stop())
 
     def _start_checks(self, start: StartChecks) -> None:
         probe = probe_for(self.agent, start.container_id)

@@ -47,7 +47,9 @@ def unique_image(*, oci: bool = False, with_whiteouts: bool = False) -> BuiltIma
 
 
 @pytest.fixture
-async def store(tmp_path: Path, docker_registry: Registry) -> AsyncIterator[DockerStore]:
+async def store(
+    tmp_path: Path, docker_registry: Registry
+) -> AsyncIterator[DockerStore]:
     store = DockerStore(os.path.join(tmp_path, "store"), docker_registry.url)
     try:
         yield store
@@ -66,7 +68,9 @@ def staging_is_empty(store: DockerStore) -> bool:
     return os.listdir(os.path.join(store.store_dir, "staging")) == []
 
 
-async def test_pull_by_tag_extracts_every_layer(store: DockerStore, busybox_image: PushedImage) -> None:
+async def test_pull_by_tag_extracts_every_layer(
+    store: DockerStore, busybox_image: PushedImage
+) -> None:
     image, layers = await store.get(busybox_image.name, "rootfs")
 
     assert image.manifest_digest == busybox_image.digest
@@ -77,7 +81,9 @@ async def test_pull_by_tag_extracts_every_layer(store: DockerStore, busybox_imag
     assert staging_is_empty(store)
 
 
-async def test_pull_by_digest(store: DockerStore, busybox_image: PushedImage, docker_registry: Registry) -> None:
+async def test_pull_by_digest(
+    store: DockerStore, busybox_image: PushedImage, docker_registry: Registry
+) -> None:
     name = f"{docker_registry.host}/{busybox_image.repository}@{busybox_image.digest}"
 
     image, _ = await store.get(name, "rootfs")
@@ -86,7 +92,9 @@ async def test_pull_by_digest(store: DockerStore, busybox_image: PushedImage, do
     assert image.name == name
 
 
-async def test_unknown_image_is_not_found(store: DockerStore, docker_registry: Registry) -> None:
+async def test_unknown_image_is_not_found(
+    store: DockerStore, docker_registry: Registry
+) -> None:
     with pytest.raises(ImageNotFound, match="nosuch"):
         await store.get(f"{docker_registry.host}/library/nosuch:latest", "rootfs")
 
@@ -100,9 +108,13 @@ async def test_short_name_uses_the_default_registry(
     assert image.manifest_digest == busybox_image.digest
 
 
-async def test_oci_manifest_pushed_in_chunks(store: DockerStore, docker_registry: Registry) -> None:
+async def test_oci_manifest_pushed_in_chunks(
+    store: DockerStore, docker_registry: Registry
+) -> None:
     built = unique_image(oci=True)
-    digest = push_image(docker_registry.url, "chunked/oci", "v1", built, chunk_size=64 * 1024)
+    digest = push_image(
+        docker_registry.url, "chunked/oci", "v1", built, chunk_size=64 * 1024
+    )
 
     image, layers = await store.get(f"{docker_registry.host}/chunked/oci:v1", "rootfs")
 
@@ -110,12 +122,20 @@ async def test_oci_manifest_pushed_in_chunks(store: DockerStore, docker_registry
     assert os.path.isfile(os.path.join(layers[0], "etc", "test-id"))
 
 
-async def test_index_selects_this_hosts_platform(store: DockerStore, docker_registry: Registry) -> None:
+async def test_index_selects_this_hosts_platform(
+    store: DockerStore, docker_registry: Registry
+) -> None:
     foreign = "s390x" if host_architecture() != "s390x" else "arm64"
     images = [
-        (build_image(architecture=foreign, env=["WHICH=foreign"], oci=True), Platform(foreign)),
+        (
+            build_image(architecture=foreign, env=["WHICH=foreign"], oci=True),
+            Platform(foreign),
+        ),
         (build_image(env=["WHICH=host"], oci=True), Platform(host_architecture())),
-        (build_image(env=["WHICH=windows"], oci=True), Platform(host_architecture(), os="windows")),
+        (
+            build_image(env=["WHICH=windows"], oci=True),
+            Platform(host_architecture(), os="windows"),
+        ),
     ]
     push_index(docker_registry.url, "multi/arch", "latest", images)
 
@@ -133,8 +153,11 @@ async def test_manifest_list_without_this_platform_is_refused(
 
     foreign = "s390x" if host_architecture() != "s390x" else "arm64"
     push_index(
-        docker_registry.url, "multi/foreign", "latest",
-        [(build_image(architecture=foreign), Platform(foreign))], media_type=DOCKER_MANIFEST_LIST,
+        docker_registry.url,
+        "multi/foreign",
+        "latest",
+        [(build_image(architecture=foreign), Platform(foreign))],
+        media_type=DOCKER_MANIFEST_LIST,
     )
 
     with pytest.raises(UnsupportedImage, match=f"linux/{foreign}"):
@@ -204,25 +227,37 @@ async def test_concurrent_pulls_download_each_layer_once(
     built = unique_image(with_whiteouts=True)
     push_image(docker_registry.url, "concurrent/one", "latest", built)
     push_image(docker_registry.url, "concurrent/two", "latest", built)
-    before = {layer.digest: docker_registry.blob_fetches(layer.digest) for layer in built.layers}
+    before = {
+        layer.digest: docker_registry.blob_fetches(layer.digest)
+        for layer in built.layers
+    }
     progress: list[PullProgress] = []
-    store = DockerStore(os.path.join(tmp_path, "store"), docker_registry.url, progress=progress.append)
+    store = DockerStore(
+        os.path.join(tmp_path, "store"), docker_registry.url, progress=progress.append
+    )
     try:
         results = await asyncio.gather(
-            *(store.get(f"{docker_registry.host}/concurrent/one:latest", "rootfs") for _ in range(3)),
+            *(
+                store.get(f"{docker_registry.host}/concurrent/one:latest", "rootfs")
+                for _ in range(3)
+            ),
             store.get(f"{docker_registry.host}/concurrent/two:latest", "rootfs"),
         )
     finally:
         await store.close()
 
-    assert len({tuple(paths) for _, paths in results}) == 1  # layers shared between images
+    assert (
+        len({tuple(paths) for _, paths in results}) == 1
+    )  # layers shared between images
     for layer in built.layers:
         assert docker_registry.blob_fetches(layer.digest) - before[layer.digest] == 1
     finished = {p.layer for p in progress if p.total is not None and p.done == p.total}
     assert finished == {layer.digest for layer in built.layers}
 
 
-async def test_cached_image_is_not_pulled_again(store: DockerStore, docker_registry: Registry) -> None:
+async def test_cached_image_is_not_pulled_again(
+    store: DockerStore, docker_registry: Registry
+) -> None:
     built = unique_image()
     push_image(docker_registry.url, "cached/image", "latest", built)
     name = f"{docker_registry.host}/cached/image:latest"
@@ -235,8 +270,12 @@ async def test_cached_image_is_not_pulled_again(store: DockerStore, docker_regis
     assert docker_registry.blob_fetches(layer.digest) == fetched
 
 
-async def test_bearer_token_auth(docker_registry: Registry, busybox_image: PushedImage, tmp_path: Path) -> None:
-    front = await RegistryFront(docker_registry, token="s3cret", user="alice", password="pw").start()
+async def test_bearer_token_auth(
+    docker_registry: Registry, busybox_image: PushedImage, tmp_path: Path
+) -> None:
+    front = await RegistryFront(
+        docker_registry, token="s3cret", user="alice", password="pw"
+    ).start()
     store = DockerStore(os.path.join(tmp_path, "store"), front.url)
     try:
         name = f"{front.host}/library/busybox:latest"
@@ -247,7 +286,8 @@ async def test_bearer_token_auth(docker_registry: Registry, busybox_image: Pushe
 
         assert image.manifest_digest == busybox_image.digest
         assert front.token_requests[-1] == {
-            "scope": "repository:library/busybox:pull", "service": "mesilla-test"
+            "scope": "repository:library/busybox:pull",
+            "service": "mesilla-test",
         }
     finally:
         await store.close()

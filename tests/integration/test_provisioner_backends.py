@@ -43,14 +43,22 @@ def provisioner_flags(tmp_path: Path, backend: str | None) -> Flags:
 def images(tmp_path: Path) -> Path:
     directory = tmp_path / "images"
     directory.mkdir()
-    write_docker_save(build_image(with_whiteouts=True), str(directory / "layered:latest.tar"), ["layered:latest"])
-    write_docker_save(build_image(), str(directory / "single:latest.tar"), ["single:latest"])
+    write_docker_save(
+        build_image(with_whiteouts=True),
+        str(directory / "layered:latest.tar"),
+        ["layered:latest"],
+    )
+    write_docker_save(
+        build_image(), str(directory / "single:latest.tar"), ["single:latest"]
+    )
     other = build_image(extra_files={"etc/other": b"other\n"})
     write_docker_save(other, str(directory / "other:latest.tar"), ["other:latest"])
     repeated = build_image(with_whiteouts=True)
     repeated.layers.append(repeated.layers[0])  # base, whiteouts, base again
     repeated.config["rootfs"]["diff_ids"].append(repeated.layers[0].diff_id)
-    write_docker_save(repeated, str(directory / "repeated:latest.tar"), ["repeated:latest"])
+    write_docker_save(
+        repeated, str(directory / "repeated:latest.tar"), ["repeated:latest"]
+    )
     return directory
 
 
@@ -59,7 +67,9 @@ async def make_provisioner(tmp_path: Path, backend: str | None) -> Provisioner:
 
 
 @pytest.fixture
-async def destroy_after(tmp_path: Path) -> AsyncIterator[list[tuple[Provisioner, ContainerID]]]:
+async def destroy_after(
+    tmp_path: Path,
+) -> AsyncIterator[list[tuple[Provisioner, ContainerID]]]:
     """Containers a test provisioned, destroyed afterwards even when it fails."""
     created: list[tuple[Provisioner, ContainerID]] = []
     yield created
@@ -70,7 +80,10 @@ async def destroy_after(tmp_path: Path) -> AsyncIterator[list[tuple[Provisioner,
 
 def in_rootfs(rootfs: str, script: str) -> str:
     result = subprocess.run(
-        ["chroot", rootfs, "/bin/sh", "-c", script], capture_output=True, text=True, check=True
+        ["chroot", rootfs, "/bin/sh", "-c", script],
+        capture_output=True,
+        text=True,
+        check=True,
     )
     return result.stdout
 
@@ -86,7 +99,10 @@ def whiteout_names(rootfs: str) -> list[str]:
 
 @pytest.mark.parametrize("backend", ["overlay", "copy"])
 async def test_layers_stack_with_whiteouts(
-    tmp_path: Path, images: Path, backend: str, destroy_after: list[tuple[Provisioner, ContainerID]]
+    tmp_path: Path,
+    images: Path,
+    backend: str,
+    destroy_after: list[tuple[Provisioner, ContainerID]],
 ) -> None:
     provisioner = await make_provisioner(tmp_path, backend)
     container_id = ContainerID(value="c1")
@@ -95,9 +111,22 @@ async def test_layers_stack_with_whiteouts(
     info = await provisioner.provision(container_id, docker_image("layered:latest"))
 
     rootfs = info.rootfs
-    assert rootfs.startswith(str(tmp_path / "store" / "provisioner" / "containers" / "c1" / "backends" / backend / "rootfses"))
+    assert rootfs.startswith(
+        str(
+            tmp_path
+            / "store"
+            / "provisioner"
+            / "containers"
+            / "c1"
+            / "backends"
+            / backend
+            / "rootfses"
+        )
+    )
     assert len(info.layers) == 2
-    listing = in_rootfs(rootfs, "cat /etc/base-marker /etc/upper-marker; ls /opt/dir; ls /etc")
+    listing = in_rootfs(
+        rootfs, "cat /etc/base-marker /etc/upper-marker; ls /opt/dir; ls /etc"
+    )
     assert "base\nupper\n" in listing
     assert "upper-file" in listing
     assert "lower-file" not in listing  # hidden by the opaque directory
@@ -121,7 +150,10 @@ async def test_layers_stack_with_whiteouts(
 
 @pytest.mark.parametrize("backend", ["overlay", "copy"])
 async def test_a_repeated_layer_applies_at_its_top_place(
-    tmp_path: Path, images: Path, backend: str, destroy_after: list[tuple[Provisioner, ContainerID]]
+    tmp_path: Path,
+    images: Path,
+    backend: str,
+    destroy_after: list[tuple[Provisioner, ContainerID]],
 ) -> None:
     provisioner = await make_provisioner(tmp_path, backend)
     container_id = ContainerID(value="repeated")
@@ -131,9 +163,9 @@ async def test_a_repeated_layer_applies_at_its_top_place(
 
     assert len(info.layers) == 3
     # The base layer on top brings back what the whiteout layer below it hid.
-    assert in_rootfs(info.rootfs, "cat /etc/removed-by-upper /etc/upper-marker; ls /opt/dir") == (
-        "the upper layer deletes me\nupper\nlower-file\nupper-file\n"
-    )
+    assert in_rootfs(
+        info.rootfs, "cat /etc/removed-by-upper /etc/upper-marker; ls /opt/dir"
+    ) == ("the upper layer deletes me\nupper\nlower-file\nupper-file\n")
 
 
 async def test_bind_backend_mounts_a_single_layer_read_only(
@@ -191,12 +223,18 @@ async def test_prune_keeps_images_in_use(
     running = ContainerID(value="running")
     destroy_after.append((provisioner, running))
     in_use = await provisioner.provision(running, docker_image("layered:latest"))
-    other = await provisioner.provision(ContainerID(value="gone"), docker_image("other:latest"))
+    other = await provisioner.provision(
+        ContainerID(value="gone"), docker_image("other:latest")
+    )
     await provisioner.destroy(ContainerID(value="gone"))
-    await provisioner.provision(ContainerID(value="excluded"), docker_image("single:latest"))
+    await provisioner.provision(
+        ContainerID(value="excluded"), docker_image("single:latest")
+    )
     await provisioner.destroy(ContainerID(value="excluded"))
 
-    await provisioner.prune([docker_image("single:latest")], [docker_image("layered:latest")])
+    await provisioner.prune(
+        [docker_image("single:latest")], [docker_image("layered:latest")]
+    )
 
     kept = {image.name for image in provisioner.store.images()}
     assert kept == {"layered:latest", "single:latest"}
@@ -221,7 +259,16 @@ async def test_failed_provision_leaves_no_rootfs(
     with pytest.raises(BackendError):
         await provisioner.provision(container_id, docker_image("layered:latest"))
 
-    rootfses = tmp_path / "store" / "provisioner" / "containers" / "fails" / "backends" / "bind" / "rootfses"
+    rootfses = (
+        tmp_path
+        / "store"
+        / "provisioner"
+        / "containers"
+        / "fails"
+        / "backends"
+        / "bind"
+        / "rootfses"
+    )
     assert not rootfses.exists() or list(rootfses.iterdir()) == []
 
 
@@ -231,12 +278,16 @@ async def test_cancelled_provision_is_undone(
     provisioner = await make_provisioner(tmp_path, "overlay")
     container_id = ContainerID(value="cancelled")
     destroy_after.append((provisioner, container_id))
-    await provisioner.provision(ContainerID(value="warm"), docker_image("layered:latest"))
+    await provisioner.provision(
+        ContainerID(value="warm"), docker_image("layered:latest")
+    )
     await provisioner.destroy(ContainerID(value="warm"))
 
     # Cancel at each point the provision awaits, until one run gets through uncancelled.
     for steps in range(1, 2000):
-        task = asyncio.create_task(provisioner.provision(container_id, docker_image("layered:latest")))
+        task = asyncio.create_task(
+            provisioner.provision(container_id, docker_image("layered:latest"))
+        )
         for _ in range(steps):
             await asyncio.sleep(0)
         if task.done():
@@ -246,7 +297,16 @@ async def test_cancelled_provision_is_undone(
         with pytest.raises(asyncio.CancelledError):
             await task
         assert mount_points_under(str(tmp_path)) == []
-        rootfses = tmp_path / "store" / "provisioner" / "containers" / "cancelled" / "backends" / "overlay" / "rootfses"
+        rootfses = (
+            tmp_path
+            / "store"
+            / "provisioner"
+            / "containers"
+            / "cancelled"
+            / "backends"
+            / "overlay"
+            / "rootfses"
+        )
         assert not rootfses.exists() or list(rootfses.iterdir()) == []
     else:
         pytest.fail("provision never finished within 2000 event-loop steps")

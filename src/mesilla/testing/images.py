@@ -28,9 +28,40 @@ from typing import Any
 
 BUSYBOX = "/bin/busybox"
 APPLETS = (
-    "sh", "ls", "cat", "echo", "true", "false", "sleep", "env", "id", "pwd", "test", "mkdir",
-    "rm", "touch", "ps", "kill", "hostname", "cp", "mv", "wc", "head", "grep", "sed", "dd",
-    "whoami", "stat", "readlink", "uname", "yes", "seq", "find", "chmod", "printf", "mount",
+    "sh",
+    "ls",
+    "cat",
+    "echo",
+    "true",
+    "false",
+    "sleep",
+    "env",
+    "id",
+    "pwd",
+    "test",
+    "mkdir",
+    "rm",
+    "touch",
+    "ps",
+    "kill",
+    "hostname",
+    "cp",
+    "mv",
+    "wc",
+    "head",
+    "grep",
+    "sed",
+    "dd",
+    "whoami",
+    "stat",
+    "readlink",
+    "uname",
+    "yes",
+    "seq",
+    "find",
+    "chmod",
+    "printf",
+    "mount",
 )
 MTIME = 1_700_000_000
 
@@ -96,7 +127,11 @@ class BuiltImage:
                 "digest": self.config_digest,
             },
             "layers": [
-                {"mediaType": layer_type, "size": len(layer.gzipped), "digest": layer.digest}
+                {
+                    "mediaType": layer_type,
+                    "size": len(layer.gzipped),
+                    "digest": layer.digest,
+                }
                 for layer in self.layers
             ],
         }
@@ -132,8 +167,20 @@ def base_layer(extra_files: dict[str, bytes] | None = None) -> Layer:
     """busybox with its applets, /etc/passwd, and marker files the whiteout layer hides."""
     builder = _TarBuilder()
     # /mnt/mesos/sandbox: where the sandbox is mounted, present even in a read-only rootfs.
-    directories = ("bin", "dev", "etc", "proc", "sys", "root", "opt", "opt/dir", "usr", "mnt",
-                   "mnt/mesos", "mnt/mesos/sandbox")
+    directories = (
+        "bin",
+        "dev",
+        "etc",
+        "proc",
+        "sys",
+        "root",
+        "opt",
+        "opt/dir",
+        "usr",
+        "mnt",
+        "mnt/mesos",
+        "mnt/mesos/sandbox",
+    )
     for directory in directories:
         builder.directory(directory)
     builder.directory("tmp", 0o1777)
@@ -141,7 +188,10 @@ def base_layer(extra_files: dict[str, bytes] | None = None) -> Layer:
         builder.file("bin/busybox", f.read(), 0o755)
     for applet in APPLETS:
         builder.symlink(f"bin/{applet}", "busybox")
-    builder.file("etc/passwd", b"root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/:/bin/false\n")
+    builder.file(
+        "etc/passwd",
+        b"root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/:/bin/false\n",
+    )
     builder.file("etc/group", b"root:x:0:\nnogroup:x:65534:\n")
     builder.file("etc/removed-by-upper", b"the upper layer deletes me\n")
     builder.file("opt/dir/lower-file", b"hidden by the opaque upper directory\n")
@@ -234,9 +284,15 @@ def write_oci_layout(
     blobs[top_digest] = top_bytes
     os.makedirs(os.path.join(directory, "blobs", "sha256"), exist_ok=True)
     for digest, data in blobs.items():
-        with open(os.path.join(directory, "blobs", "sha256", digest.split(":", 1)[1]), "wb") as f:
+        with open(
+            os.path.join(directory, "blobs", "sha256", digest.split(":", 1)[1]), "wb"
+        ) as f:
             f.write(data)
-    entry: dict[str, Any] = {"mediaType": top_type, "digest": top_digest, "size": len(top_bytes)}
+    entry: dict[str, Any] = {
+        "mediaType": top_type,
+        "digest": top_digest,
+        "size": len(top_bytes),
+    }
     if ref_name:
         entry["annotations"] = {"org.opencontainers.image.ref.name": ref_name}
     index = {"schemaVersion": 2, "mediaType": OCI_INDEX, "manifests": [entry]}
@@ -248,12 +304,19 @@ def write_oci_layout(
 
 
 def push_image(
-    registry_url: str, repository: str, tag: str, image: BuiltImage, *, chunk_size: int | None = None
+    registry_url: str,
+    repository: str,
+    tag: str,
+    image: BuiltImage,
+    *,
+    chunk_size: int | None = None,
 ) -> str:
     """Push blobs (monolithic, or in `chunk_size` PATCHes) then the manifest; returns its digest."""
     for digest, data in image.blobs().items():
         push_blob(registry_url, repository, digest, data, chunk_size=chunk_size)
-    return put_manifest(registry_url, repository, tag, image.manifest_bytes, image.media_type)
+    return put_manifest(
+        registry_url, repository, tag, image.manifest_bytes, image.media_type
+    )
 
 
 def push_index(
@@ -267,39 +330,68 @@ def push_index(
     """Push every image by digest and a multi-platform index (or manifest list) under `tag`."""
     for image, _ in images:
         push_image(registry_url, repository, image.manifest_digest, image)
-    return put_manifest(registry_url, repository, tag, _index_bytes(images, media_type), media_type)
+    return put_manifest(
+        registry_url, repository, tag, _index_bytes(images, media_type), media_type
+    )
 
 
 def push_blob(
-    registry_url: str, repository: str, digest: str, data: bytes, *, chunk_size: int | None = None
+    registry_url: str,
+    repository: str,
+    digest: str,
+    data: bytes,
+    *,
+    chunk_size: int | None = None,
 ) -> None:
-    if _request("HEAD", f"{registry_url}/v2/{repository}/blobs/{digest}", ok=(200, 404))[0] == 200:
+    if (
+        _request(
+            "HEAD", f"{registry_url}/v2/{repository}/blobs/{digest}", ok=(200, 404)
+        )[0]
+        == 200
+    ):
         return
-    _, headers = _request("POST", f"{registry_url}/v2/{repository}/blobs/uploads/", ok=(202,))
+    _, headers = _request(
+        "POST", f"{registry_url}/v2/{repository}/blobs/uploads/", ok=(202,)
+    )
     location = urllib.parse.urljoin(registry_url, headers["Location"])
     body = data
     if chunk_size:
         for start in range(0, len(data), chunk_size):
             chunk = data[start : start + chunk_size]
             _, headers = _request(
-                "PATCH", location, chunk, ok=(202,),
+                "PATCH",
+                location,
+                chunk,
+                ok=(202,),
                 headers={"Content-Range": f"{start}-{start + len(chunk) - 1}"},
             )
             location = urllib.parse.urljoin(registry_url, headers["Location"])
         body = b""
     separator = "&" if "?" in location else "?"
-    _request("PUT", f"{location}{separator}digest={urllib.parse.quote(digest)}", body, ok=(201,))
+    _request(
+        "PUT",
+        f"{location}{separator}digest={urllib.parse.quote(digest)}",
+        body,
+        ok=(201,),
+    )
 
 
-def put_manifest(registry_url: str, repository: str, reference: str, body: bytes, media_type: str) -> str:
+def put_manifest(
+    registry_url: str, repository: str, reference: str, body: bytes, media_type: str
+) -> str:
     _, headers = _request(
-        "PUT", f"{registry_url}/v2/{repository}/manifests/{reference}", body, ok=(201,),
+        "PUT",
+        f"{registry_url}/v2/{repository}/manifests/{reference}",
+        body,
+        ok=(201,),
         headers={"Content-Type": media_type},
     )
     return headers.get("Docker-Content-Digest", sha256(body))
 
 
-def _index_bytes(images: list[tuple[BuiltImage, Platform | None]], media_type: str) -> bytes:
+def _index_bytes(
+    images: list[tuple[BuiltImage, Platform | None]], media_type: str
+) -> bytes:
     manifests = []
     for image, plat in images:
         entry: dict[str, Any] = {
@@ -310,14 +402,22 @@ def _index_bytes(images: list[tuple[BuiltImage, Platform | None]], media_type: s
         if plat is not None:
             entry["platform"] = plat.as_json()
         manifests.append(entry)
-    return json.dumps({"schemaVersion": 2, "mediaType": media_type, "manifests": manifests}).encode()
+    return json.dumps(
+        {"schemaVersion": 2, "mediaType": media_type, "manifests": manifests}
+    ).encode()
 
 
 def _request(
-    method: str, url: str, body: bytes | None = None, *, ok: tuple[int, ...],
+    method: str,
+    url: str,
+    body: bytes | None = None,
+    *,
+    ok: tuple[int, ...],
     headers: dict[str, str] | None = None,
 ) -> tuple[int, dict[str, str]]:
-    request = urllib.request.Request(url, data=body, method=method, headers=headers or {})
+    request = urllib.request.Request(
+        url, data=body, method=method, headers=headers or {}
+    )
     if body is not None and "Content-Type" not in (headers or {}):
         request.add_header("Content-Type", "application/octet-stream")
     try:
@@ -326,7 +426,9 @@ def _request(
     except urllib.error.HTTPError as exc:
         status, response_headers = exc.code, dict(exc.headers)
         if status not in ok:
-            raise RuntimeError(f"{method} {url} answered {status}: {exc.read()[:500]!r}") from None
+            raise RuntimeError(
+                f"{method} {url} answered {status}: {exc.read()[:500]!r}"
+            ) from None
     if status not in ok:
         raise RuntimeError(f"{method} {url} answered {status}, expected {ok}")
     return status, response_headers
@@ -365,4 +467,3 @@ class _TarBuilder:
         info.uid = info.gid = 0
         info.uname = info.gname = "root"
         return info
-

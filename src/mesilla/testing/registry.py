@@ -66,7 +66,11 @@ class Registry:
         """Where the registry keeps a blob's bytes (tests corrupt it there)."""
         hexdigest = digest.split(":", 1)[1]
         return os.path.join(
-            self.storage, "docker/registry/v2/blobs/sha256", hexdigest[:2], hexdigest, "data"
+            self.storage,
+            "docker/registry/v2/blobs/sha256",
+            hexdigest[:2],
+            hexdigest,
+            "data",
         )
 
     def log(self) -> str:
@@ -76,7 +80,9 @@ class Registry:
     def blob_fetches(self, digest: str) -> int:
         """How many times a GET of the blob `digest` reached the registry."""
         return sum(
-            1 for line in self.log().splitlines() if '"GET ' in line and f"/blobs/{digest} " in line
+            1
+            for line in self.log().splitlines()
+            if '"GET ' in line and f"/blobs/{digest} " in line
         )
 
     def stop(self) -> None:
@@ -104,7 +110,9 @@ class Registry:
 def start_registry(binary: str = "docker-registry", timeout: float = 30.0) -> Registry:
     path = shutil.which(binary)
     if path is None:
-        raise RegistryStartError(f"'{binary}' not found: apt-get install docker-registry")
+        raise RegistryStartError(
+            f"'{binary}' not found: apt-get install docker-registry"
+        )
     directory = tempfile.mkdtemp(prefix="mesilla-registry-")
     port = _free_port()
     config = os.path.join(directory, "config.yml")
@@ -112,7 +120,10 @@ def start_registry(binary: str = "docker-registry", timeout: float = 30.0) -> Re
         f.write(_CONFIG.format(storage=os.path.join(directory, "storage"), port=port))
     with open(os.path.join(directory, "registry.log"), "wb") as log:
         process = subprocess.Popen(
-            [path, "serve", config], stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
+            [path, "serve", config],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
         )
     registry = Registry(f"http://127.0.0.1:{port}", directory, process)
     try:
@@ -137,7 +148,9 @@ def _wait_ready(registry: Registry, timeout: float) -> None:
         except (urllib.error.URLError, ConnectionError, TimeoutError):
             pass
         if time.monotonic() > deadline:
-            raise RegistryStartError(f"docker-registry did not answer on {registry.url} in {timeout}s")
+            raise RegistryStartError(
+                f"docker-registry did not answer on {registry.url} in {timeout}s"
+            )
         time.sleep(0.05)
 
 

@@ -25,24 +25,39 @@ from mesilla.v1.mesos import (
 
 E = ["/entry", "--flag"]
 C = ["/cmd", "arg"]
-IMAGES = {"E0C0": {}, "E0C1": {"Cmd": C}, "E1C0": {"Entrypoint": E}, "E1C1": {"Entrypoint": E, "Cmd": C}}
+IMAGES = {
+    "E0C0": {},
+    "E0C1": {"Cmd": C},
+    "E1C0": {"Entrypoint": E},
+    "E1C1": {"Entrypoint": E, "Cmd": C},
+}
 ERROR = "error"
 SAME = "unchanged"
 
 # (shell, value, arguments) -> expected (value, arguments) per image column, as Mesos's table.
 TABLE: list[tuple[bool, str | None, list[str], dict[str, Any]]] = [
-    (False, None, [], {
-        "E0C0": ERROR,
-        "E0C1": ("/cmd", ["/cmd", "arg"]),
-        "E1C0": ("/entry", ["/entry", "--flag"]),
-        "E1C1": ("/entry", ["/entry", "--flag", "/cmd", "arg"]),
-    }),
-    (False, None, ["user1", "user2"], {
-        "E0C0": ERROR,
-        "E0C1": ("/cmd", ["/cmd", "user1", "user2"]),
-        "E1C0": ("/entry", ["/entry", "--flag", "user1", "user2"]),
-        "E1C1": ("/entry", ["/entry", "--flag", "user1", "user2"]),
-    }),
+    (
+        False,
+        None,
+        [],
+        {
+            "E0C0": ERROR,
+            "E0C1": ("/cmd", ["/cmd", "arg"]),
+            "E1C0": ("/entry", ["/entry", "--flag"]),
+            "E1C1": ("/entry", ["/entry", "--flag", "/cmd", "arg"]),
+        },
+    ),
+    (
+        False,
+        None,
+        ["user1", "user2"],
+        {
+            "E0C0": ERROR,
+            "E0C1": ("/cmd", ["/cmd", "user1", "user2"]),
+            "E1C0": ("/entry", ["/entry", "--flag", "user1", "user2"]),
+            "E1C1": ("/entry", ["/entry", "--flag", "user1", "user2"]),
+        },
+    ),
     (False, "/bin/value", [], dict.fromkeys(IMAGES, SAME)),
     (False, "/bin/value", ["v", "a"], dict.fromkeys(IMAGES, SAME)),
     (True, None, [], dict.fromkeys(IMAGES, ERROR)),
@@ -55,7 +70,11 @@ TABLE: list[tuple[bool, str | None, list[str], dict[str, Any]]] = [
 @pytest.mark.parametrize(("shell", "value", "arguments", "expected"), TABLE)
 @pytest.mark.parametrize("column", list(IMAGES))
 def test_precedence_table(
-    shell: bool, value: str | None, arguments: list[str], expected: dict[str, Any], column: str
+    shell: bool,
+    value: str | None,
+    arguments: list[str],
+    expected: dict[str, Any],
+    column: str,
 ) -> None:
     command = CommandInfo(shell=shell, value=value, arguments=arguments)
     want = expected[column]
@@ -67,7 +86,11 @@ def test_precedence_table(
     if want == SAME:
         assert result is None
     else:
-        assert result is not None and (result.value, result.arguments, result.shell) == (*want, False)
+        assert result is not None and (
+            result.value,
+            result.arguments,
+            result.shell,
+        ) == (*want, False)
 
 
 def image_config(**config: Any) -> dict[str, Any]:
@@ -79,7 +102,10 @@ async def test_environment_working_directory_and_user_from_the_image() -> None:
         command=CommandInfo(shell=False),
         sandbox="/sandbox",
         image_config=image_config(
-            Env=["PATH=/bin", "EQ=a=b", "BROKEN"], WorkingDir="/work", User="nobody", Cmd=["/bin/sh"]
+            Env=["PATH=/bin", "EQ=a=b", "BROKEN"],
+            WorkingDir="/work",
+            User="nobody",
+            Cmd=["/bin/sh"],
         ),
     )
 
@@ -94,7 +120,9 @@ async def test_environment_working_directory_and_user_from_the_image() -> None:
 
 async def test_framework_user_wins_over_the_image_user() -> None:
     config = ContainerConfig(
-        command=CommandInfo(value="true"), sandbox="/s", user="alice",
+        command=CommandInfo(value="true"),
+        sandbox="/s",
+        user="alice",
         image_config=image_config(User="nobody", WorkingDir=""),
     )
     info = await DockerRuntimeIsolator().prepare(ContainerID(value="c"), config)
@@ -108,13 +136,20 @@ async def test_container_without_image_is_left_alone() -> None:
 
 
 async def test_command_task_gets_its_settings_as_command_executor_flags() -> None:
-    executor = CommandInfo(shell=False, value="/usr/libexec/mesilla/executor", arguments=["executor"])
+    executor = CommandInfo(
+        shell=False, value="/usr/libexec/mesilla/executor", arguments=["executor"]
+    )
     task = TaskInfo(
-        name="t", task_id=TaskID(value="t"), agent_id=AgentID(value="a"),
-        resources=[Resource(name="cpus", type="SCALAR")], command=CommandInfo(shell=False, arguments=["x"]),
+        name="t",
+        task_id=TaskID(value="t"),
+        agent_id=AgentID(value="a"),
+        resources=[Resource(name="cpus", type="SCALAR")],
+        command=CommandInfo(shell=False, arguments=["x"]),
     )
     config = ContainerConfig(
-        command=executor, sandbox="/s", task_info=task,
+        command=executor,
+        sandbox="/s",
+        task_info=task,
         image_config=image_config(Entrypoint=["/entry"], Env=["K=V"], WorkingDir="/w"),
     )
 
@@ -129,7 +164,11 @@ async def test_command_task_gets_its_settings_as_command_executor_flags() -> Non
     )
     assert extra[1] == "--working_directory=/w"
     task_command = json.loads(extra[2].removeprefix("--task_command="))
-    assert task_command == {"shell": False, "value": "/entry", "arguments": ["/entry", "x"]}
+    assert task_command == {
+        "shell": False,
+        "value": "/entry",
+        "arguments": ["/entry", "x"],
+    }
 
 
 def test_registered_under_its_mesos_name() -> None:

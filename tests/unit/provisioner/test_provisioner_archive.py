@@ -49,9 +49,15 @@ async def test_docker_save_tarball(store: DockerStore, images_dir: Path) -> None
     assert (Path(layers[1]) / "etc" / ".wh.removed-by-upper").is_file()
 
 
-async def test_docker_save_tarball_by_full_name(store: DockerStore, images_dir: Path) -> None:
+async def test_docker_save_tarball_by_full_name(
+    store: DockerStore, images_dir: Path
+) -> None:
     (images_dir / "team").mkdir()
-    write_docker_save(build_image(env=["X=v1"]), str(images_dir / "team" / "app:v1.tar"), ["team/app:v1"])
+    write_docker_save(
+        build_image(env=["X=v1"]),
+        str(images_dir / "team" / "app:v1.tar"),
+        ["team/app:v1"],
+    )
 
     image, _ = await store.get("team/app:v1", "rootfs")
 
@@ -69,13 +75,20 @@ async def test_oci_layout_by_tag(store: DockerStore, images_dir: Path) -> None:
     assert (Path(layers[0]) / "etc" / "base-marker").read_text() == "base\n"
 
 
-async def test_oci_layout_index_selects_this_platform(store: DockerStore, images_dir: Path) -> None:
+async def test_oci_layout_index_selects_this_platform(
+    store: DockerStore, images_dir: Path
+) -> None:
     foreign = "s390x" if host_architecture() != "s390x" else "arm64"
     host = build_image(oci=True, env=["WHICH=host"])
     write_oci_layout(
         str(images_dir / "multi"),
-        [(build_image(oci=True, architecture=foreign, env=["WHICH=foreign"]), Platform(foreign)),
-         (host, Platform(host_architecture()))],
+        [
+            (
+                build_image(oci=True, architecture=foreign, env=["WHICH=foreign"]),
+                Platform(foreign),
+            ),
+            (host, Platform(host_architecture())),
+        ],
     )
 
     image, _ = await store.get("multi", "rootfs")
@@ -84,17 +97,24 @@ async def test_oci_layout_index_selects_this_platform(store: DockerStore, images
     assert image.manifest_digest == host.manifest_digest
 
 
-async def test_missing_image_names_the_paths_tried(store: DockerStore, images_dir: Path) -> None:
+async def test_missing_image_names_the_paths_tried(
+    store: DockerStore, images_dir: Path
+) -> None:
     with pytest.raises(ImageNotFound, match=r"nothing:latest\.tar"):
         await store.get("nothing", "rootfs")
 
 
-async def test_corrupted_layer_in_tarball_is_rejected(store: DockerStore, images_dir: Path, tmp_path: Path) -> None:
+async def test_corrupted_layer_in_tarball_is_rejected(
+    store: DockerStore, images_dir: Path, tmp_path: Path
+) -> None:
     built = build_image()
     good = tmp_path / "good.tar"
     write_docker_save(built, str(good), ["bad:latest"])
     # Rewrite the archive with one byte of the layer changed.
-    with tarfile.open(good) as source, tarfile.open(images_dir / "bad:latest.tar", "w") as target:
+    with (
+        tarfile.open(good) as source,
+        tarfile.open(images_dir / "bad:latest.tar", "w") as target,
+    ):
         for member in source:
             data = source.extractfile(member) if member.isfile() else None
             if member.name.endswith("layer.tar"):

@@ -35,22 +35,29 @@ def make_tar(path: Path, entries: list[tuple[str, str, object]]) -> str:
 
 
 def test_extracts_files_links_and_modes(tmp_path: Path) -> None:
-    tarball = make_tar(tmp_path / "l.tar", [
-        ("bin", "dir", 0o555),
-        ("bin/tool", "file", b"#!x"),
-        ("bin/alias", "symlink", "/bin/tool"),
-        ("bin/hard", "hardlink", "bin/tool"),
-        ("etc/implicit/parent", "file", b"p"),
-        ("etc/dup", "file", b"first"),
-        ("etc/dup", "file", b"second"),
-    ])
+    tarball = make_tar(
+        tmp_path / "l.tar",
+        [
+            ("bin", "dir", 0o555),
+            ("bin/tool", "file", b"#!x"),
+            ("bin/alias", "symlink", "/bin/tool"),
+            ("bin/hard", "hardlink", "bin/tool"),
+            ("etc/implicit/parent", "file", b"p"),
+            ("etc/dup", "file", b"first"),
+            ("etc/dup", "file", b"second"),
+        ],
+    )
     dest = tmp_path / "rootfs"
 
     extract_layer(tarball, str(dest), overlay_whiteouts=False)
 
     assert (dest / "bin" / "tool").read_bytes() == b"#!x"
-    assert os.readlink(dest / "bin" / "alias") == "/bin/tool"  # kept verbatim, never followed
-    assert os.stat(dest / "bin" / "hard").st_ino == os.stat(dest / "bin" / "tool").st_ino
+    assert (
+        os.readlink(dest / "bin" / "alias") == "/bin/tool"
+    )  # kept verbatim, never followed
+    assert (
+        os.stat(dest / "bin" / "hard").st_ino == os.stat(dest / "bin" / "tool").st_ino
+    )
     assert (dest / "etc" / "implicit" / "parent").read_bytes() == b"p"
     assert (dest / "etc" / "dup").read_bytes() == b"second"
     assert stat.S_IMODE(os.stat(dest / "bin").st_mode) & 0o555 == 0o555
@@ -66,7 +73,9 @@ def test_extracts_files_links_and_modes(tmp_path: Path) -> None:
     ],
     ids=["dotdot", "through-symlink", "hardlink-outside"],
 )
-def test_unsafe_entries_are_refused(tmp_path: Path, entries: list[tuple[str, str, object]]) -> None:
+def test_unsafe_entries_are_refused(
+    tmp_path: Path, entries: list[tuple[str, str, object]]
+) -> None:
     tarball = make_tar(tmp_path / "evil.tar", entries)
     with pytest.raises(LayerExtractionError, match="unsafe|outside"):
         extract_layer(tarball, str(tmp_path / "rootfs"), overlay_whiteouts=False)
@@ -74,9 +83,13 @@ def test_unsafe_entries_are_refused(tmp_path: Path, entries: list[tuple[str, str
 
 
 def test_whiteouts_kept_as_files_in_the_plain_form(tmp_path: Path) -> None:
-    tarball = make_tar(tmp_path / "w.tar", [
-        ("etc/.wh.gone", "file", b""), ("opt/.wh..wh..opq", "file", b""),
-    ])
+    tarball = make_tar(
+        tmp_path / "w.tar",
+        [
+            ("etc/.wh.gone", "file", b""),
+            ("opt/.wh..wh..opq", "file", b""),
+        ],
+    )
     extract_layer(tarball, str(tmp_path / "rootfs"), overlay_whiteouts=False)
     assert (tmp_path / "rootfs" / "etc" / ".wh.gone").is_file()
     assert (tmp_path / "rootfs" / "opt" / ".wh..wh..opq").is_file()
@@ -84,16 +97,24 @@ def test_whiteouts_kept_as_files_in_the_plain_form(tmp_path: Path) -> None:
 
 @pytest.mark.root
 def test_whiteouts_converted_for_overlay(tmp_path: Path) -> None:
-    tarball = make_tar(tmp_path / "w.tar", [
-        ("etc/.wh.gone", "file", b""), ("opt/.wh..wh..opq", "file", b""), ("opt/kept", "file", b"k"),
-    ])
+    tarball = make_tar(
+        tmp_path / "w.tar",
+        [
+            ("etc/.wh.gone", "file", b""),
+            ("opt/.wh..wh..opq", "file", b""),
+            ("opt/kept", "file", b"k"),
+        ],
+    )
     dest = tmp_path / "rootfs"
     extract_layer(tarball, str(dest), overlay_whiteouts=True)
 
     gone = os.lstat(dest / "etc" / "gone")
     assert stat.S_ISCHR(gone.st_mode) and gone.st_rdev == os.makedev(0, 0)
     assert os.getxattr(dest / "opt", "trusted.overlay.opaque") == b"y"
-    assert sorted(os.listdir(dest / "etc") + os.listdir(dest / "opt")) == ["gone", "kept"]
+    assert sorted(os.listdir(dest / "etc") + os.listdir(dest / "opt")) == [
+        "gone",
+        "kept",
+    ]
 
 
 def test_corrupt_tarball_is_an_extraction_error(tmp_path: Path) -> None:

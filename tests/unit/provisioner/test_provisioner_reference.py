@@ -13,11 +13,17 @@ DIGEST = "sha256:" + "ab" * 32
     [
         ("busybox", ImageReference(None, "busybox")),
         ("library/busybox:latest", ImageReference(None, "library/busybox", "latest")),
-        ("127.0.0.1:5000/team/app:v1.2", ImageReference("127.0.0.1:5000", "team/app", "v1.2")),
+        (
+            "127.0.0.1:5000/team/app:v1.2",
+            ImageReference("127.0.0.1:5000", "team/app", "v1.2"),
+        ),
         ("localhost/app", ImageReference("localhost", "app")),
         ("registry.example.com/a/b/c", ImageReference("registry.example.com", "a/b/c")),
         (f"repo@{DIGEST}", ImageReference(None, "repo", None, DIGEST)),
-        (f"host:5000/repo:tag@{DIGEST}", ImageReference("host:5000", "repo", "tag", DIGEST)),
+        (
+            f"host:5000/repo:tag@{DIGEST}",
+            ImageReference("host:5000", "repo", "tag", DIGEST),
+        ),
         ("my_org/my-app__x", ImageReference(None, "my_org/my-app__x")),
     ],
 )
@@ -34,7 +40,17 @@ def test_reference_prefers_digest_then_tag_then_latest() -> None:
 
 
 @pytest.mark.parametrize(
-    "name", ["", " busybox", "BusyBox", "repo@sha256:short", "repo:ta$g", "a//b", "repo:", "-x"]
+    "name",
+    [
+        "",
+        " busybox",
+        "BusyBox",
+        "repo@sha256:short",
+        "repo:ta$g",
+        "a//b",
+        "repo:",
+        "-x",
+    ],
 )
 def test_invalid_names_are_refused(name: str) -> None:
     with pytest.raises(ImageReferenceError):
@@ -44,7 +60,13 @@ def test_invalid_names_are_refused(name: str) -> None:
 def test_docker_hub_official_images_get_library() -> None:
     from mesilla.containerizer.provisioner.stores.registry_client import normalize
 
-    assert normalize(parse("busybox"), "registry-1.docker.io").repository == "library/busybox"
-    assert normalize(parse("docker.io/busybox"), "127.0.0.1:5000").repository == "library/busybox"
+    assert (
+        normalize(parse("busybox"), "registry-1.docker.io").repository
+        == "library/busybox"
+    )
+    assert (
+        normalize(parse("docker.io/busybox"), "127.0.0.1:5000").repository
+        == "library/busybox"
+    )
     assert normalize(parse("team/app"), "registry-1.docker.io").repository == "team/app"
     assert normalize(parse("busybox"), "127.0.0.1:5000").repository == "busybox"

@@ -29,7 +29,9 @@ def listing(root: Path) -> dict[str, str]:
     for current, dirs, files in os.walk(root):
         for name in files:
             path = Path(current, name)
-            found[str(path.relative_to(root))] = "->" + os.readlink(path) if path.is_symlink() else path.read_text()
+            found[str(path.relative_to(root))] = (
+                "->" + os.readlink(path) if path.is_symlink() else path.read_text()
+            )
         for name in dirs:
             path = Path(current, name)
             if path.is_symlink():
@@ -38,32 +40,61 @@ def listing(root: Path) -> dict[str, str]:
 
 
 async def test_copy_applies_whiteouts_and_opaque_dirs(tmp_path: Path) -> None:
-    lower = tree(tmp_path / "lower", {"etc/gone": "g", "etc/kept": "k", "opt/d/old": "o", "opt/d/sub/x": "x"})
-    upper = tree(tmp_path / "upper", {
-        "etc/.wh.gone": "", "opt/d/.wh..wh..opq": "", "opt/d/new": "n", "etc/added": "a",
-    })
+    lower = tree(
+        tmp_path / "lower",
+        {"etc/gone": "g", "etc/kept": "k", "opt/d/old": "o", "opt/d/sub/x": "x"},
+    )
+    upper = tree(
+        tmp_path / "upper",
+        {
+            "etc/.wh.gone": "",
+            "opt/d/.wh..wh..opq": "",
+            "opt/d/new": "n",
+            "etc/added": "a",
+        },
+    )
     rootfs = tmp_path / "rootfs"
 
-    await CopyBackend().provision([lower, upper], str(rootfs), str(tmp_path / "backend"))
+    await CopyBackend().provision(
+        [lower, upper], str(rootfs), str(tmp_path / "backend")
+    )
 
     assert listing(rootfs) == {"etc/kept": "k", "etc/added": "a", "opt/d/new": "n"}
     assert listing(tmp_path / "lower")["etc/gone"] == "g"  # layers are never modified
 
 
-async def test_copy_replaces_changed_types_without_writing_through_links(tmp_path: Path) -> None:
+async def test_copy_replaces_changed_types_without_writing_through_links(
+    tmp_path: Path,
+) -> None:
     outside = tmp_path / "outside"
     outside.mkdir()
     (outside / "victim").write_text("safe")
-    lower = tree(tmp_path / "lower", {"was-file": "f", "dir/inner": "i"},
-                 {"lib": str(outside), "link-file": str(outside / "victim")})
-    upper = tree(tmp_path / "upper", {"was-file/now-dir": "d", "lib/real": "r", "link-file": "new", "lib/.wh.victim": ""})
+    lower = tree(
+        tmp_path / "lower",
+        {"was-file": "f", "dir/inner": "i"},
+        {"lib": str(outside), "link-file": str(outside / "victim")},
+    )
+    upper = tree(
+        tmp_path / "upper",
+        {
+            "was-file/now-dir": "d",
+            "lib/real": "r",
+            "link-file": "new",
+            "lib/.wh.victim": "",
+        },
+    )
     (Path(upper) / "dir").write_text("dir became a file")
     rootfs = tmp_path / "rootfs"
 
-    await CopyBackend().provision([lower, upper], str(rootfs), str(tmp_path / "backend"))
+    await CopyBackend().provision(
+        [lower, upper], str(rootfs), str(tmp_path / "backend")
+    )
 
     assert listing(rootfs) == {
-        "was-file/now-dir": "d", "lib/real": "r", "link-file": "new", "dir": "dir became a file",
+        "was-file/now-dir": "d",
+        "lib/real": "r",
+        "link-file": "new",
+        "dir": "dir became a file",
     }
     assert (outside / "victim").read_text() == "safe"
     assert sorted(os.listdir(outside)) == ["victim"]

@@ -25,7 +25,6 @@ def write_atomically(path: str, data: bytes) -> None:
     fsync_directory(os.path.dirname(path))
 
 
-
 def fsync_directory(path: str) -> None:
     fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
     try:

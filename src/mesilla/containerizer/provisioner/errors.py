@@ -1,14 +1,14 @@
 """Provisioner errors, each naming the image, blob or path at fault and the fix.
 
-    ProvisionerError
-    ├── ImageReferenceError   an image name that cannot be parsed
-    ├── ImageNotFound         no such image in the registry or local directory
-    ├── RegistryError         the registry answered with an error or not at all
-    │   └── RegistryAuthError  authentication failed
-    ├── UnsupportedImage      a manifest type, media type or platform we cannot use
-    ├── BlobDigestMismatch    a blob whose content does not match its digest
-    ├── LayerExtractionError  a layer tarball that is unsafe or malformed
-    └── BackendError          a rootfs backend that cannot be used or failed
+ProvisionerError
+├── ImageReferenceError   an image name that cannot be parsed
+├── ImageNotFound         no such image in the registry or local directory
+├── RegistryError         the registry answered with an error or not at all
+│   └── RegistryAuthError  authentication failed
+├── UnsupportedImage      a manifest type, media type or platform we cannot use
+├── BlobDigestMismatch    a blob whose content does not match its digest
+├── LayerExtractionError  a layer tarball that is unsafe or malformed
+└── BackendError          a rootfs backend that cannot be used or failed
 """
 
 from __future__ import annotations

@@ -53,14 +53,18 @@ class ProvisionInfo:
 
 
 class Provisioner:
-    def __init__(self, store: DockerStore, backend: Backend, provisioner_dir: str) -> None:
+    def __init__(
+        self, store: DockerStore, backend: Backend, provisioner_dir: str
+    ) -> None:
         self.store = store
         self.backend = backend
         self.provisioner_dir = provisioner_dir
         os.makedirs(os.path.join(provisioner_dir, "containers"), exist_ok=True)
 
     @classmethod
-    async def create(cls, flags: Flags, progress: ProgressCallback | None = None) -> Provisioner:
+    async def create(
+        cls, flags: Flags, progress: ProgressCallback | None = None
+    ) -> Provisioner:
         providers = flags.get("image_providers") or []
         unknown = [p for p in providers if p.lower() not in SUPPORTED_PROVIDERS]
         if unknown:
@@ -72,7 +76,9 @@ class Provisioner:
         log.info("Provisioning rootfses with the %s backend", backend.name)
         store = DockerStore(store_dir, flags.docker_registry, progress=progress)
         await store.recover()
-        return cls(store, backend, os.path.join(os.path.dirname(store_dir), "provisioner"))
+        return cls(
+            store, backend, os.path.join(os.path.dirname(store_dir), "provisioner")
+        )
 
     async def close(self) -> None:
         await self.store.close()
@@ -82,7 +88,9 @@ class Provisioner:
         credential = None
         if image.docker is not None and image.docker.credential:
             secret = image.docker.credential
-            credential = Credential(str(secret.get("principal", "")), str(secret.get("secret", "")))
+            credential = Credential(
+                str(secret.get("principal", "")), str(secret.get("secret", ""))
+            )
         stored, layers = await self.store.get(
             name, self.backend.layer_form, cached=image.cached, credential=credential
         )
@@ -90,11 +98,15 @@ class Provisioner:
         os.makedirs(container_dir, exist_ok=True)
         records = self._records(container_dir)
         records.append({"image": stored.name, "layers": layers})
-        write_atomically(os.path.join(container_dir, "images.json"), json.dumps(records).encode())
+        write_atomically(
+            os.path.join(container_dir, "images.json"), json.dumps(records).encode()
+        )
 
         backend_dir = os.path.join(container_dir, "backends", self.backend.name)
         rootfs = os.path.join(backend_dir, "rootfses", str(uuid.uuid4()))
-        build = asyncio.ensure_future(self.backend.provision(layers, rootfs, backend_dir))
+        build = asyncio.ensure_future(
+            self.backend.provision(layers, rootfs, backend_dir)
+        )
         try:
             await asyncio.shield(build)
         except BaseException:
@@ -104,7 +116,12 @@ class Provisioner:
                 await build
             await self.backend.destroy(rootfs, backend_dir)
             raise
-        log.info("Provisioned rootfs %s for container %s from image '%s'", rootfs, container_id, name)
+        log.info(
+            "Provisioned rootfs %s for container %s from image '%s'",
+            rootfs,
+            container_id,
+            name,
+        )
         return ProvisionInfo(rootfs, stored.config, layers)
 
     async def destroy(self, container_id: ContainerID) -> bool:
@@ -118,7 +135,9 @@ class Provisioner:
     async def recover(self, container_ids: list[ContainerID]) -> None:
         """Keep the rootfses of `container_ids`, destroy every other (orphan) one."""
         known = {tuple(cid.path()) for cid in container_ids}
-        for path in self._recorded(os.path.join(self.provisioner_dir, "containers"), ()):
+        for path in self._recorded(
+            os.path.join(self.provisioner_dir, "containers"), ()
+        ):
             if path not in known:
                 log.info("Removing the rootfs of orphan container %s", ".".join(path))
                 await self._destroy_dir(self._path_dir(path))
@@ -132,7 +151,9 @@ class Provisioner:
             if image.type == "DOCKER" and image.docker is not None
         }
         keep_layers: set[str] = set()
-        for path in self._recorded(os.path.join(self.provisioner_dir, "containers"), ()):
+        for path in self._recorded(
+            os.path.join(self.provisioner_dir, "containers"), ()
+        ):
             for record in self._records(self._path_dir(path)):
                 keep_layers.update(record["layers"])
         await self.store.prune(keep_images, keep_layers)
@@ -146,7 +167,9 @@ class Provisioner:
             parts += ["containers", value]
         return os.path.join(*parts)
 
-    def _recorded(self, containers_dir: str, parent: tuple[str, ...]) -> list[tuple[str, ...]]:
+    def _recorded(
+        self, containers_dir: str, parent: tuple[str, ...]
+    ) -> list[tuple[str, ...]]:
         """Container paths (root value first) with a directory here, parents before children."""
         found: list[tuple[str, ...]] = []
         if not os.path.isdir(containers_dir):
@@ -154,7 +177,9 @@ class Provisioner:
         for value in sorted(os.listdir(containers_dir)):
             path = (*parent, value)
             found.append(path)
-            found += self._recorded(os.path.join(containers_dir, value, "containers"), path)
+            found += self._recorded(
+                os.path.join(containers_dir, value, "containers"), path
+            )
         return found
 
     @staticmethod
@@ -173,7 +198,9 @@ class Provisioner:
                 await self._destroy_dir(os.path.join(nested, child))
         backends = os.path.join(container_dir, "backends")
         for name in os.listdir(backends) if os.path.isdir(backends) else []:
-            backend = self.backend if name == self.backend.name else load_backend(name)()
+            backend = (
+                self.backend if name == self.backend.name else load_backend(name)()
+            )
             backend_dir = os.path.join(backends, name)
             rootfses = os.path.join(backend_dir, "rootfses")
             for rootfs_id in os.listdir(rootfses) if os.path.isdir(rootfses) else []:

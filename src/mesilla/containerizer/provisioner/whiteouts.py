@@ -62,7 +62,11 @@ def apply_to(layer: str, rootfs: str) -> list[str]:
         # A directory that is not a real one in `rootfs` (absent, or a symlink that
         # may point anywhere, even outside) gets replaced by the copy: nothing to hide.
         if not _real_directory(rootfs, relative):
-            markers.extend(os.path.normpath(os.path.join(relative, n)) for n in names if is_whiteout(n))
+            markers.extend(
+                os.path.normpath(os.path.join(relative, n))
+                for n in names
+                if is_whiteout(n)
+            )
             continue
         if OPAQUE in names:
             for entry in os.listdir(target_dir):

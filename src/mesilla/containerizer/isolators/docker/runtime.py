@@ -51,7 +51,9 @@ class DockerRuntimeIsolator(Isolator):
     ) -> ContainerLaunchInfo | None:
         if config.image_config is None:
             return None  # no docker image: nothing to apply
-        return launch_info(container_id, config, config.image_config.get("config") or {})
+        return launch_info(
+            container_id, config, config.image_config.get("config") or {}
+        )
 
 
 def launch_info(
@@ -72,9 +74,12 @@ def launch_info(
     # A command task: the command executor runs the task and gets its settings as flags.
     arguments: list[str] = []
     if environment:
-        variables = [EnvironmentVariable(name=k, value=v) for k, v in environment.items()]
+        variables = [
+            EnvironmentVariable(name=k, value=v) for k, v in environment.items()
+        ]
         arguments.append(
-            "--task_environment=" + codec.encode(Environment(variables=variables)).decode()
+            "--task_environment="
+            + codec.encode(Environment(variables=variables)).decode()
         )
     if working_directory:
         arguments.append(f"--working_directory={working_directory}")
@@ -82,7 +87,9 @@ def launch_info(
         arguments.append("--task_command=" + codec.encode(command).decode())
     if arguments:
         executor = config.command
-        info.command = msgspec.structs.replace(executor, arguments=[*executor.arguments, *arguments])
+        info.command = msgspec.structs.replace(
+            executor, arguments=[*executor.arguments, *arguments]
+        )
     return info
 
 
@@ -98,7 +105,9 @@ def launch_command(command: CommandInfo, image: dict[str, Any]) -> CommandInfo |
     cmd: list[str] = image.get("Cmd") or []
     if entrypoint:
         arguments = [*entrypoint, *(command.arguments or cmd)]
-        return msgspec.structs.replace(command, value=entrypoint[0], arguments=arguments)
+        return msgspec.structs.replace(
+            command, value=entrypoint[0], arguments=arguments
+        )
     if cmd:
         arguments = [cmd[0], *(command.arguments or cmd[1:])]
         return msgspec.structs.replace(command, value=cmd[0], arguments=arguments)
@@ -108,12 +117,16 @@ def launch_command(command: CommandInfo, image: dict[str, Any]) -> CommandInfo |
     )
 
 
-def image_environment(image: dict[str, Any], container_id: ContainerID) -> dict[str, str]:
+def image_environment(
+    image: dict[str, Any], container_id: ContainerID
+) -> dict[str, str]:
     environment: dict[str, str] = {}
     for entry in image.get("Env") or []:
         name, equals, value = entry.partition("=")
         if not equals:
-            log.debug("Skipping invalid variable '%s' in the image of %s", entry, container_id)
+            log.debug(
+                "Skipping invalid variable '%s' in the image of %s", entry, container_id
+            )
             continue
         environment[name] = value
     return environment
@@ -124,4 +137,3 @@ def _image_user(config: ContainerConfig, image: dict[str, Any]) -> str | None:
     if config.user or config.command.user:
         return None
     return image.get("User") or None
-

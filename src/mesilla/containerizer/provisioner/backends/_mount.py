@@ -17,7 +17,9 @@ MNT_DETACH = 0x2
 _libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
 
 
-def mount(source: str, target: str, fstype: str | None, flags: int, data: str | None) -> None:
+def mount(
+    source: str, target: str, fstype: str | None, flags: int, data: str | None
+) -> None:
     result = _libc.mount(
         source.encode(),
         target.encode(),

@@ -44,7 +44,11 @@ class BindBackend(Backend):
         try:
             # Read-only takes a second call: the first bind ignores MS_RDONLY.
             _mount.mount(
-                layers[0], rootfs, None, _mount.MS_BIND | _mount.MS_REMOUNT | _mount.MS_RDONLY, None
+                layers[0],
+                rootfs,
+                None,
+                _mount.MS_BIND | _mount.MS_REMOUNT | _mount.MS_RDONLY,
+                None,
             )
         except BackendError:
             _mount.unmount(rootfs)

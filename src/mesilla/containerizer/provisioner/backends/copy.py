@@ -28,7 +28,12 @@ class CopyBackend(Backend):
         for layer in layers:
             markers = await asyncio.to_thread(_prepare, layer, rootfs)
             process = await asyncio.create_subprocess_exec(
-                "cp", "-a", "--remove-destination", "--", f"{layer}/.", f"{rootfs}/",
+                "cp",
+                "-a",
+                "--remove-destination",
+                "--",
+                f"{layer}/.",
+                f"{rootfs}/",
                 stdout=asyncio.subprocess.DEVNULL,
                 stderr=asyncio.subprocess.PIPE,
             )

@@ -38,7 +38,9 @@ class OverlayBackend(Backend):
         if os.geteuid() != 0:
             raise BackendError("The overlay backend needs root to mount")
         os.makedirs(store_dir, exist_ok=True)
-        with tempfile.TemporaryDirectory(prefix=".overlay-check-", dir=store_dir) as probe:
+        with tempfile.TemporaryDirectory(
+            prefix=".overlay-check-", dir=store_dir
+        ) as probe:
             os.mkdir(os.path.join(probe, "lower"))
             if not _has_d_type(probe):
                 raise BackendError(
@@ -49,7 +51,13 @@ class OverlayBackend(Backend):
             for sub in ("upperdir", "workdir", "merged"):
                 os.mkdir(os.path.join(probe, sub))
             merged = os.path.join(probe, "merged")
-            _mount.mount("overlay", merged, "overlay", 0, _options(probe, [os.path.join(probe, "lower")]))
+            _mount.mount(
+                "overlay",
+                merged,
+                "overlay",
+                0,
+                _options(probe, [os.path.join(probe, "lower")]),
+            )
             _mount.unmount(merged)
 
     async def provision(self, layers: list[str], rootfs: str, backend_dir: str) -> None:
@@ -114,7 +122,9 @@ def _has_d_type(directory: str) -> bool:
     libc.closedir.argtypes = [ctypes.c_void_p]
     handle = libc.opendir(directory.encode())
     if not handle:
-        raise BackendError(f"Cannot read directory '{directory}': {os.strerror(ctypes.get_errno())}")
+        raise BackendError(
+            f"Cannot read directory '{directory}': {os.strerror(ctypes.get_errno())}"
+        )
     try:
         while entry := libc.readdir64(handle):
             if entry.contents.d_name not in (b".", b".."):

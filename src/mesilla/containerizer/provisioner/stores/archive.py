@@ -41,7 +41,11 @@ class _Member(Protocol):
     def close(self) -> None: ...
     def __enter__(self) -> Self: ...
     def __exit__(
-        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None, /
+        self,
+        kind: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+        /,
     ) -> None: ...
 
 
@@ -91,10 +95,16 @@ class ArchiveSource:
             entries[0] if len(entries) == 1 else None,
         )
         if entry is None:
-            raise ImageNotFound(f"Archive '{self.path}' has no image tagged '{self.name}'")
+            raise ImageNotFound(
+                f"Archive '{self.path}' has no image tagged '{self.name}'"
+            )
         config_bytes = self._read(entry["Config"])
-        config_digest = _digest_in_name(entry["Config"]) or manifests.digest_of(config_bytes)
-        manifests.verify(config_bytes, config_digest, f"Config of archive '{self.path}'")
+        config_digest = _digest_in_name(entry["Config"]) or manifests.digest_of(
+            config_bytes
+        )
+        manifests.verify(
+            config_bytes, config_digest, f"Config of archive '{self.path}'"
+        )
         config = manifests.load_json(config_bytes, f"Config of archive '{self.path}'")
         diff_ids = (config.get("rootfs") or {}).get("diff_ids") or []
         if len(diff_ids) != len(entry["Layers"]):
@@ -104,7 +114,9 @@ class ArchiveSource:
             )
         layers = []
         for member, diff_id in zip(entry["Layers"], diff_ids, strict=True):
-            digest = _digest_in_name(member) or manifests.checked_digest(diff_id, self.path)
+            digest = _digest_in_name(member) or manifests.checked_digest(
+                diff_id, self.path
+            )
             self._members[digest] = member
             layers.append(Descriptor(digest, "application/vnd.oci.image.layer.v1.tar"))
         return ResolvedImage(config_digest, config, layers)
@@ -116,7 +128,10 @@ class ArchiveSource:
         body = self._read(_blob_path(descriptor.digest))
         manifests.verify(body, descriptor.digest, f"Manifest of {what}")
         document = manifests.load_json(body, f"Manifest of {what}")
-        if manifests.media_type_of(document, descriptor.media_type) in manifests.INDEXES:
+        if (
+            manifests.media_type_of(document, descriptor.media_type)
+            in manifests.INDEXES
+        ):
             descriptor = manifests.select_platform(document, what)
             body = self._read(_blob_path(descriptor.digest))
             manifests.verify(body, descriptor.digest, f"Manifest of {what}")
@@ -124,14 +139,20 @@ class ArchiveSource:
         config_descriptor, layers = manifests.manifest_parts(document, what)
         config_bytes = self._read(_blob_path(config_descriptor.digest))
         manifests.verify(config_bytes, config_descriptor.digest, f"Config of {what}")
-        return ResolvedImage(descriptor.digest, manifests.load_json(config_bytes, what), layers)
+        return ResolvedImage(
+            descriptor.digest, manifests.load_json(config_bytes, what), layers
+        )
 
     def _pick(self, index: dict[str, Any], what: str) -> Descriptor:
         """The index entry named by the tag, else the only one, else this host's platform."""
         entries = index.get("manifests") or []
         for entry in entries:
             ref_name = (entry.get("annotations") or {}).get(_REF_NAME)
-            if ref_name in (self.tag, self.name, f"{self.reference.repository}:{self.tag}"):
+            if ref_name in (
+                self.tag,
+                self.name,
+                f"{self.reference.repository}:{self.tag}",
+            ):
                 return manifests.descriptor(entry, what)
         if len(entries) == 1:
             return manifests.descriptor(entries[0], what)
@@ -166,7 +187,9 @@ def _locate(
         path = os.path.join(directory, candidate)
         if os.path.isfile(os.path.join(path, "oci-layout")):
             return path, _directory_opener(path)
-    tried = ", ".join(os.path.join(directory, c) for c in dict.fromkeys(tarballs + layouts))
+    tried = ", ".join(
+        os.path.join(directory, c) for c in dict.fromkeys(tarballs + layouts)
+    )
     raise ImageNotFound(
         f"Image '{name}' not found in local directory '{directory}' (tried {tried}): "
         "put a `docker save` tarball or an OCI layout there"
@@ -214,7 +237,11 @@ class _ClosingMember:
         return self
 
     def __exit__(
-        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None, /
+        self,
+        kind: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+        /,
     ) -> None:
         self.close()
 
@@ -230,4 +257,3 @@ def _digest_in_name(member: str) -> str | None:
     if len(base) == 64 and all(c in "0123456789abcdef" for c in base):
         return f"sha256:{base}"
     return None
-

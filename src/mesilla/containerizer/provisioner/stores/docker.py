@@ -23,10 +23,10 @@ import logging
 import os
 import tempfile
 import urllib.parse
-from urllib.parse import urlsplit
 from collections.abc import Awaitable, Callable
 from dataclasses import asdict, dataclass
 from typing import Any
+from urllib.parse import urlsplit
 
 import aiohttp
 
@@ -106,11 +106,15 @@ class DockerStore:
             self._session = None
 
     def layer_path(self, digest: str, form: str) -> str:
-        return os.path.join(self.store_dir, "layers", "sha256", digest.split(":", 1)[1], form)
+        return os.path.join(
+            self.store_dir, "layers", "sha256", digest.split(":", 1)[1], form
+        )
 
     def images(self) -> list[StoredImage]:
         directory = os.path.join(self.store_dir, "images")
-        names = [name for name in os.listdir(directory) if not name.startswith(TMP_PREFIX)]
+        names = [
+            name for name in os.listdir(directory) if not name.startswith(TMP_PREFIX)
+        ]
         return [image for name in names if (image := self._load(name))]
 
     async def get(
@@ -123,14 +127,18 @@ class DockerStore:
     ) -> tuple[StoredImage, list[str]]:
         """The image `name` with its layers in `form`, pulled if needed: (image, layer paths)."""
         if form not in LAYER_FORMS:
-            raise ValueError(f"Unknown layer form '{form}' (known: {', '.join(LAYER_FORMS)})")
+            raise ValueError(
+                f"Unknown layer form '{form}' (known: {', '.join(LAYER_FORMS)})"
+            )
         reference = references.parse(name)
         key = self._key(name, reference)
         image = self._load(_file_name(key)) if cached else None
         if image is None or not self._complete(image, form):
             task = self._pulls.get((key, form))
             if task is None:
-                task = asyncio.create_task(self._pull(key, name, reference, form, credential))
+                task = asyncio.create_task(
+                    self._pull(key, name, reference, form, credential)
+                )
                 self._pulls[(key, form)] = task
                 task.add_done_callback(lambda _: self._pulls.pop((key, form), None))
             image = await asyncio.shield(task)
@@ -140,7 +148,9 @@ class DockerStore:
         """Remove images whose key is not in `keep_images` and every layer no kept image
         or `keep_layers` (paths or digests of layers in use) refers to."""
         async with self._gate:
-            await self._gate.wait_for(lambda: self._active_pulls == 0 and not self._pruning)
+            await self._gate.wait_for(
+                lambda: self._active_pulls == 0 and not self._pruning
+            )
             self._pruning = True
         try:
             keep_digests = {_digest_of_layer_path(layer) for layer in keep_layers}
@@ -149,15 +159,21 @@ class DockerStore:
                     keep_digests.update(image.layers)
                     continue
                 log.info("Pruning image '%s'", image.name)
-                os.unlink(os.path.join(self.store_dir, "images", _file_name(image.name)))
+                os.unlink(
+                    os.path.join(self.store_dir, "images", _file_name(image.name))
+                )
             layers_dir = os.path.join(self.store_dir, "layers", "sha256")
             for hexdigest in os.listdir(layers_dir):
                 if f"sha256:{hexdigest}" in keep_digests:
                     continue
                 log.info("Pruning layer sha256:%s", hexdigest)
                 # Renamed away first, so a crash never leaves a partial layer in place.
-                doomed = tempfile.mkdtemp(prefix="gc-", dir=os.path.join(self.store_dir, "staging"))
-                os.rename(os.path.join(layers_dir, hexdigest), os.path.join(doomed, "layer"))
+                doomed = tempfile.mkdtemp(
+                    prefix="gc-", dir=os.path.join(self.store_dir, "staging")
+                )
+                os.rename(
+                    os.path.join(layers_dir, hexdigest), os.path.join(doomed, "layer")
+                )
                 await asyncio.to_thread(remove, doomed)
         finally:
             async with self._gate:
@@ -177,7 +193,9 @@ class DockerStore:
         return self._local_dir is not None and reference.registry is None
 
     def _complete(self, image: StoredImage, form: str) -> bool:
-        return all(os.path.isdir(self.layer_path(digest, form)) for digest in image.layers)
+        return all(
+            os.path.isdir(self.layer_path(digest, form)) for digest in image.layers
+        )
 
     def _load(self, file_name: str) -> StoredImage | None:
         try:
@@ -220,11 +238,21 @@ class DockerStore:
                 resolved = await client.resolve(normalized, credential)
 
                 async def fetch(blob: Descriptor, target: str) -> None:
-                    await client.fetch_blob(normalized, blob, target, self._progress, credential)
+                    await client.fetch_blob(
+                        normalized, blob, target, self._progress, credential
+                    )
 
-            await _gather_all([self._ensure_layer(key, layer, form, fetch) for layer in resolved.layers])
+            await _gather_all(
+                [
+                    self._ensure_layer(key, layer, form, fetch)
+                    for layer in resolved.layers
+                ]
+            )
             image = StoredImage(
-                key, resolved.manifest_digest, resolved.config, [layer.digest for layer in resolved.layers]
+                key,
+                resolved.manifest_digest,
+                resolved.config,
+                [layer.digest for layer in resolved.layers],
             )
             write_atomically(
                 os.path.join(self.store_dir, "images", _file_name(key)),
@@ -250,7 +278,9 @@ class DockerStore:
         if task is None:
             task = asyncio.create_task(self._pull_layer(image, layer, form, fetch))
             self._layer_pulls[(layer.digest, form)] = task
-            task.add_done_callback(lambda _: self._layer_pulls.pop((layer.digest, form), None))
+            task.add_done_callback(
+                lambda _: self._layer_pulls.pop((layer.digest, form), None)
+            )
         await asyncio.shield(task)
 
     async def _pull_layer(
@@ -260,18 +290,28 @@ class DockerStore:
         form: str,
         fetch: Callable[[Descriptor, str], Awaitable[None]],
     ) -> None:
-        staging = tempfile.mkdtemp(prefix="layer-", dir=os.path.join(self.store_dir, "staging"))
+        staging = tempfile.mkdtemp(
+            prefix="layer-", dir=os.path.join(self.store_dir, "staging")
+        )
         try:
             blob = os.path.join(staging, "blob")
             async with self._downloads:
-                log.info("Downloading layer %s of '%s' (%s bytes)", layer.digest, image, layer.size)
+                log.info(
+                    "Downloading layer %s of '%s' (%s bytes)",
+                    layer.digest,
+                    image,
+                    layer.size,
+                )
                 await fetch(layer, blob)
             if self._progress is not None:
                 size = os.path.getsize(blob)
                 self._progress(PullProgress(image, layer.digest, size, size))
             extracted = os.path.join(staging, form)
             await asyncio.to_thread(
-                extract_layer, blob, extracted, overlay_whiteouts=form == "rootfs.overlay"
+                extract_layer,
+                blob,
+                extracted,
+                overlay_whiteouts=form == "rootfs.overlay",
             )
             final = self.layer_path(layer.digest, form)
             os.makedirs(os.path.dirname(final), exist_ok=True)

@@ -34,7 +34,9 @@ def extract_layer(tarball: str, dest: str, *, overlay_whiteouts: bool) -> None:
             for member in tar:
                 extractor.add(tar, member)
     except (tarfile.TarError, EOFError, OSError) as exc:
-        raise LayerExtractionError(f"Failed to extract layer '{tarball}': {exc}") from exc
+        raise LayerExtractionError(
+            f"Failed to extract layer '{tarball}': {exc}"
+        ) from exc
     extractor.finish()
 
 
@@ -104,7 +106,9 @@ class _Extractor:
         if member.isreg():
             source = tar.extractfile(member)
             assert source is not None  # regular members always have content
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+            fd = os.open(
+                path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600
+            )
             with source, os.fdopen(fd, "wb") as target:
                 shutil.copyfileobj(source, target, 1 << 20)
         elif member.issym():
@@ -128,7 +132,9 @@ class _Extractor:
         elif member.isfifo():
             os.mkfifo(path, 0o600)
         else:
-            log.debug("Skipping unsupported entry '%s' in '%s'", member.name, self.tarball)
+            log.debug(
+                "Skipping unsupported entry '%s' in '%s'", member.name, self.tarball
+            )
             return
         self._set_attributes(path, member)
 
@@ -138,11 +144,15 @@ class _Extractor:
             for key, value in member.pax_headers.items():
                 if key.startswith(_XATTR_PREFIX):
                     os.setxattr(
-                        path, key[len(_XATTR_PREFIX) :], value.encode("utf-8", "surrogateescape"),
+                        path,
+                        key[len(_XATTR_PREFIX) :],
+                        value.encode("utf-8", "surrogateescape"),
                         follow_symlinks=False,
                     )
         if not member.issym():
             mode = member.mode & 0o7777
             # Unprivileged, keep directories writable by us so they can be removed later.
-            os.chmod(path, mode if self.privileged or not member.isdir() else mode | 0o700)
+            os.chmod(
+                path, mode if self.privileged or not member.isdir() else mode | 0o700
+            )
         os.utime(path, (member.mtime, member.mtime), follow_symlinks=False)

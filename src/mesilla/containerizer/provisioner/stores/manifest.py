@@ -77,7 +77,9 @@ def digest_of(data: bytes) -> str:
 
 def verify(data: bytes, digest: str, what: str) -> None:
     if not digest.startswith("sha256:"):
-        raise UnsupportedImage(f"{what} has digest '{digest}': only sha256 digests are supported")
+        raise UnsupportedImage(
+            f"{what} has digest '{digest}': only sha256 digests are supported"
+        )
     actual = digest_of(data)
     if actual != digest:
         raise BlobDigestMismatch(f"{what} has digest {actual}, expected {digest}")
@@ -113,13 +115,18 @@ def select_platform(index: dict[str, Any], what: str) -> Descriptor:
     candidates = []
     for entry in index.get("manifests", []):
         plat = entry.get("platform") or {}
-        if plat.get("os", host_os) != host_os or plat.get("architecture", architecture) != architecture:
+        if (
+            plat.get("os", host_os) != host_os
+            or plat.get("architecture", architecture) != architecture
+        ):
             continue
         exact_variant = variant is None or plat.get("variant") in (None, variant)
         candidates.append((not exact_variant, descriptor(entry, what)))
     if not candidates:
         platforms = [e.get("platform") or {} for e in index.get("manifests", [])]
-        available = sorted(f"{p.get('os', '?')}/{p.get('architecture', '?')}" for p in platforms)
+        available = sorted(
+            f"{p.get('os', '?')}/{p.get('architecture', '?')}" for p in platforms
+        )
         raise UnsupportedImage(
             f"{what} has no manifest for this host's platform {host_os}/{architecture} "
             f"(it has: {', '.join(available) or 'none'})"
@@ -128,7 +135,9 @@ def select_platform(index: dict[str, Any], what: str) -> Descriptor:
     return candidates[0][1]
 
 
-def manifest_parts(manifest: dict[str, Any], what: str) -> tuple[Descriptor, list[Descriptor]]:
+def manifest_parts(
+    manifest: dict[str, Any], what: str
+) -> tuple[Descriptor, list[Descriptor]]:
     """(config descriptor, layer descriptors bottom first) of an image manifest."""
     if "config" not in manifest or "layers" not in manifest:
         raise UnsupportedImage(f"{what} is not an image manifest (no config or layers)")
@@ -145,7 +154,9 @@ def manifest_parts(manifest: dict[str, Any], what: str) -> tuple[Descriptor, lis
 def checked_digest(digest: Any, what: str) -> str:
     """`digest` if it is a well-formed sha256 digest (it becomes part of paths and URLs)."""
     if not isinstance(digest, str) or not DIGEST.fullmatch(digest):
-        raise UnsupportedImage(f"{what} has digest '{digest}': expected sha256:<64 hex digits>")
+        raise UnsupportedImage(
+            f"{what} has digest '{digest}': expected sha256:<64 hex digits>"
+        )
     return digest
 
 

@@ -30,7 +30,11 @@ class ImageReference:
         return ImageReference(self.registry, repository, self.tag, self.digest)
 
     def __str__(self) -> str:
-        name = self.repository if self.registry is None else f"{self.registry}/{self.repository}"
+        name = (
+            self.repository
+            if self.registry is None
+            else f"{self.registry}/{self.repository}"
+        )
         if self.digest:
             return f"{name}@{self.digest}"
         return f"{name}:{self.tag or DEFAULT_TAG}"
@@ -38,7 +42,9 @@ class ImageReference:
 
 def parse(name: str) -> ImageReference:
     if not name or name != name.strip():
-        raise ImageReferenceError(f"Invalid docker image name '{name}': it is empty or has spaces")
+        raise ImageReferenceError(
+            f"Invalid docker image name '{name}': it is empty or has spaces"
+        )
     rest, _, digest = name.partition("@")
     if digest and not DIGEST.fullmatch(digest):
         raise ImageReferenceError(
@@ -54,7 +60,9 @@ def parse(name: str) -> ImageReference:
     if colon > last_slash:
         rest, tag = rest[:colon], rest[colon + 1 :]
         if not _TAG.fullmatch(tag):
-            raise ImageReferenceError(f"Invalid tag '{tag}' in docker image name '{name}'")
+            raise ImageReferenceError(
+                f"Invalid tag '{tag}' in docker image name '{name}'"
+            )
     for component in rest.split("/"):
         if not _COMPONENT.fullmatch(component):
             raise ImageReferenceError(

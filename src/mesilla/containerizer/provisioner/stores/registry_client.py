@@ -95,7 +95,9 @@ class RegistryClient:
         document = manifests.load_json(body, f"Manifest of {what}")
         if manifests.media_type_of(document, content_type) in manifests.INDEXES:
             chosen = manifests.select_platform(document, what)
-            body, content_type, _ = await self._manifest(reference, chosen.digest, credential)
+            body, content_type, _ = await self._manifest(
+                reference, chosen.digest, credential
+            )
             manifests.verify(body, chosen.digest, f"Platform manifest of {what}")
             manifest_digest = chosen.digest
             document = manifests.load_json(body, f"Manifest of {what}")
@@ -123,7 +125,9 @@ class RegistryClient:
         done = 0
         async with await self._get(reference, url, {}, credential) as response:
             if response.status != 200:
-                raise await self._error(response, f"Blob {blob.digest} of image '{reference}'")
+                raise await self._error(
+                    response, f"Blob {blob.digest} of image '{reference}'"
+                )
             fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
             try:
                 with os.fdopen(fd, "wb") as out:
@@ -132,7 +136,11 @@ class RegistryClient:
                         out.write(chunk)
                         done += len(chunk)
                         if progress is not None:
-                            progress(PullProgress(str(reference), blob.digest, done, blob.size))
+                            progress(
+                                PullProgress(
+                                    str(reference), blob.digest, done, blob.size
+                                )
+                            )
                     out.flush()
                     os.fsync(out.fileno())
             except aiohttp.ClientError as exc:
@@ -174,7 +182,9 @@ class RegistryClient:
         url = f"{self.registry_url(reference)}/v2/{reference.repository}/blobs/{blob.digest}"
         async with await self._get(reference, url, {}, credential) as response:
             if response.status != 200:
-                raise await self._error(response, f"Blob {blob.digest} of image '{reference}'")
+                raise await self._error(
+                    response, f"Blob {blob.digest} of image '{reference}'"
+                )
             return await response.read()
 
     async def _get(
@@ -187,14 +197,18 @@ class RegistryClient:
         key = (self.registry_url(reference), reference.repository)
         try:
             authorization = self._authorizations.get(key)
-            response = await self._session.get(url, headers=_with_auth(headers, authorization))
+            response = await self._session.get(
+                url, headers=_with_auth(headers, authorization)
+            )
             if response.status != 401:
                 return response
             challenge = response.headers.get("WWW-Authenticate", "")
             response.release()
             authorization = await self._authorize(reference, challenge, credential)
             self._authorizations[key] = authorization
-            response = await self._session.get(url, headers=_with_auth(headers, authorization))
+            response = await self._session.get(
+                url, headers=_with_auth(headers, authorization)
+            )
         except aiohttp.ClientError as exc:
             raise RegistryError(f"Registry request {url} failed: {exc}") from exc
         if response.status == 401:
@@ -222,11 +236,15 @@ class RegistryClient:
             raise RegistryAuthError(
                 f"Registry {registry} answered 401 with an unusable challenge '{challenge}'"
             )
-        query = {"scope": params.get("scope", f"repository:{reference.repository}:pull")}
+        query = {
+            "scope": params.get("scope", f"repository:{reference.repository}:pull")
+        }
         if "service" in params:
             query["service"] = params["service"]
         headers = {} if credential is None else {"Authorization": credential.basic()}
-        async with self._session.get(params["realm"], params=query, headers=headers) as response:
+        async with self._session.get(
+            params["realm"], params=query, headers=headers
+        ) as response:
             if response.status != 200:
                 raise RegistryAuthError(
                     f"Token server {params['realm']} refused a token for "
@@ -235,14 +253,20 @@ class RegistryClient:
             body: dict[str, Any] = await response.json(content_type=None)
         token = body.get("token") or body.get("access_token")
         if not isinstance(token, str):
-            raise RegistryAuthError(f"Token server {params['realm']} answered without a token")
-        log.debug("Got a registry token for %s from %s", reference.repository, params["realm"])
+            raise RegistryAuthError(
+                f"Token server {params['realm']} answered without a token"
+            )
+        log.debug(
+            "Got a registry token for %s from %s", reference.repository, params["realm"]
+        )
         return f"Bearer {token}"
 
     @staticmethod
     async def _error(response: aiohttp.ClientResponse, what: str) -> RegistryError:
         text = (await response.text(errors="replace"))[:500]
-        return RegistryError(f"{what}: registry answered {response.status} {response.reason}: {text}")
+        return RegistryError(
+            f"{what}: registry answered {response.status} {response.reason}: {text}"
+        )
 
 
 def normalize(reference: ImageReference, default_host: str) -> ImageReference:
@@ -254,4 +278,8 @@ def normalize(reference: ImageReference, default_host: str) -> ImageReference:
 
 
 def _with_auth(headers: dict[str, str], authorization: str | None) -> dict[str, str]:
-    return headers if authorization is None else {**headers, "Authorization": authorization}
+    return (
+        headers
+        if authorization is None
+        else {**headers, "Authorization": authorization}
+    )

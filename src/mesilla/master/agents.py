@@ -296,7 +296,7 @@ class AgentsMixin(MasterBase):
                 await self._lose_task(
                     framework, task, state, reason, message, unreachable_time
                 )
-        for framework_id, executors in agent.executors.items():
+        for framework_id in agent.executors:
             framework = self.frameworks.get(framework_id)
             if framework is not None:
                 framework.executors.pop(agent.id, None)

@@ -74,7 +74,7 @@ def calls(types: list[str]) -> st.SearchStrategy[Any]:
     return st.builds(
         lambda type_, fields, extra: {
             "type": type_,
-            **{type_.lower(): fields},
+            type_.lower(): fields,
             **extra,
         },
         st.sampled_from(types),

@@ -23,6 +23,11 @@ ISOLATORS: dict[str, str] = {
     "cgroups/cpu": "mesilla.containerizer.isolators.cgroups.cpu:CgroupsCpuIsolator",
     "cgroups/mem": "mesilla.containerizer.isolators.cgroups.mem:CgroupsMemIsolator",
     "cgroups/pids": "mesilla.containerizer.isolators.cgroups.pids:CgroupsPidsIsolator",
+    "disk/du": "mesilla.containerizer.isolators.disk.du:DiskDuIsolator",
+    "posix/rlimits": "mesilla.containerizer.isolators.posix.rlimits:PosixRLimitsIsolator",
+    "linux/capabilities": "mesilla.containerizer.isolators.linux.capabilities:LinuxCapabilitiesIsolator",
+    "volume/host_path": "mesilla.containerizer.isolators.volume.host_path:VolumeHostPathIsolator",
+    "volume/sandbox_path": "mesilla.containerizer.isolators.volume.sandbox_path:VolumeSandboxPathIsolator",
     "docker/runtime": "mesilla.containerizer.isolators.docker.runtime:DockerRuntimeIsolator",
 }
 

@@ -1,0 +1,1 @@
+"""Disk isolators (disk/du)."""

@@ -1,0 +1,1 @@
+"""Linux-specific isolators (linux/capabilities)."""

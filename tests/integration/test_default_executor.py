@@ -390,3 +390,34 @@ async def test_failing_command_health_check_kills_the_task(start_pod: StartPod) 
     await agent.wait_for(agent.terminal("sick"))
     assert (agent.last("sick")["state"], agent.last("sick")["healthy"]) == ("TASK_KILLED", False)
     assert await pod.exited() == 0
+
+
+# --- footprint -------------------------------------------------------------------------------
+
+RSS_BUDGET_KB = 32 * 1024  # what Mesos frameworks reserve for the executor
+
+
+def peak_rss_kb(pid: int) -> int:
+    with open(f"/proc/{pid}/status") as status:
+        for line in status:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1])
+    raise AssertionError(f"no VmHWM in /proc/{pid}/status")
+
+
+async def test_pod_of_ten_checked_tasks_stays_within_the_executor_memory_budget(
+    start_pod: StartPod, unused_port: int
+) -> None:
+    pod = await start_pod()
+    agent = pod.agent
+    health = {"type": "TCP", "tcp": {"port": unused_port}, "grace_period_seconds": 30, **FAST}
+    names = [f"t{i}" for i in range(10)]
+    await agent.launch_group(
+        task("server", web_server(unused_port), health_check=health),
+        *(task(name, "sleep 600", health_check=health) for name in names),
+    )
+    await agent.wait_for(lambda: sum(1 for u in agent.updates if u.get("healthy") is True) == 11)
+    peak = peak_rss_kb(pod.process.pid)
+    assert peak < RSS_BUDGET_KB, f"default executor peaked at {peak} kB"
+    await agent.shutdown()
+    assert await pod.exited() == 0

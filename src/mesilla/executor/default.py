@@ -229,6 +229,8 @@ class DefaultExecutor(Executor):
         self.feed(ContainerLaunched(launch.task_id, launch.container_id, error))
 
     async def _wait(self, wait: WaitContainer) -> None:
+        loop = asyncio.get_running_loop()
+        started = loop.time()  # WAIT starts right after the launch answered
         try:
             result = await self.agent.wait_container(wait.container_id)
         except AgentCallError as exc:
@@ -242,6 +244,7 @@ class DefaultExecutor(Executor):
                 reason=result.get("reason"),
                 message=result.get("message"),
                 limitation=result.get("limitation"),
+                ran_for=loop.time() - started,
             )
         )
 

@@ -27,7 +27,8 @@ Behaviour follows Mesos's default executor, plus Mesilla's restart policy:
   exit, ON_FAILURE after anything but exit 0; never after a kill we were asked
   for (KILL, SHUTDOWN, group policy) nor after max_completion_time. A failed
   health check counts as a failure. The delay is ``min_restart_delay * 2**n``
-  (n = restarts so far), capped at `MAX_RESTART_DELAY`. Each restart is a new
+  (n = restarts so far, reset when a container ran `BACKOFF_RESET_AFTER`),
+  capped at `MAX_RESTART_DELAY`. Each restart is a new
   nested container that takes over the previous attempt's sandbox (the shell
   renames the directory before the launch), so files survive restarts.
   Frameworks with TASK_RESTARTING_STATE get TASK_RESTARTING when the container
@@ -57,6 +58,9 @@ DEFAULT_KILL_GRACE_PERIOD = 3.0
 KILL_RETRY_INTERVAL = 1.0
 DEFAULT_MIN_RESTART_DELAY = 1.0
 MAX_RESTART_DELAY = 300.0
+# A container that ran this long was healthy for a while: its next restart
+# starts the backoff over (as Kubernetes does).
+BACKOFF_RESET_AFTER = 600.0
 
 TERMINAL_STATES = frozenset(
     {"TASK_FINISHED", "TASK_FAILED", "TASK_KILLED", "TASK_ERROR", "TASK_LOST", "TASK_DROPPED"}
@@ -91,6 +95,7 @@ class ContainerExited(NamedTuple):
     reason: str | None = None
     message: str | None = None
     limitation: Json | None = None
+    ran_for: float | None = None  # seconds since the launch answered, when known
 
 
 class KillTask(NamedTuple):
@@ -246,6 +251,7 @@ class TaskRecord:
         self.phase = Phase.LAUNCHING
         self.attempt = 0  # bumped per restart; timers of older attempts are stale
         self.restarts = 0
+        self.backoff_step = 0  # the exponent of the next restart delay
         self.kill_cause: KillCause | None = None
         self.kill_policy: Json | None = None
         self.state: str | None = None  # of the last update sent
@@ -451,6 +457,8 @@ class ExecutorState:
             message = f"{message} (killed after failing its health check)"
 
         if self._should_restart(record, state):
+            if event.ran_for is not None and event.ran_for >= BACKOFF_RESET_AFTER:
+                record.backoff_step = 0
             self._schedule_restart(record, state, message, out)
             return
         self._ended(record, state=state, reason=reason, message=message, out=out, limitation=event.limitation)
@@ -468,7 +476,8 @@ class ExecutorState:
     def _schedule_restart(self, record: TaskRecord, state: str, message: str, out: list[Instruction]) -> None:
         policy = record.restart_policy
         assert policy is not None
-        delay = restart_delay(policy, record.restarts)
+        delay = restart_delay(policy, record.backoff_step)
+        record.backoff_step += 1
         record.phase = Phase.BACKOFF
         record.kill_cause = None
         record.kill_policy = None

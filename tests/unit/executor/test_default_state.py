@@ -347,6 +347,19 @@ def test_always_restarts_after_success_with_backoff_and_keeps_the_sandbox() -> N
     assert [t.delay for t in h.timers(TimerKind.RESTART)] == [4.0]
 
 
+def test_backoff_starts_over_after_a_long_run() -> None:
+    h = Harness()
+    h.start(task("a", restart_policy={"type": "ALWAYS", "min_restart_delay": seconds(1)}))
+    delays = []
+    for ran_for in (1.0, 1.0, 3600.0, 1.0):
+        h.send(ContainerExited("a", h.cid("a"), exited(1), ran_for=ran_for))
+        delays += [t.delay for t in h.timers(TimerKind.RESTART)]
+        h.fire(TimerKind.RESTART)
+        h.launched("a")
+    assert delays == [1.0, 2.0, 1.0, 2.0]
+    assert h.machine.tasks["a"].restarts == 4
+
+
 def test_task_restarting_with_the_capability() -> None:
     h = Harness("TASK_RESTARTING_STATE")
     h.start(task("a", restart_policy={"type": "ON_FAILURE", "max_restarts": 2}))

@@ -19,7 +19,7 @@ from mesilla.containerizer.provisioner.errors import BackendError
 from mesilla.containerizer.provisioner.provisioner import Provisioner
 from mesilla.testing.images import build_image, write_docker_save
 from mesilla.v1.mesos import ContainerID, Image, ImageDocker
-from tests.fixtures.images import no_leftover_mounts  # noqa: F401  (fixture)
+from tests.fixtures.images import busybox_image_dir, no_leftover_mounts  # noqa: F401  (fixtures)
 
 pytestmark = [pytest.mark.root, pytest.mark.usefixtures("no_leftover_mounts")]
 
@@ -310,3 +310,30 @@ async def test_cancelled_provision_is_undone(
         assert not rootfses.exists() or list(rootfses.iterdir()) == []
     else:
         pytest.fail("provision never finished within 2000 event-loop steps")
+
+
+async def test_automatic_backend_with_the_shared_image_dir(
+    tmp_path: Path,
+    busybox_image_dir: str,
+    destroy_after: list[tuple[Provisioner, ContainerID]],
+) -> None:
+    flags = parse(
+        CONTAINERIZER_FLAGS,
+        [
+            "--image_providers=docker",
+            f"--docker_store_dir={tmp_path / 'docker'}",
+            f"--docker_registry={busybox_image_dir}",
+        ],
+        environ={},
+    )
+    provisioner = await Provisioner.create(flags)
+    container_id = ContainerID(value="auto")
+    destroy_after.append((provisioner, container_id))
+
+    info = await provisioner.provision(container_id, docker_image("busybox"))
+
+    assert provisioner.backend.name == "overlay"
+    assert (
+        in_rootfs(info.rootfs, "cat /etc/upper-marker; test -d /mnt/mesos/sandbox")
+        == "upper\n"
+    )

@@ -28,6 +28,7 @@ from mesilla.containerizer.isolator import Isolator
 from mesilla.containerizer.isolators import load_isolators
 from mesilla.containerizer.launch_info import (
     command_argv,
+    command_task_rootfs_arguments,
     container_environment,
     merge_launch_infos,
 )
@@ -257,7 +258,9 @@ class Containerizer:
             container.launch_info = launch_info
             sandbox_dir = self._flags.sandbox_directory if config.rootfs else config.sandbox
             launch_info.environment = container_environment(config, launch_info, sandbox_dir)
-            argv = command_argv(config, launch_info)
+            argv = command_argv(config, launch_info) + command_task_rootfs_arguments(
+                config, launch_info, self._flags.sandbox_directory
+            )
             self._runtime.write_launch_info(container_id, launch_info)
             container.forked = True  # from here on the launcher may hold something to destroy
             container.pid = await self._launcher.fork(container_id, argv, config, launch_info)

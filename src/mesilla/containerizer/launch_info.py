@@ -70,3 +70,23 @@ def container_environment(
     env.setdefault("MESOS_SANDBOX", sandbox_dir)
     env.setdefault("PATH", DEFAULT_PATH)
     return env
+
+
+def command_task_rootfs_arguments(
+    config: ContainerConfig, launch_info: ContainerLaunchInfo, sandbox_directory: str
+) -> list[str]:
+    """The command executor's extra arguments when its task has an image (else none).
+
+    As Mesos: the command executor stays on the host's filesystem (the image
+    need not hold an interpreter) and as root, and puts only the task into the
+    rootfs, as the task's user; `launch_info` is changed accordingly.
+    """
+    if config.task_info is None or not config.rootfs:
+        return []
+    launch_info.rootfs = None
+    arguments = [f"--rootfs={config.rootfs}", f"--sandbox_directory={sandbox_directory}"]
+    user = launch_info.user or config.user
+    if user:
+        arguments.append(f"--user={user}")
+        launch_info.user = "root"
+    return arguments

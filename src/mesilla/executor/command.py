@@ -15,10 +15,13 @@ once its terminal update is acknowledged (or after a bounded wait).
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import os
 import signal
+import subprocess
 import sys
+from dataclasses import dataclass
 from typing import Any
 
 from mesilla.executor.driver import Executor, ExecutorDriver
@@ -55,8 +58,44 @@ def termination_message(returncode: int) -> str:
     return f"Command exited with status {returncode}"
 
 
+@dataclass
+class Options:
+    """The flags the containerizer's isolators give a command task's executor (Mesos's names).
+
+    For a command task with an image: `rootfs` (the task runs chrooted there),
+    `sandbox_directory` (where it sees its sandbox), and from docker/runtime
+    the image's `task_command`, `working_directory` and `task_environment` (JSON).
+    """
+
+    rootfs: str | None = None
+    sandbox_directory: str = "/mnt/mesos/sandbox"
+    working_directory: str | None = None
+    user: str | None = None
+    task_command: dict[str, Any] | None = None
+    task_environment: dict[str, Any] | None = None
+
+    @classmethod
+    def parse(cls, argv: list[str]) -> Options:
+        options = cls()
+        for arg in argv:
+            name, sep, value = arg.removeprefix("--").partition("=")
+            if not arg.startswith("--") or not sep or not hasattr(options, name):
+                raise SystemExit(f"Unknown command executor argument '{arg}'")
+            setattr(options, name, json.loads(value) if name.startswith("task_") else value)
+        return options
+
+
+def _variables(environment: dict[str, Any] | None) -> dict[str, str]:
+    return {
+        v["name"]: v["value"]
+        for v in (environment or {}).get("variables", [])
+        if v.get("type", "VALUE") == "VALUE" and "value" in v
+    }
+
+
 class CommandExecutor(Executor):
-    def __init__(self) -> None:
+    def __init__(self, options: Options | None = None) -> None:
+        self.options = options or Options()
         self.task: dict[str, Any] | None = None
         self.process: asyncio.subprocess.Process | None = None
         self.killing = False
@@ -91,22 +130,32 @@ class CommandExecutor(Executor):
             return
         self.task = task
         await driver.update(self._status(driver, "TASK_STARTING"))
-        command = task.get("command") or {}
+        options = self.options
+        command = options.task_command or task.get("command") or {}
         env = dict(os.environ)
-        for variable in (command.get("environment") or {}).get("variables", []):
-            if variable.get("type", "VALUE") == "VALUE" and "value" in variable:
-                env[variable["name"]] = variable["value"]
+        env.update(_variables(options.task_environment))
+        env.update(_variables(command.get("environment")))
+        sandbox = os.environ.get("MESOS_DIRECTORY") or os.getcwd()
         try:
             program, argv = task_argv(command)
-            self.process = await asyncio.create_subprocess_exec(
-                *argv,
-                executable=program,
-                env=env,
-                cwd=os.environ.get("MESOS_SANDBOX") or os.getcwd(),
-                stdin=asyncio.subprocess.DEVNULL,
-                process_group=0,
-            )
-        except (OSError, ValueError) as exc:
+            if options.rootfs:
+                from mesilla.executor.task_rootfs import enter_rootfs
+
+                env["MESOS_SANDBOX"] = options.sandbox_directory
+                self.process = await asyncio.create_subprocess_exec(
+                    *argv, executable=program, env=env, stdin=asyncio.subprocess.DEVNULL,
+                    process_group=0,
+                    preexec_fn=enter_rootfs(
+                        options.rootfs, sandbox, options.sandbox_directory,
+                        options.working_directory, options.user,
+                    ),
+                )  # fmt: skip
+            else:
+                self.process = await asyncio.create_subprocess_exec(
+                    *argv, executable=program, env=env, stdin=asyncio.subprocess.DEVNULL,
+                    process_group=0, cwd=sandbox, user=options.user,
+                )  # fmt: skip
+        except (OSError, ValueError, subprocess.SubprocessError, KeyError) as exc:
             await self._finish(driver, "TASK_FAILED", f"Failed to launch the task: {exc}")
             return
         await driver.update(
@@ -185,8 +234,8 @@ class CommandExecutor(Executor):
             pass
 
 
-async def run(environ: dict[str, str] | None = None) -> None:
-    executor = CommandExecutor()
+async def run(options: Options, environ: dict[str, str] | None = None) -> None:
+    executor = CommandExecutor(options)
     driver = ExecutorDriver(executor, environ)
     runner = asyncio.create_task(driver.run())
     done = asyncio.create_task(executor.done.wait())
@@ -203,7 +252,7 @@ def main() -> None:
     logging.basicConfig(
         level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(name)s: %(message)s"
     )
-    asyncio.run(run())
+    asyncio.run(run(Options.parse(sys.argv[1:])))
 
 
 if __name__ == "__main__":

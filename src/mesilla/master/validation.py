@@ -218,12 +218,17 @@ def _validate_executor(executor: ExecutorInfo, ctx: LaunchContext) -> str | None
         if executor.command is not None:
             return f"Executor {executor.executor_id.value} of type DEFAULT must not set 'command'"
         container = executor.container
-        if container is not None and (
-            container.type != "MESOS" or container.docker is not None
-        ):
+        if container is not None and container.type != "MESOS":
             return f"Executor {executor.executor_id.value} of type DEFAULT must use a MESOS container"
-        if container is not None and container.mesos is not None:
-            return f"Executor {executor.executor_id.value} of type DEFAULT must not set 'container.mesos'"
+        if (
+            container is not None
+            and container.mesos is not None
+            and container.mesos.image is not None
+        ):
+            return (
+                f"Executor {executor.executor_id.value} of type DEFAULT must not set "
+                "'container.mesos.image': give the image to its tasks"
+            )
     grace = executor.shutdown_grace_period
     if grace is not None and grace.nanoseconds < 0:
         return f"Executor {executor.executor_id.value}'s shutdown_grace_period must not be negative"
@@ -301,6 +306,11 @@ def validate_task(task: TaskInfo, ctx: LaunchContext) -> str | None:
         error = _validate_executor(task.executor, ctx)
         if error is not None:
             return error
+        # A DEFAULT executor runs task groups only (LAUNCH_GROUP).
+        if task.executor.type not in ("CUSTOM", "UNKNOWN"):
+            return "'ExecutorInfo.type' must be 'CUSTOM' in a LAUNCH operation: use LAUNCH_GROUP"
+        if task.executor.command is None:
+            return "'ExecutorInfo.command' must be set"
     needed = task_consumption(task, ctx)
     if not ctx.available.contains(needed):
         return f"Task uses more resources {needed} than available {ctx.available}"
@@ -347,6 +357,15 @@ def validate_task_group(
             task.container.type == "DOCKER" or task.container.docker
         ):
             return f"Task {task.task_id.value}: tasks of a group cannot use a DOCKER container"
+        if (
+            task.container is not None
+            and task.container.network_infos
+            and (task.health_check or {}).get("type") in ("HTTP", "TCP")
+        ):
+            return (
+                f"Task {task.task_id.value} joins its own network: HTTP and TCP health checks "
+                "run in the executor's network and cannot reach it"
+            )
         linux = task.container.linux_info if task.container is not None else None
         shares = (
             True

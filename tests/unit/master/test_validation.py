@@ -336,7 +336,15 @@ def test_valid_group() -> None:
             {"container": {"type": "DOCKER", "docker": {"image": "x"}}},
             "MESOS container",
         ),
-        ({"container": {"type": "MESOS", "mesos": {}}}, "container.mesos"),
+        (
+            {
+                "container": {
+                    "type": "MESOS",
+                    "mesos": {"image": {"type": "DOCKER", "docker": {"name": "x"}}},
+                }
+            },
+            "container.mesos.image",
+        ),
         ({"resources": Resources.parse("cpus:0.001;mem:32;disk:1").to_list()}, "cpus"),
         ({"resources": Resources.parse("cpus:0.1;mem:31;disk:1").to_list()}, "mem"),
         ({"resources": Resources.parse("cpus:0.1;mem:32").to_list()}, "disk"),
@@ -362,6 +370,13 @@ def test_group_task_rules() -> None:
     )
     same = task("b", executor=msgspec.to_builtins(ex))
     assert validate_task_group(ex, group(task("a"), same), context()) is None
+    own_network = {"type": "MESOS", "network_infos": [{"name": "net"}]}
+    checked = task(
+        "b", container=own_network, health_check={"type": "TCP", "tcp": {"port": 80}}
+    )
+    assert "health checks" in (validate_task_group(ex, group(checked), context()) or "")
+    command_check = task("b", container=own_network, health_check={"type": "COMMAND"})
+    assert validate_task_group(ex, group(command_check), context()) is None
     docker = task("b", container={"type": "DOCKER", "docker": {"image": "x"}})
     assert "DOCKER" in (validate_task_group(ex, group(docker), context()) or "")
     assert "more resources" in (

@@ -33,7 +33,7 @@ from mesilla.containerizer.launch_info import (
     merge_launch_infos,
 )
 from mesilla.containerizer.launcher import load_launcher
-from mesilla.containerizer.launcher.base import Launcher
+from mesilla.containerizer.launcher.base import Launcher, LaunchError
 from mesilla.containerizer.runtime_paths import RuntimeDir
 from mesilla.containerizer.types import (
     ContainerClass,
@@ -112,7 +112,8 @@ class Containerizer:
 
     @classmethod
     async def create(cls, flags: Any) -> Containerizer:
-        launcher = await _construct(load_launcher(flags.launcher or _default_launcher()), flags)
+        launcher_class = load_launcher(flags.launcher or _default_launcher(flags))
+        launcher = await _construct(launcher_class, flags)
         isolators = await load_isolators(flags.isolation or "", flags)
         provisioner = None
         if flags.get("image_providers"):
@@ -335,8 +336,11 @@ class Containerizer:
             return False
         if signal_number == signal.SIGKILL or container.state != ContainerState.RUNNING:
             self._start_destroy(container)
-        else:
+            return True
+        try:
             await self._launcher.kill(container_id, signal_number)
+        except LaunchError as exc:  # it ended meanwhile; wait() tells how
+            log.info("Could not signal container %s: %s", container_id, exc)
         return True
 
     async def destroy(self, container_id: ContainerID) -> ContainerTermination | None:
@@ -510,16 +514,17 @@ class Containerizer:
             container.watchers.clear()
 
 
-def _default_launcher() -> str:
+def _default_launcher(flags: Any) -> str:
     """linux when root and the linux launcher works here, else posix (as Mesos)."""
     if os.geteuid() != 0:
         return "posix"
     try:
         linux = load_launcher("linux")
-    except ImportError:
+        available = bool(linux.available(flags))  # type: ignore[attr-defined]
+    except Exception as exc:  # not built or not working here: fall back, as Mesos does
+        log.info("The linux launcher is not available (%s): using posix", exc)
         return "posix"
-    available = getattr(linux, "available", None)
-    return "linux" if available is not None and available() else "posix"
+    return "linux" if available else "posix"
 
 
 async def _construct(cls: type[Any], flags: Any) -> Any:

@@ -29,6 +29,9 @@ ISOLATORS: dict[str, str] = {
     "volume/host_path": "mesilla.containerizer.isolators.volume.host_path:VolumeHostPathIsolator",
     "volume/sandbox_path": "mesilla.containerizer.isolators.volume.sandbox_path:VolumeSandboxPathIsolator",
     "docker/runtime": "mesilla.containerizer.isolators.docker.runtime:DockerRuntimeIsolator",
+    "filesystem/linux": "mesilla.containerizer.isolators.filesystem.linux:LinuxFilesystemIsolator",
+    "namespaces/pid": "mesilla.containerizer.isolators.namespaces.pid:PidNamespaceIsolator",
+    "namespaces/ipc": "mesilla.containerizer.isolators.namespaces.ipc:IpcNamespaceIsolator",
 }
 
 # Mesos's creators table order (`src/slave/containerizer/mesos/containerizer.cpp`).

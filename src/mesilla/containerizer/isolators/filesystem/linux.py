@@ -1,0 +1,78 @@
+"""filesystem/linux: a mount namespace per container, the image's rootfs, the sandbox.
+
+As Mesos's isolator on Linux (the linux launcher is required):
+
+* a container with an image runs in its rootfs, with its sandbox bind-mounted
+  read-write at `--sandbox_directory`, which is its MESOS_SANDBOX and
+  working directory;
+* a container without an image sees the host (the launcher's read-only host
+  view) with the sandbox at its host path;
+* the command executor of a task with an image stays on the host view and
+  puts only the task into the rootfs, so it needs the rootfs mounted
+  read-write at its host path, with the sandbox inside it.
+
+Volumes are the volume isolators' (`volume/*`), which Mesos enables with this one.
+"""
+
+from __future__ import annotations
+
+import os
+import pwd
+from typing import Any
+
+from mesilla.containerizer.isolator import Isolator
+from mesilla.containerizer.types import ContainerConfig, ContainerLaunchInfo, Mount
+from mesilla.v1.mesos import ContainerID
+
+
+class LinuxFilesystemError(Exception):
+    """The container's filesystem cannot be set up; the message names the fix."""
+
+
+class LinuxFilesystemIsolator(Isolator):
+    name = "filesystem/linux"
+    supports_nesting = True
+    supports_standalone = True
+
+    def __init__(self, flags: Any) -> None:
+        self._sandbox_directory: str = flags.sandbox_directory
+
+    async def prepare(
+        self, container_id: ContainerID, config: ContainerConfig
+    ) -> ContainerLaunchInfo | None:
+        os.makedirs(config.sandbox, exist_ok=True)
+        if config.user and os.geteuid() == 0:
+            _give_to(config.sandbox, config.user, container_id)
+        info = ContainerLaunchInfo(clone_namespaces={"mount"})
+        if config.rootfs is None:
+            info.environment["MESOS_SANDBOX"] = config.sandbox
+            return info
+        if not os.path.isdir(config.rootfs):
+            raise LinuxFilesystemError(
+                f"The rootfs {config.rootfs} of container {container_id} does not exist: "
+                "the provisioner must provide it before PREPARING"
+            )
+        in_rootfs = os.path.join(config.rootfs, self._sandbox_directory.lstrip("/"))
+        if config.task_info is not None:
+            info.environment["MESOS_SANDBOX"] = config.sandbox
+            info.mounts = [
+                Mount(config.rootfs, config.rootfs),
+                Mount(config.sandbox, in_rootfs),
+            ]
+            return info
+        info.rootfs = config.rootfs
+        info.mounts = [Mount(config.sandbox, self._sandbox_directory)]
+        info.environment["MESOS_SANDBOX"] = self._sandbox_directory
+        info.working_directory = self._sandbox_directory
+        return info
+
+
+def _give_to(sandbox: str, user: str, container_id: ContainerID) -> None:
+    try:
+        entry = pwd.getpwnam(user)
+    except KeyError:
+        raise LinuxFilesystemError(
+            f"User '{user}' of container {container_id} does not exist on this host: "
+            "create it or launch as an existing user"
+        ) from None
+    os.chown(sandbox, entry.pw_uid, entry.pw_gid)

@@ -1,0 +1,1 @@
+"""Namespace isolators: `namespaces/pid` and `namespaces/ipc`."""

@@ -1,0 +1,417 @@
+"""The linux launcher: every container is an OCI runtime container (runc or crun).
+
+As Mesos's `LinuxLauncher`, a container gets namespaces and a cgroup; here the
+OCI runtime makes them from a bundle we generate (`oci.py`) under the
+container's runtime directory:
+
+    <runtime_dir>/containers/<id>[/containers/<child id>...]/
+        bundle/config.json    the OCI configuration
+        bundle/rootfs/        the host view of a container without an image
+        monitor/pid           conmon's pid; monitor/init.pid the container's
+        monitor/exit/<rid>    conmon's record of the exit code
+        status                the raw wait(2) status, once known
+    <runtime_dir>/<runc|crun>/   the runtime's own state (`--root`)
+
+The runtime's container id (`rid`) is the dot-joined ContainerID path. Each
+container has a conmon monitor (`monitor.py`); it holds the first process
+before exec until `start`, reaps it and records how it ended, independent of
+the agent. A container without an image sees a read-only view of the host
+(`host_rootfs.py`) with its sandbox mounted read-write; every container has its
+own mount and pid namespaces. A nested container joins its parent's network,
+UTS and IPC namespaces (and pid namespace with `share_pid_namespace`), and its
+cgroup is a child of its parent's, so the parent's limits and accounting
+cover it while the runtime can still kill and delete it on its own.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import os
+import shutil
+import signal
+from dataclasses import dataclass, field
+from typing import Any
+
+from mesilla.containerizer.cgroups import cgroup_path
+from mesilla.containerizer.launcher import host_rootfs, monitor, oci
+from mesilla.containerizer.launcher.base import Launcher, LaunchError
+from mesilla.containerizer.launcher.runtime import OciRuntime, find_runtime
+from mesilla.containerizer.runtime_paths import (
+    CONTAINERS_DIR,
+    STATUS_FILE,
+    container_dir,
+    read_int,
+    write_atomically,
+)
+from mesilla.containerizer.types import (
+    ContainerConfig,
+    ContainerLaunchInfo,
+    ContainerRuntimeState,
+    Mount,
+)
+from mesilla.v1.mesos import ContainerID
+
+log = logging.getLogger(__name__)
+
+BUNDLE_DIR = "bundle"
+MONITOR_DIR = "monitor"
+# How long destroy waits for the monitor to record the exit after SIGKILL.
+DESTROY_GRACE = 30.0
+
+
+class UnknownContainer(LaunchError):
+    """The launcher has no such container (never forked here, or already destroyed)."""
+
+
+@dataclass
+class _Container:
+    id: ContainerID
+    directory: str
+    pid: int | None
+    monitor_pid: int | None
+    exited: asyncio.Future[int | None] = field(default_factory=asyncio.Future)
+    watcher: asyncio.Task[None] | None = None
+    destroyed: bool = False
+
+    @property
+    def rid(self) -> str:
+        return runtime_id(self.id)
+
+
+def runtime_id(container_id: ContainerID) -> str:
+    return ".".join(container_id.path())
+
+
+class LinuxLauncher(Launcher):
+    name = "linux"
+
+    def __init__(self, flags: Any) -> None:
+        runtime = find_runtime(flags)
+        if runtime is None or not monitor.available():
+            raise LaunchError(
+                "The linux launcher needs root, conmon and an OCI runtime (runc or crun) that "
+                "runs a container on this host: install them, or use --launcher=posix"
+            )
+        self._flags = flags
+        self._runtime: OciRuntime = runtime
+        self._containers: dict[ContainerID, _Container] = {}
+
+    @staticmethod
+    def available(flags: Any = None) -> bool:
+        """Root, conmon, and a runtime that really runs a container here."""
+        if os.geteuid() != 0 or not monitor.available():
+            return False
+        probe_flags = flags if flags is not None else _ProbeFlags()
+        return find_runtime(probe_flags) is not None
+
+    @property
+    def runtime(self) -> OciRuntime:
+        return self._runtime
+
+    def directory(self, container_id: ContainerID) -> str:
+        return container_dir(self._flags.runtime_dir, container_id)
+
+    # --- launch ---------------------------------------------------------------
+
+    async def fork(
+        self,
+        container_id: ContainerID,
+        argv: list[str],
+        config: ContainerConfig,
+        launch_info: ContainerLaunchInfo,
+    ) -> int:
+        if container_id in self._containers and not self._containers[container_id].destroyed:
+            raise LaunchError(f"Container {container_id} already exists in the linux launcher")
+        directory = self.directory(container_id)
+        bundle = os.path.join(directory, BUNDLE_DIR)
+        monitor_dir = os.path.join(directory, MONITOR_DIR)
+        rid = runtime_id(container_id)
+        # Leftovers of an earlier container with this id would confuse recovery.
+        await self._runtime.delete(rid)
+        _remove_tree(bundle)
+        _remove_tree(monitor_dir)
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(os.path.join(directory, STATUS_FILE))
+        os.makedirs(bundle)
+        os.makedirs(monitor_dir)
+        os.makedirs(config.sandbox, exist_ok=True)
+        try:
+            spec = self._spec(container_id, argv, config, launch_info, bundle)
+            write_atomically(os.path.join(bundle, "config.json"), json.dumps(spec).encode())
+            monitored = await monitor.spawn(
+                self._runtime,
+                rid,
+                bundle,
+                monitor_dir,
+                config.stdout or os.path.join(config.sandbox, "stdout"),
+                config.stderr or os.path.join(config.sandbox, "stderr"),
+            )
+        except (OSError, ValueError, LookupError) as exc:
+            await self._release(rid, directory)
+            raise LaunchError(f"Failed to create container {container_id}: {exc}") from exc
+        except LaunchError:
+            await self._release(rid, directory)
+            raise
+        container = _Container(container_id, directory, monitored.pid, monitored.monitor_pid)
+        self._containers[container_id] = container
+        self._watch(container)
+        return monitored.pid
+
+    def _spec(
+        self,
+        container_id: ContainerID,
+        argv: list[str],
+        config: ContainerConfig,
+        launch_info: ContainerLaunchInfo,
+        bundle: str,
+    ) -> dict[str, Any]:
+        parent_pid = self._parent_pid(container_id)
+        linux_info = config.container_info.linux_info if config.container_info else None
+        enter: dict[str, str] = {}
+        if parent_pid is not None:
+            kinds = {"network": "net", "uts": "uts", "ipc": "ipc"}
+            if linux_info is not None and linux_info.share_pid_namespace:
+                kinds["pid"] = "pid"
+            enter = {
+                kind: f"/proc/{parent_pid}/ns/{name}"
+                for kind, name in kinds.items()
+                if kind not in launch_info.clone_namespaces
+            }
+        enter.update(launch_info.enter_namespaces)
+        create = ({"mount", "pid"} | launch_info.clone_namespaces) - set(enter)
+
+        if launch_info.rootfs:
+            rootfs = launch_info.rootfs
+            mounts = oci.base_mounts(shm=self._shm(create, enter, parent_pid, linux_info))
+            sandbox_target = self._flags.sandbox_directory
+        else:
+            rootfs = os.path.join(bundle, "rootfs")
+            os.makedirs(rootfs)
+            mounts = [
+                *oci.base_mounts(shm=self._shm(create, enter, parent_pid, linux_info)),
+                *host_rootfs.prepare(rootfs),
+                oci.tmp_mount(),
+            ]
+            sandbox_target = config.sandbox
+        extra = [_oci_mount(m) for m in launch_info.mounts]
+        # The sandbox is always there, read-write; an isolator's own mount of it wins.
+        if not any(m["destination"] == sandbox_target for m in extra):
+            mounts.append(oci.bind(config.sandbox, sandbox_target))
+        mounts.extend(extra)
+
+        user = oci.resolve_user(
+            launch_info.user or config.user or config.command.user,
+            launch_info.rootfs or "/",
+        )
+        hostname = config.container_info.hostname if config.container_info else None
+        return oci.config(
+            process_spec=oci.process(
+                argv,
+                launch_info.environment,
+                launch_info.working_directory or sandbox_target,
+                user,
+                launch_info.rlimits,
+                launch_info.capabilities,
+            ),
+            rootfs=rootfs,
+            mounts=mounts,
+            namespace_specs=oci.namespaces(create, enter),
+            # Nested containers always get a child cgroup (see the module docstring).
+            cgroups_path="/" + cgroup_path(self._flags, container_id, lambda _cid: False),
+            resources=launch_info.cgroup_resources,
+            hostname=hostname or container_id.value,
+        )
+
+    def _parent_pid(self, container_id: ContainerID) -> int | None:
+        if container_id.parent is None:
+            return None
+        parent = self._containers.get(container_id.parent)
+        if parent is None or parent.pid is None or parent.exited.done():
+            raise LaunchError(
+                f"Parent container {container_id.parent} of {container_id} is not running "
+                "in the linux launcher: launch the parent first"
+            )
+        return parent.pid
+
+    @staticmethod
+    def _shm(
+        create: set[str], enter: dict[str, str], parent_pid: int | None, linux_info: Any
+    ) -> dict[str, Any] | None:
+        """/dev/shm goes with the IPC namespace: private (sized), the parent's, or the host's."""
+        if "ipc" in create:
+            size = linux_info.shm_size if linux_info is not None else None
+            if size is None:
+                return None
+            return {
+                "destination": "/dev/shm",
+                "type": "tmpfs",
+                "source": "shm",
+                "options": ["nosuid", "noexec", "nodev", "mode=1777", f"size={size}m"],
+            }
+        source = f"/proc/{parent_pid}/root/dev/shm" if "ipc" in enter and parent_pid else "/dev/shm"
+        return oci.bind(source, "/dev/shm")
+
+    async def start(self, container_id: ContainerID) -> None:
+        container = self._get(container_id)
+        await self._runtime.start(container.rid)
+
+    # --- the running container ------------------------------------------------
+
+    def _watch(self, container: _Container) -> None:
+        container.watcher = asyncio.create_task(self._await_exit(container))
+
+    async def _await_exit(self, container: _Container) -> None:
+        if container.monitor_pid is not None:
+            rid = container.rid
+            await monitor.wait_exit(container.monitor_pid, lambda pid: monitor.is_monitor(pid, rid))
+        else:
+            # The monitor died before the container: follow the init itself.
+            state = await self._runtime.state(container.rid)
+            if state is not None and state.get("status") in ("created", "running", "paused"):
+                await monitor.wait_exit(int(state["pid"]))
+        status = self._read_status(container)
+        if not container.exited.done():
+            container.exited.set_result(status)
+
+    def _read_status(self, container: _Container) -> int | None:
+        status_path = os.path.join(container.directory, STATUS_FILE)
+        status = read_int(status_path)
+        if status is not None:
+            return status
+        code = monitor.exit_code(os.path.join(container.directory, MONITOR_DIR), container.rid)
+        if code is None:
+            return None
+        status = monitor.wait_status(code)
+        write_atomically(status_path, b"%d\n" % status)
+        return status
+
+    async def wait(self, container_id: ContainerID) -> int | None:
+        container = self._containers.get(container_id)
+        if container is None:
+            return None
+        return await asyncio.shield(container.exited)
+
+    async def kill(self, container_id: ContainerID, signal_number: int) -> None:
+        container = self._get(container_id)
+        await self._runtime.kill(container.rid, signal_number)
+
+    async def destroy(self, container_id: ContainerID) -> None:
+        container = self._containers.get(container_id)
+        rid = runtime_id(container_id)
+        directory = self.directory(container_id)
+        if container is not None and not container.exited.done():
+            # --all: also what escaped into the container's cgroup from a shared pid namespace.
+            await self._runtime.kill(rid, signal.SIGKILL, all_processes=True)
+            try:
+                await asyncio.wait_for(asyncio.shield(container.exited), DESTROY_GRACE)
+            except asyncio.TimeoutError:
+                log.warning("Monitor of container %s did not report its exit", container_id)
+        if container is not None:
+            container.destroyed = True
+            if container.watcher is not None:
+                container.watcher.cancel()
+            if not container.exited.done():
+                container.exited.set_result(self._read_status(container))
+        await self._release(rid, directory)
+
+    async def _release(self, rid: str, directory: str) -> None:
+        """Removes the runtime's container, the bundle and the monitor's files."""
+        await self._runtime.delete(rid)
+        for name in (BUNDLE_DIR, MONITOR_DIR):
+            _remove_tree(os.path.join(directory, name))
+        for path in (os.path.join(directory, CONTAINERS_DIR), directory):
+            with contextlib.suppress(OSError):
+                os.rmdir(path)  # only when nothing else (checkpoints, children) is left
+
+    def pid(self, container_id: ContainerID) -> int | None:
+        container = self._containers.get(container_id)
+        return None if container is None or container.destroyed else container.pid
+
+    def _get(self, container_id: ContainerID) -> _Container:
+        container = self._containers.get(container_id)
+        if container is None or container.destroyed:
+            raise UnknownContainer(f"Unknown container {container_id} in the linux launcher")
+        return container
+
+    # --- recovery -------------------------------------------------------------
+
+    async def recover(self, states: list[ContainerRuntimeState]) -> set[ContainerID]:
+        known = {state.container_id for state in states}
+        found = set(self._scan(os.path.join(self._flags.runtime_dir, CONTAINERS_DIR), None))
+        found |= {
+            _parse_runtime_id(entry["id"]) for entry in await self._runtime.list()
+        }
+        for container_id in sorted(found, key=lambda cid: len(cid.path())):
+            if container_id in self._containers:
+                continue
+            directory = self.directory(container_id)
+            monitor_dir = os.path.join(directory, MONITOR_DIR)
+            container = _Container(
+                container_id,
+                directory,
+                pid=monitor.read_pid(monitor_dir, "init.pid"),
+                monitor_pid=monitor.read_pid(monitor_dir, "pid"),
+            )
+            if container.monitor_pid is not None and not monitor.is_monitor(
+                container.monitor_pid, container.rid
+            ):
+                container.monitor_pid = None
+            self._containers[container_id] = container
+            self._watch(container)
+        return found - known
+
+    def _scan(self, containers_dir: str, parent: ContainerID | None) -> list[ContainerID]:
+        """Containers with launcher files under a `containers/` directory, recursively."""
+        found: list[ContainerID] = []
+        with contextlib.suppress(FileNotFoundError):
+            for value in os.listdir(containers_dir):
+                container_id = ContainerID(value=value, parent=parent)
+                directory = os.path.join(containers_dir, value)
+                if os.path.isdir(os.path.join(directory, MONITOR_DIR)):
+                    found.append(container_id)
+                found += self._scan(os.path.join(directory, CONTAINERS_DIR), container_id)
+        return found
+
+
+class _ProbeFlags:
+    """Flags for `available()` without agent flags: probe in a scratch state root."""
+
+    runtime_dir = "/tmp/mesilla-probe"
+
+    def get(self, name: str, default: Any = None) -> Any:
+        return default
+
+
+def _parse_runtime_id(rid: str) -> ContainerID:
+    container_id: ContainerID | None = None
+    for value in rid.split("."):
+        container_id = ContainerID(value=value, parent=container_id)
+    assert container_id is not None
+    return container_id
+
+
+def _oci_mount(mount: Mount) -> dict[str, Any]:
+    return {
+        "destination": mount.target,
+        "type": mount.type,
+        "source": mount.source,
+        "options": list(mount.options),
+    }
+
+
+def _remove_tree(path: str) -> None:
+    """Removes a directory of ours, refusing to descend into anything mounted there."""
+    if not os.path.lexists(path):
+        return
+    prefix = os.path.realpath(path) + "/"
+    with open("/proc/self/mountinfo") as f:
+        mounted = [line.split()[4] for line in f]
+    inside = [m for m in mounted if m == prefix[:-1] or m.startswith(prefix)]
+    if inside:
+        raise LaunchError(
+            f"{inside[0]} is mounted inside {path}: unmount it before removing the container"
+        )
+    shutil.rmtree(path, ignore_errors=False)

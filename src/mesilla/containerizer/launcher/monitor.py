@@ -1,0 +1,193 @@
+"""The per-container monitor (the seed's nanny): conmon.
+
+conmon (Debian package `conmon`, ~2 MB RSS, ~1 MB PSS) runs the runtime's
+`create` with itself as the parent of the container's init, so the init is
+held before exec until `start`; it reaps the init and writes its exit code
+atomically (glib's write-temp-then-rename) to `<exit dir>/<runtime id>`, so
+the result survives an agent restart. It double-forks and is never the
+agent's child: an agent that dies or restarts changes nothing for it.
+
+conmon reports the init's end as an exit code where a signal N reads as
+128+N, as shells do; `wait_status` turns that back into a raw wait(2) status
+(an init that really calls exit(128+N) is taken as killed by N).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import shutil
+import signal
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from mesilla.containerizer.launcher.base import LaunchError
+from mesilla.containerizer.launcher.runtime import OciRuntime
+
+CONMON = "conmon"
+
+
+class MonitorError(LaunchError):
+    """conmon could not create the container; the message has the runtime's reason."""
+
+
+@dataclass(frozen=True)
+class Monitored:
+    monitor_pid: int  # conmon
+    pid: int  # the container's init, on the host
+
+
+def available() -> bool:
+    return shutil.which(CONMON) is not None
+
+
+async def spawn(
+    runtime: OciRuntime,
+    runtime_id: str,
+    bundle: str,
+    directory: str,
+    stdout: str,
+    stderr: str,
+) -> Monitored:
+    """Starts conmon, which creates the container held before exec.
+
+    `directory` receives `pid` (conmon), `init.pid` (the container's first
+    process) and the `exit/` directory of the exit code.
+    """
+    binary = shutil.which(CONMON)
+    if binary is None:
+        raise MonitorError("conmon is not installed: apt-get install conmon")
+    exit_dir = os.path.join(directory, "exit")
+    os.makedirs(exit_dir, exist_ok=True)
+    read_end, write_end = os.pipe()
+    argv = [
+        binary,
+        "--api-version", "1",
+        "--cid", runtime_id,
+        "--cuuid", runtime_id,
+        "--name", runtime_id,
+        "--runtime", runtime.binary,
+        "--runtime-arg", "--root",
+        "--runtime-arg", runtime.root,
+        "--bundle", bundle,
+        "--container-pidfile", os.path.join(directory, "init.pid"),
+        "--conmon-pidfile", os.path.join(directory, "pid"),
+        "--exit-dir", exit_dir,
+        # The container writes to our files itself; conmon copies nothing.
+        "--log-path", "passthrough:",
+        "--log-level", "error",
+    ]
+    try:
+        with open(stdout, "ab") as out, open(stderr, "ab") as err:
+            proc = await asyncio.create_subprocess_exec(
+                *argv,
+                stdin=asyncio.subprocess.DEVNULL,
+                stdout=out,
+                stderr=err,
+                cwd=directory,
+                pass_fds=(write_end,),
+                env={**os.environ, "_OCI_SYNCPIPE": str(write_end)},
+                start_new_session=True,
+            )
+    finally:
+        os.close(write_end)
+    try:
+        # The first conmon exits once its daemon half is forked; the daemon
+        # writes {"data": <init pid>} (or a negative value and a message) when
+        # the runtime's create returned.
+        reply = await _read_line(read_end)
+        await proc.wait()
+    finally:
+        os.close(read_end)
+    try:
+        message = json.loads(reply)
+    except ValueError:
+        raise MonitorError(
+            f"conmon gave no pid for container {runtime_id} (exit code {proc.returncode}); "
+            f"its errors are in {stderr}"
+        ) from None
+    pid = int(message.get("data", -1))
+    if pid <= 0:
+        raise MonitorError(
+            f"{runtime.name} could not create container {runtime_id}: "
+            f"{message.get('message', 'no reason given')}"
+        )
+    monitor_pid = read_pid(directory, "pid")
+    if monitor_pid is None:
+        raise MonitorError(f"conmon wrote no pid file for container {runtime_id} in {directory}")
+    return Monitored(monitor_pid, pid)
+
+
+async def _read_line(fd: int) -> bytes:
+    loop = asyncio.get_running_loop()
+    reader = asyncio.StreamReader()
+    transport, _ = await loop.connect_read_pipe(
+        lambda: asyncio.StreamReaderProtocol(reader), os.fdopen(os.dup(fd), "rb")
+    )
+    try:
+        return await reader.readline()
+    finally:
+        transport.close()
+
+
+def read_pid(directory: str, name: str) -> int | None:
+    try:
+        with open(os.path.join(directory, name)) as f:
+            return int(f.read().strip())
+    except (OSError, ValueError):
+        return None
+
+
+def exit_code(directory: str, runtime_id: str) -> int | None:
+    """The exit code conmon wrote, None while the container runs."""
+    try:
+        with open(os.path.join(directory, "exit", runtime_id)) as f:
+            return int(f.read().strip())
+    except (OSError, ValueError):
+        return None
+
+
+def wait_status(code: int) -> int:
+    """A raw wait(2) status from conmon's exit code (128+N: killed by signal N)."""
+    number = code - 128
+    if 0 < number < signal.NSIG:
+        return number
+    return (code & 0xFF) << 8
+
+
+def is_monitor(pid: int, runtime_id: str) -> bool:
+    """Whether `pid` is still conmon for this container (pids get reused)."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            argv = f.read().split(b"\0")
+        with open(f"/proc/{pid}/stat") as f:
+            state = f.read().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z" and os.path.basename(argv[0]) == CONMON.encode() and (
+        runtime_id.encode() in argv
+    )
+
+
+async def wait_exit(pid: int, identity: Callable[[int], bool] | None = None) -> None:
+    """Resolves when process `pid` is gone; not our child, so a pidfd, not waitpid.
+
+    `identity` confirms, once the pidfd pins the process, that `pid` was not reused.
+    """
+    try:
+        fd = os.pidfd_open(pid)
+    except ProcessLookupError:
+        return
+    try:
+        if identity is not None and not identity(pid):
+            return
+        loop = asyncio.get_running_loop()
+        done = loop.create_future()
+        loop.add_reader(fd, lambda: done.done() or done.set_result(None))
+        try:
+            await done
+        finally:
+            loop.remove_reader(fd)
+    finally:
+        os.close(fd)

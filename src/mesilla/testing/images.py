@@ -13,6 +13,7 @@ Registry HTTP API v2 in one request or in chunks (`push_image`, `push_index`).
 
 from __future__ import annotations
 
+import functools
 import gzip
 import hashlib
 import io
@@ -79,22 +80,28 @@ def sha256(data: bytes) -> str:
     return "sha256:" + hashlib.sha256(data).hexdigest()
 
 
-@dataclass
+@dataclass(frozen=True)
 class Layer:
     tar: bytes  # uncompressed
-    gzipped: bytes = b""
 
-    def __post_init__(self) -> None:
-        self.gzipped = gzip.compress(self.tar, mtime=0)
+    @functools.cached_property
+    def gzipped(self) -> bytes:
+        return _gzip(self.tar)
 
-    @property
+    @functools.cached_property
     def diff_id(self) -> str:
         return sha256(self.tar)
 
-    @property
+    @functools.cached_property
     def digest(self) -> str:
         """The digest of the gzipped blob, as registries and OCI layouts address it."""
         return sha256(self.gzipped)
+
+
+@functools.lru_cache(maxsize=16)
+def _gzip(data: bytes) -> bytes:
+    # Deterministic (no timestamp); cached because tests build the same layers often.
+    return gzip.compress(data, compresslevel=6, mtime=0)
 
 
 @dataclass
@@ -165,6 +172,11 @@ def host_architecture() -> str:
 
 def base_layer(extra_files: dict[str, bytes] | None = None) -> Layer:
     """busybox with its applets, /etc/passwd, and marker files the whiteout layer hides."""
+    return _base_layer(tuple(sorted((extra_files or {}).items())))
+
+
+@functools.lru_cache(maxsize=16)
+def _base_layer(extra_files: tuple[tuple[str, bytes], ...]) -> Layer:
     builder = _TarBuilder()
     # /mnt/mesos/sandbox: where the sandbox is mounted, present even in a read-only rootfs.
     directories = (
@@ -196,7 +208,7 @@ def base_layer(extra_files: dict[str, bytes] | None = None) -> Layer:
     builder.file("etc/removed-by-upper", b"the upper layer deletes me\n")
     builder.file("opt/dir/lower-file", b"hidden by the opaque upper directory\n")
     builder.file("etc/base-marker", b"base\n")
-    for path, content in (extra_files or {}).items():
+    for path, content in extra_files:
         builder.file(path, content)
     return Layer(builder.getvalue())
 

@@ -270,6 +270,25 @@ async def test_cached_image_is_not_pulled_again(
     assert docker_registry.blob_fetches(layer.digest) == fetched
 
 
+async def test_uncached_image_is_pulled_again(
+    store: DockerStore, docker_registry: Registry
+) -> None:
+    name = f"{docker_registry.host}/moving/tag:latest"
+    first, second = unique_image(), unique_image()
+    push_image(docker_registry.url, "moving/tag", "latest", first)
+    await store.get(name, "rootfs")
+    push_image(docker_registry.url, "moving/tag", "latest", second)
+
+    cached, _ = await store.get(name, "rootfs")
+    fresh, _ = await store.get(name, "rootfs", cached=False)
+
+    assert cached.manifest_digest == first.manifest_digest
+    assert fresh.manifest_digest == second.manifest_digest
+    assert (await store.get(name, "rootfs"))[
+        0
+    ].manifest_digest == second.manifest_digest
+
+
 async def test_bearer_token_auth(
     docker_registry: Registry, busybox_image: PushedImage, tmp_path: Path
 ) -> None:

@@ -1,0 +1,1 @@
+"""Image stores (`--image_providers`): docker, pulling from registries or local archives."""

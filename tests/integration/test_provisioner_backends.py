@@ -4,8 +4,10 @@ the rootfs checked from inside with chroot + busybox."""
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import subprocess
+import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -336,4 +338,41 @@ async def test_automatic_backend_with_the_shared_image_dir(
     assert (
         in_rootfs(info.rootfs, "cat /etc/upper-marker; test -d /mnt/mesos/sandbox")
         == "upper\n"
+    )
+
+
+@pytest.mark.parametrize("backend", ["overlay", "copy"])
+async def test_provisioned_rootfs_runs_under_runc(
+    tmp_path: Path,
+    images: Path,
+    backend: str,
+    destroy_after: list[tuple[Provisioner, ContainerID]],
+) -> None:
+    provisioner = await make_provisioner(tmp_path, backend)
+    container_id = ContainerID(value="runc")
+    destroy_after.append((provisioner, container_id))
+    info = await provisioner.provision(container_id, docker_image("layered:latest"))
+    bundle = tmp_path / "bundle"
+    bundle.mkdir()
+    subprocess.run(["runc", "spec", "--bundle", str(bundle)], check=True)
+    spec = json.loads((bundle / "config.json").read_text())
+    spec["root"] = {"path": info.rootfs, "readonly": False}
+    spec["process"]["terminal"] = False
+    spec["process"]["args"] = ["/bin/sh", "-c", "cat /etc/upper-marker && ls /opt/dir"]
+    (bundle / "config.json").write_text(json.dumps(spec))
+    name = f"mesilla-test-{uuid.uuid4().hex[:12]}"
+    try:
+        result = subprocess.run(
+            ["runc", "run", "--bundle", str(bundle), name],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+    finally:
+        subprocess.run(
+            ["runc", "delete", "--force", name], capture_output=True, check=False
+        )
+
+    assert (result.returncode, result.stdout) == (0, "upper\nupper-file\n"), (
+        result.stderr
     )

@@ -90,6 +90,31 @@ def in_rootfs(rootfs: str, script: str) -> str:
     return result.stdout
 
 
+def runc_run(
+    bundle: Path, rootfs: str, args: list[str]
+) -> subprocess.CompletedProcess[str]:
+    """Run `args` in a runc container on `rootfs`; the container is deleted afterwards."""
+    bundle.mkdir()
+    subprocess.run(["runc", "spec", "--bundle", str(bundle)], check=True)
+    spec = json.loads((bundle / "config.json").read_text())
+    spec["root"] = {"path": rootfs, "readonly": False}
+    spec["process"]["terminal"] = False
+    spec["process"]["args"] = args
+    (bundle / "config.json").write_text(json.dumps(spec))
+    name = f"mesilla-test-{uuid.uuid4().hex[:12]}"
+    try:
+        return subprocess.run(
+            ["runc", "run", "--bundle", str(bundle), name],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+    finally:
+        subprocess.run(
+            ["runc", "delete", "--force", name], capture_output=True, check=False
+        )
+
+
 def whiteout_names(rootfs: str) -> list[str]:
     return [
         os.path.join(current, name)
@@ -352,26 +377,11 @@ async def test_provisioned_rootfs_runs_under_runc(
     container_id = ContainerID(value="runc")
     destroy_after.append((provisioner, container_id))
     info = await provisioner.provision(container_id, docker_image("layered:latest"))
-    bundle = tmp_path / "bundle"
-    bundle.mkdir()
-    subprocess.run(["runc", "spec", "--bundle", str(bundle)], check=True)
-    spec = json.loads((bundle / "config.json").read_text())
-    spec["root"] = {"path": info.rootfs, "readonly": False}
-    spec["process"]["terminal"] = False
-    spec["process"]["args"] = ["/bin/sh", "-c", "cat /etc/upper-marker && ls /opt/dir"]
-    (bundle / "config.json").write_text(json.dumps(spec))
-    name = f"mesilla-test-{uuid.uuid4().hex[:12]}"
-    try:
-        result = subprocess.run(
-            ["runc", "run", "--bundle", str(bundle), name],
-            capture_output=True,
-            text=True,
-            check=False,
-        )
-    finally:
-        subprocess.run(
-            ["runc", "delete", "--force", name], capture_output=True, check=False
-        )
+    result = runc_run(
+        tmp_path / "bundle",
+        info.rootfs,
+        ["/bin/sh", "-c", "cat /etc/upper-marker && ls /opt/dir"],
+    )
 
     assert (result.returncode, result.stdout) == (0, "upper\nupper-file\n"), (
         result.stderr

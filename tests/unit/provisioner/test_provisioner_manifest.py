@@ -62,6 +62,8 @@ def test_schema1_is_refused_with_the_fix() -> None:
             {"schemaVersion": 1},
             "application/vnd.docker.distribution.manifest.v1+prettyjws",
         )
+    with pytest.raises(UnsupportedImage, match="schema 1"):
+        manifest.media_type_of({}, "application/vnd.docker.distribution.manifest.v1+json")
 
 
 def test_media_type_from_header_or_shape() -> None:

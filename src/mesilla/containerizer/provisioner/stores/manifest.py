@@ -25,6 +25,7 @@ OCI_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
 OCI_INDEX = "application/vnd.oci.image.index.v1+json"
 MANIFESTS = (DOCKER_MANIFEST, OCI_MANIFEST)
 INDEXES = (DOCKER_MANIFEST_LIST, OCI_INDEX)
+_SCHEMA1 = "application/vnd.docker.distribution.manifest.v1"
 ACCEPT = ", ".join((*MANIFESTS, *INDEXES))
 
 LAYER_MEDIA_TYPES = {
@@ -102,7 +103,7 @@ def media_type_of(document: dict[str, Any], header: str | None) -> str:
         return OCI_INDEX
     if not media_type and "layers" in document:
         return OCI_MANIFEST
-    if document.get("schemaVersion") == 1 or "signed" in media_type:
+    if document.get("schemaVersion") == 1 or media_type.startswith(_SCHEMA1):
         raise UnsupportedImage(
             "Docker image manifest schema 1 is not supported: push the image with schema 2"
         )

@@ -337,16 +337,36 @@ async def test_tcp_server_reachable_from_a_sibling_and_tcp_health_check(start_po
     pod = await start_pod()
     agent = pod.agent
     health = {"type": "TCP", "tcp": {"port": unused_port}, "grace_period_seconds": 30, **FAST}
+    check = {"type": "TCP", "tcp": {"port": unused_port}, **FAST}
     client = f"{sys.executable} -c \"import socket; socket.create_connection(('127.0.0.1', {unused_port}), 5)\""
     reach = {"type": "ON_FAILURE", "min_restart_delay": seconds(0.1)}
     await agent.launch_group(
-        task("server", web_server(unused_port), health_check=health),
+        task("server", web_server(unused_port), health_check=health, check=check),
         task("client", client, restart_policy=reach),
     )
     await agent.wait_for(agent.terminal("client"))
     assert agent.last("client")["state"] == "TASK_FINISHED"
     await agent.wait_for(lambda: any(u.get("healthy") is True for u in agent.updates))
+    await agent.wait_for(
+        lambda: any(u.get("check_status", {}).get("tcp", {}).get("succeeded") is True for u in agent.updates)
+    )
     await agent.kill("server")
+    assert await pod.exited() == 0
+
+
+async def test_failing_http_health_check_kills_the_task(start_pod: StartPod, unused_port: int) -> None:
+    pod = await start_pod()
+    agent = pod.agent
+    # http.server answers 404 for a missing file: reachable, but not healthy.
+    health = {"type": "HTTP", "http": {"port": unused_port, "path": "/missing"}, "grace_period_seconds": 2,
+              "consecutive_failures": 2, **FAST}
+    check = {"type": "HTTP", "http": {"port": unused_port, "path": "/missing"}, **FAST}
+    await agent.launch_group(task("web", web_server(unused_port), health_check=health, check=check))
+    await agent.wait_for(agent.terminal("web"))
+    last = agent.last("web")
+    assert (last["state"], last["healthy"]) == ("TASK_KILLED", False)
+    # The check saw the server answer (404) while the health check counted failures.
+    assert any(u.get("check_status", {}).get("http", {}).get("status_code") == 404 for u in agent.updates)
     assert await pod.exited() == 0
 
 

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ctypes
 import json
 import logging
 import os
@@ -58,6 +59,7 @@ log = logging.getLogger(__name__)
 
 BUNDLE_DIR = "bundle"
 MONITOR_DIR = "monitor"
+SHM_DIR = "shm"
 # How long destroy waits for the monitor to record the exit after SIGKILL.
 DESTROY_GRACE = 30.0
 
@@ -131,8 +133,7 @@ class LinuxLauncher(Launcher):
         rid = runtime_id(container_id)
         # Leftovers of an earlier container with this id would confuse recovery.
         await self._runtime.delete(rid)
-        _remove_tree(bundle)
-        _remove_tree(monitor_dir)
+        await self._release(rid, directory)
         with contextlib.suppress(FileNotFoundError):
             os.unlink(os.path.join(directory, STATUS_FILE))
         os.makedirs(bundle)
@@ -185,13 +186,13 @@ class LinuxLauncher(Launcher):
 
         if launch_info.rootfs:
             rootfs = launch_info.rootfs
-            mounts = oci.base_mounts(shm=self._shm(create, enter, parent_pid, linux_info))
+            mounts = oci.base_mounts(shm=self._shm(container_id, create, enter, linux_info))
             sandbox_target = self._flags.sandbox_directory
         else:
             rootfs = os.path.join(bundle, "rootfs")
             os.makedirs(rootfs)
             mounts = [
-                *oci.base_mounts(shm=self._shm(create, enter, parent_pid, linux_info)),
+                *oci.base_mounts(shm=self._shm(container_id, create, enter, linux_info)),
                 *host_rootfs.prepare(rootfs),
                 oci.tmp_mount(),
             ]
@@ -236,23 +237,39 @@ class LinuxLauncher(Launcher):
             )
         return parent.pid
 
-    @staticmethod
     def _shm(
-        create: set[str], enter: dict[str, str], parent_pid: int | None, linux_info: Any
-    ) -> dict[str, Any] | None:
-        """/dev/shm goes with the IPC namespace: private (sized), the parent's, or the host's."""
+        self,
+        container_id: ContainerID,
+        create: set[str],
+        enter: dict[str, str],
+        linux_info: Any,
+    ) -> dict[str, Any]:
+        """/dev/shm goes with the IPC namespace: a private tmpfs, the parent's, or the host's.
+
+        A private one is mounted on the host at `<container dir>/shm`, as Mesos
+        does, because a nested container joining this IPC namespace must bind
+        the same /dev/shm and mounts of another mount namespace cannot be bound.
+        """
         if "ipc" in create:
+            path = os.path.join(self.directory(container_id), SHM_DIR)
+            os.makedirs(path, exist_ok=True)
             size = linux_info.shm_size if linux_info is not None else None
-            if size is None:
-                return None
-            return {
-                "destination": "/dev/shm",
-                "type": "tmpfs",
-                "source": "shm",
-                "options": ["nosuid", "noexec", "nodev", "mode=1777", f"size={size}m"],
-            }
-        source = f"/proc/{parent_pid}/root/dev/shm" if "ipc" in enter and parent_pid else "/dev/shm"
+            if not os.path.ismount(path):
+                _mount_tmpfs(path, size)
+            return oci.bind(path, "/dev/shm")
+        source = "/dev/shm"
+        if "ipc" in enter and container_id.parent is not None:
+            source = self._shm_source(container_id.parent)
         return oci.bind(source, "/dev/shm")
+
+    def _shm_source(self, container_id: ContainerID) -> str:
+        """The host directory that is `container_id`'s /dev/shm."""
+        own = os.path.join(self.directory(container_id), SHM_DIR)
+        if os.path.ismount(own):
+            return own
+        if container_id.parent is not None:
+            return self._shm_source(container_id.parent)
+        return "/dev/shm"
 
     async def start(self, container_id: ContainerID) -> None:
         container = self._get(container_id)
@@ -320,7 +337,10 @@ class LinuxLauncher(Launcher):
     async def _release(self, rid: str, directory: str) -> None:
         """Removes the runtime's container, the bundle and the monitor's files."""
         await self._runtime.delete(rid)
-        for name in (BUNDLE_DIR, MONITOR_DIR):
+        shm = os.path.join(directory, SHM_DIR)
+        if os.path.ismount(shm):
+            _unmount(shm)
+        for name in (BUNDLE_DIR, MONITOR_DIR, SHM_DIR):
             _remove_tree(os.path.join(directory, name))
         for path in (os.path.join(directory, CONTAINERS_DIR), directory):
             with contextlib.suppress(OSError):
@@ -400,6 +420,24 @@ def _oci_mount(mount: Mount) -> dict[str, Any]:
         "source": mount.source,
         "options": list(mount.options),
     }
+
+
+_libc = ctypes.CDLL(None, use_errno=True)
+_MS_NOSUID, _MS_NODEV, _MNT_DETACH = 0x2, 0x4, 0x2
+
+
+def _mount_tmpfs(path: str, size_mb: int | None) -> None:
+    options = "mode=1777" + (f",size={size_mb}m" if size_mb is not None else "")
+    if _libc.mount(b"tmpfs", path.encode(), b"tmpfs", _MS_NOSUID | _MS_NODEV,
+                   options.encode()) != 0:  # fmt: skip
+        errno = ctypes.get_errno()
+        raise OSError(errno, f"mounting a tmpfs at {path} failed: {os.strerror(errno)}")
+
+
+def _unmount(path: str) -> None:
+    if _libc.umount2(path.encode(), _MNT_DETACH) != 0:
+        errno = ctypes.get_errno()
+        raise OSError(errno, f"unmounting {path} failed: {os.strerror(errno)}")
 
 
 def _remove_tree(path: str) -> None:

@@ -101,17 +101,12 @@ async def spawn(
     finally:
         os.close(read_end)
     try:
-        message = json.loads(reply)
-    except ValueError:
-        raise MonitorError(
-            f"conmon gave no pid for container {runtime_id} (exit code {proc.returncode}); "
-            f"its errors are in {stderr}"
-        ) from None
-    pid = int(message.get("data", -1))
+        pid = int(json.loads(reply).get("data", -1))
+    except (ValueError, AttributeError):
+        pid = -1
     if pid <= 0:
         raise MonitorError(
-            f"{runtime.name} could not create container {runtime_id}: "
-            f"{message.get('message', 'no reason given')}"
+            f"{runtime.name} could not create container {runtime_id}: {_last_line(stderr)}"
         )
     monitor_pid = read_pid(directory, "pid")
     if monitor_pid is None:
@@ -129,6 +124,16 @@ async def _read_line(fd: int) -> bytes:
         return await reader.readline()
     finally:
         transport.close()
+
+
+def _last_line(path: str) -> str:
+    """The runtime's reason, which it (through conmon) wrote to the container's stderr."""
+    try:
+        with open(path, errors="replace") as f:
+            lines = [line.strip() for line in f if line.strip()]
+    except OSError:
+        lines = []
+    return lines[-1] if lines else f"no reason given (see {path})"
 
 
 def read_pid(directory: str, name: str) -> int | None:

@@ -1,0 +1,232 @@
+"""The linux launcher against real runc, conmon and cgroups (root only)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+
+import pytest
+
+from mesilla.containerizer.launcher import monitor
+from mesilla.containerizer.launcher.linux import LinuxLauncher
+from mesilla.containerizer.types import ContainerRuntimeState
+from mesilla.v1.mesos import ContainerID
+from tests.fixtures.linux_launcher import LinuxEnv, linux_env  # noqa: F401
+
+pytestmark = pytest.mark.root
+
+
+def _alive(pid: int) -> bool:
+    """A process that exists and is not a zombie."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+async def _await_file(path: str) -> None:
+    """Waits for a container to signal a point in its script by creating `path`."""
+    for _ in range(3000):
+        if os.path.exists(path):
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError(f"{path} never appeared")
+
+
+def _ns(pid: int, kind: str) -> str:
+    return os.readlink(f"/proc/{pid}/ns/{kind}")
+
+
+async def test_exit_code_is_the_raw_wait_status(linux_env: LinuxEnv) -> None:
+    launcher = linux_env.launcher()
+    cid = ContainerID(value="exits")
+    await linux_env.run(launcher, cid, "echo out; echo err >&2; exit 7")
+    status = await launcher.wait(cid)
+    assert status is not None and os.WIFEXITED(status) and os.WEXITSTATUS(status) == 7
+    sandbox = linux_env.sandbox("exits")
+    assert open(os.path.join(sandbox, "stdout")).read() == "out\n"
+    assert open(os.path.join(sandbox, "stderr")).read() == "err\n"
+    await launcher.destroy(cid)
+
+
+async def test_killed_by_a_signal(linux_env: LinuxEnv) -> None:
+    launcher = linux_env.launcher()
+    cid = ContainerID(value="killed")
+    await linux_env.run(launcher, cid, "sleep 1000")
+    await launcher.kill(cid, signal.SIGKILL)
+    status = await launcher.wait(cid)
+    assert status is not None and os.WIFSIGNALED(status)
+    assert os.WTERMSIG(status) == signal.SIGKILL
+    await launcher.destroy(cid)
+
+
+async def test_first_process_is_held_before_exec_until_start(linux_env: LinuxEnv) -> None:
+    launcher = linux_env.launcher()
+    cid = ContainerID(value="held")
+    config = linux_env.config("held")
+    marker = os.path.join(config.sandbox, "ran")
+    pid = await launcher.fork(
+        cid, ["/bin/sh", "-c", f"touch {marker}"], config, linux_env.launch_info(config)
+    )
+    # Still the runtime's init waiting to exec, not the command.
+    with open(f"/proc/{pid}/cmdline", "rb") as f:
+        assert f.read().split(b"\0")[:2] == [b"/usr/sbin/runc", b"init"]
+    state = await launcher.runtime.state("held")
+    assert state is not None and state["status"] == "created"
+    assert not os.path.exists(marker)
+    await launcher.start(cid)
+    assert await launcher.wait(cid) == 0
+    assert os.path.exists(marker)
+    await launcher.destroy(cid)
+
+
+async def test_destroy_leaves_no_process_mount_bundle_or_runtime_container(
+    linux_env: LinuxEnv,
+) -> None:
+    launcher = linux_env.launcher()
+    cid = ContainerID(value="doomed")
+    ready = os.path.join(linux_env.sandbox("doomed"), "ready")
+    pid = await linux_env.run(launcher, cid, f"sleep 1000 & sleep 1000 & touch {ready}; wait")
+    await _await_file(ready)
+    directory = launcher.directory(cid)
+    with open(f"/proc/{pid}/task/{pid}/children") as f:
+        children = [int(p) for p in f.read().split()]
+    assert len(children) >= 2
+    assert linux_env.monitors() and linux_env.runtime_ids() == ["doomed"]
+
+    await launcher.destroy(cid)
+
+    status = await launcher.wait(cid)
+    assert status is not None and os.WTERMSIG(status) == signal.SIGKILL
+    assert not any(_alive(p) for p in [pid, *children])
+    assert linux_env.monitors() == []
+    assert linux_env.runtime_ids() == []
+    assert not os.path.exists(os.path.join(directory, "bundle"))
+    assert not os.path.exists(os.path.join(directory, "monitor"))
+    assert linux_env.mounts_under_root() == []
+    leaf = [d for d in linux_env.cgroups() if d.endswith("/doomed")]
+    assert leaf == []
+
+
+async def test_container_without_image_sees_the_host_and_its_sandbox(
+    linux_env: LinuxEnv,
+) -> None:
+    launcher = linux_env.launcher()
+    cid = ContainerID(value="hostview")
+    script = (
+        'cd "$MESOS_SANDBOX" && echo $$ > pid && ls /tmp > tmp_entries && '
+        "readlink /proc/self/ns/pid > pidns && "
+        "(touch /usr/mesilla-test 2>/dev/null && echo writable || echo readonly) > usr && "
+        "/usr/bin/env true"
+    )
+    await linux_env.run(launcher, cid, script)
+    assert await launcher.wait(cid) == 0
+    sandbox = linux_env.sandbox("hostview")
+
+    def read(name: str) -> str:
+        return open(os.path.join(sandbox, name)).read().strip()
+
+    assert read("pid") == "1"  # its own pid namespace
+    assert read("pidns") != _ns(os.getpid(), "pid")
+    # A fresh /tmp: only the way to the sandbox, when the sandbox is under /tmp.
+    expected = sandbox.split("/")[2] if sandbox.startswith("/tmp/") else ""
+    assert read("tmp_entries") == expected
+    assert read("usr") == "readonly"  # the host is shared read-only
+    assert not os.path.exists("/usr/mesilla-test")
+    await launcher.destroy(cid)
+
+
+async def test_nested_container_joins_parent_network_uts_ipc(linux_env: LinuxEnv) -> None:
+    launcher = linux_env.launcher()
+    parent = ContainerID(value="parent")
+    child = ContainerID(value="child", parent=parent)
+    parent_config = linux_env.config("parent")
+    parent_pid = await linux_env.run(
+        launcher, parent, "sleep 1000", parent_config,
+        linux_env.launch_info(parent_config, clone_namespaces={"network", "uts", "ipc"}),
+    )  # fmt: skip
+    child_pid = await linux_env.run(launcher, child, "sleep 1000")
+
+    for kind in ("net", "uts", "ipc"):
+        assert _ns(child_pid, kind) == _ns(parent_pid, kind) != _ns(os.getpid(), kind)
+    for kind in ("mnt", "pid"):
+        assert _ns(child_pid, kind) != _ns(parent_pid, kind)
+    # The child's cgroup is a child of its parent's.
+    with open(f"/proc/{child_pid}/cgroup") as f:
+        memory = next(line for line in f if ":memory:" in line)
+    assert memory.strip().endswith(f"/{linux_env.flags.cgroups_root}/parent/child")
+
+    await launcher.destroy(child)
+    assert _alive(parent_pid) and not _alive(child_pid)
+    await launcher.destroy(parent)
+    assert linux_env.runtime_ids() == []
+
+
+async def test_monitor_survives_the_launcher_and_recovery_reads_the_exit(
+    linux_env: LinuxEnv,
+) -> None:
+    first = linux_env.launcher()
+    ended = ContainerID(value="ended")
+    alive = ContainerID(value="alive")
+    orphan = ContainerID(value="orphan")
+    gate = os.path.join(linux_env.sandbox("ended"), "go")
+    await linux_env.run(first, ended, f"while [ ! -e {gate} ]; do sleep 0.05; done; exit 3")
+    alive_pid = await linux_env.run(first, alive, "sleep 1000")
+    await linux_env.run(first, orphan, "sleep 1000")
+    ended_monitor = monitor.read_pid(os.path.join(first.directory(ended), "monitor"), "pid")
+    assert ended_monitor is not None
+    del first  # the agent goes away; its monitors stay
+
+    open(gate, "w").close()
+    await monitor.wait_exit(ended_monitor)  # the container ended while no launcher watched
+
+    second = linux_env.launcher()
+    states = [
+        ContainerRuntimeState(ended, None, linux_env.sandbox("ended")),
+        ContainerRuntimeState(alive, alive_pid, linux_env.sandbox("alive")),
+    ]
+    orphans = await second.recover(states)
+    assert orphans == {orphan}
+    status = await second.wait(ended)
+    assert status is not None and os.WIFEXITED(status) and os.WEXITSTATUS(status) == 3
+    assert second.pid(alive) == alive_pid
+    await second.kill(alive, signal.SIGKILL)
+    status = await second.wait(alive)
+    assert status is not None and os.WTERMSIG(status) == signal.SIGKILL
+    for cid in (ended, alive, orphan):
+        await second.destroy(cid)
+    assert linux_env.runtime_ids() == [] and linux_env.monitors() == []
+
+
+async def test_monitor_memory_per_container(linux_env: LinuxEnv) -> None:
+    """Supervision cost: conmon's RSS and PSS per container (the target is <= 3 MB)."""
+    launcher = linux_env.launcher()
+    ids = [ContainerID(value=f"rss{i}") for i in range(5)]
+    for cid in ids:
+        await linux_env.run(launcher, cid, "sleep 1000")
+    rss = pss = 0
+    for pid in linux_env.monitors():
+        with open(f"/proc/{pid}/smaps_rollup") as f:
+            fields = {line.split(":")[0]: int(line.split()[1]) for line in f if "kB" in line}
+        rss, pss = max(rss, fields["Rss"]), max(pss, fields["Pss"])
+    print(f"conmon per container: RSS {rss} kB, PSS {pss} kB")
+    assert len(linux_env.monitors()) == len(ids)
+    assert rss <= 3 * 1024
+    for cid in ids:
+        await launcher.destroy(cid)
+
+
+async def test_unknown_container(linux_env: LinuxEnv) -> None:
+    launcher = linux_env.launcher()
+    assert await launcher.wait(ContainerID(value="nope")) is None
+    assert launcher.pid(ContainerID(value="nope")) is None
+    await launcher.destroy(ContainerID(value="nope"))  # nothing to do, no error
+
+
+def test_available_here() -> None:
+    if os.geteuid() != 0:
+        pytest.skip("needs root")
+    # crun refuses this cgroup v1 hybrid host, so a working runtime means the probe ran one.
+    assert LinuxLauncher.available() is True

@@ -259,7 +259,7 @@ class AgentApi:
     def register(self, call_type: api.CallType, handler: CallHandler) -> None:
         self._handlers[call_type] = handler
 
-    def _respond(self, **fields: Any) -> web.Response:
+    def respond(self, **fields: Any) -> web.Response:
         (name,) = fields
         return json_response(api.Response(type=api.CallType(name.upper()), **fields))
 
@@ -268,51 +268,51 @@ class AgentApi:
         t = api.CallType
 
         async def health(call: api.Call, request: web.Request) -> web.StreamResponse:
-            return self._respond(get_health=api.GetHealth(healthy=True))
+            return self.respond(get_health=api.GetHealth(healthy=True))
 
         async def version(call: api.Call, request: web.Request) -> web.StreamResponse:
-            return self._respond(
+            return self.respond(
                 get_version=api.GetVersion(version_info=api.VersionInfo(version=MESOS_VERSION))
             )
 
         async def flags(call: api.Call, request: web.Request) -> web.StreamResponse:
             values = agent.flags.as_strings()
-            return self._respond(
+            return self.respond(
                 get_flags=api.GetFlags(flags=[api.Flag(name=k, value=v) for k, v in values.items()])
             )
 
         async def get_metrics(call: api.Call, request: web.Request) -> web.StreamResponse:
             values = metrics(agent)
-            return self._respond(get_metrics=api.GetMetrics(
+            return self.respond(get_metrics=api.GetMetrics(
                 metrics=[api.Metric(name=k, value=v) for k, v in sorted(values.items())]
             ))
 
         async def logging_level(call: api.Call, request: web.Request) -> web.StreamResponse:
             level = logging.getLogger().getEffectiveLevel()
             # Mesos reports glog verbosity: 0 unless verbose logging is on.
-            return self._respond(get_logging_level=api.GetLoggingLevel(level=1 if level <= logging.DEBUG else 0))
+            return self.respond(get_logging_level=api.GetLoggingLevel(level=1 if level <= logging.DEBUG else 0))
 
         async def state(call: api.Call, request: web.Request) -> web.StreamResponse:
-            return self._respond(get_state=api.GetState(
+            return self.respond(get_state=api.GetState(
                 get_tasks=get_tasks(agent),
                 get_executors=get_executors(agent),
                 get_frameworks=get_frameworks(agent),
             ))
 
         async def frameworks(call: api.Call, request: web.Request) -> web.StreamResponse:
-            return self._respond(get_frameworks=get_frameworks(agent))
+            return self.respond(get_frameworks=get_frameworks(agent))
 
         async def executors(call: api.Call, request: web.Request) -> web.StreamResponse:
-            return self._respond(get_executors=get_executors(agent))
+            return self.respond(get_executors=get_executors(agent))
 
         async def tasks(call: api.Call, request: web.Request) -> web.StreamResponse:
-            return self._respond(get_tasks=get_tasks(agent))
+            return self.respond(get_tasks=get_tasks(agent))
 
         async def agent_info(call: api.Call, request: web.Request) -> web.StreamResponse:
-            return self._respond(get_agent=api.GetAgent(agent_info=agent.info))
+            return self.respond(get_agent=api.GetAgent(agent_info=agent.info))
 
         async def containers(call: api.Call, request: web.Request) -> web.StreamResponse:
-            return self._respond(
+            return self.respond(
                 get_containers=await get_containers(agent, call.get_containers or api.GetContainersCall())
             )
 
@@ -320,7 +320,7 @@ class AgentApi:
             if call.list_files is None:
                 raise BadRequest("Expecting 'list_files' to be present")
             listing = files_mod.browse(self.files, call.list_files.path)
-            return self._respond(list_files=api.ListFiles(file_infos=[
+            return self.respond(list_files=api.ListFiles(file_infos=[
                 api.FileInfo(
                     path=str(e["path"]), nlink=int(e["nlink"]), size=int(e["size"]),  # type: ignore[call-overload]
                     mtime={"nanoseconds": int(e["mtime"]) * 10**9},  # type: ignore[call-overload]
@@ -336,7 +336,7 @@ class AgentApi:
             if rf.offset < 0 or (rf.length is not None and rf.length < 0):
                 raise BadRequest("'read_file.offset' and 'read_file.length' may not be negative")
             size, data = files_mod.read(self.files, rf.path, rf.offset, rf.length)
-            return self._respond(read_file=api.ReadFile(size=size, data=data))
+            return self.respond(read_file=api.ReadFile(size=size, data=data))
 
         for call_type, handler in {
             t.GET_HEALTH: health, t.GET_VERSION: version, t.GET_FLAGS: flags,

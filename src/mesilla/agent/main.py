@@ -14,7 +14,7 @@ import socket
 
 from aiohttp import web
 
-from mesilla.agent import agent_api, executor_api
+from mesilla.agent import agent_api, container_api, executor_api
 from mesilla.agent.agent import Agent
 from mesilla.agent.host import detect_resources, parse_attributes
 from mesilla.agent.master_link import MasterLink
@@ -79,7 +79,8 @@ async def start_server(agent: Agent) -> web.AppRunner:
     """Serves the agent's endpoints; with --port=0 records the port actually bound."""
     router = Router("slave(1)")
     executor_api.install(router, agent)
-    agent_api.install(router, agent, agent.files)
+    api = agent_api.install(router, agent, agent.files)
+    container_api.install(api, agent)
     runner = web.AppRunner(make_app(router), handle_signals=False)
     await runner.setup()
     site = web.TCPSite(runner, agent.flags.ip, agent.flags.port)

@@ -18,6 +18,7 @@ import time
 
 from mesilla.agent import checkpoints, paths
 from mesilla.agent.agent import Agent, AgentStatus
+from mesilla.agent.container_api import recover_standalone
 from mesilla.agent.executors import COMMAND_EXECUTOR_MODULE
 from mesilla.agent.state import Executor, ExecutorState, Framework
 from mesilla.common.durations import format_duration
@@ -104,7 +105,8 @@ async def recover(agent: Agent) -> None:
                     executors.append(executor)
             if framework.executors:
                 agent.frameworks[framework.id.value] = framework
-    await agent.containerizer.recover({e.container_id for e in executors})
+    standalone = recover_standalone(flags.work_dir)
+    await agent.containerizer.recover({e.container_id for e in executors} | standalone)
     live = set(agent.containerizer.containers())
     for executor in executors:
         agent.attach_sandbox(executor)

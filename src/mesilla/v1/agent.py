@@ -1,9 +1,7 @@
 """Agent operator API messages (`include/mesos/v1/agent/agent.proto`).
 
-Responses are mostly built from the agent's own records, so their nested
-parts are typed where Mesilla interprets them and plain JSON (`Json`)
-elsewhere; the container calls of the containerizer issue add their own
-fields to `Call` here.
+Parts Mesilla interprets are typed; the rest (resource statistics, container
+status) is carried as plain JSON (`Json`).
 """
 
 from __future__ import annotations
@@ -12,12 +10,19 @@ import enum
 
 from mesilla.v1.mesos import (
     AgentInfo,
+    CommandInfo,
     ContainerID,
+    ContainerInfo,
     ExecutorInfo,
     FrameworkInfo,
     Json,
     Message,
+    Reason,
+    Resource,
+    Scalar,
     Task,
+    TaskResourceLimitation,
+    TaskState,
 )
 
 
@@ -85,6 +90,27 @@ class GetContainersCall(Message):
     show_standalone: bool = False
 
 
+class LaunchContainerCall(Message):
+    """LAUNCH_CONTAINER, and LAUNCH_NESTED_CONTAINER(_SESSION) (which have no resources)."""
+
+    container_id: ContainerID
+    command: CommandInfo | None = None
+    container: ContainerInfo | None = None
+    resources: list[Resource] = []
+    limits: dict[str, Scalar] = {}
+
+
+class ContainerCall(Message):
+    """WAIT_, REMOVE_ and ATTACH_CONTAINER_OUTPUT: just the container."""
+
+    container_id: ContainerID
+
+
+class KillContainerCall(Message):
+    container_id: ContainerID
+    signal: int | None = None
+
+
 class Call(Message):
     type: CallType
     get_metrics: GetMetricsCall | None = None
@@ -92,21 +118,19 @@ class Call(Message):
     list_files: ListFilesCall | None = None
     read_file: ReadFileCall | None = None
     get_containers: GetContainersCall | None = None
-    # Container calls (launch/wait/kill/remove, sessions, attach, prune):
-    # carried through as JSON until their handlers type them.
-    launch_nested_container: Json | None = None
-    wait_nested_container: Json | None = None
-    kill_nested_container: Json | None = None
-    remove_nested_container: Json | None = None
-    launch_nested_container_session: Json | None = None
+    launch_nested_container: LaunchContainerCall | None = None
+    wait_nested_container: ContainerCall | None = None
+    kill_nested_container: KillContainerCall | None = None
+    remove_nested_container: ContainerCall | None = None
+    launch_nested_container_session: LaunchContainerCall | None = None
+    launch_container: LaunchContainerCall | None = None
+    wait_container: ContainerCall | None = None
+    kill_container: KillContainerCall | None = None
+    remove_container: ContainerCall | None = None
+    attach_container_output: ContainerCall | None = None
+    # ATTACH_CONTAINER_INPUT streams ProcessIO records in the request body instead.
     attach_container_input: Json | None = None
-    attach_container_output: Json | None = None
-    launch_container: Json | None = None
-    wait_container: Json | None = None
-    kill_container: Json | None = None
-    remove_container: Json | None = None
     prune_images: Json | None = None
-
 
 # --- responses ---------------------------------------------------------------------
 
@@ -220,6 +244,16 @@ class GetContainers(Message):
     containers: list[Container] = []
 
 
+class WaitContainer(Message):
+    """The outcome of a container: `exit_status` is a raw wait(2) status."""
+
+    exit_status: int | None = None
+    state: TaskState | None = None
+    reason: Reason | None = None
+    message: str | None = None
+    limitation: TaskResourceLimitation | None = None
+
+
 class Response(Message):
     type: CallType
     get_health: GetHealth | None = None
@@ -235,5 +269,5 @@ class Response(Message):
     get_executors: GetExecutors | None = None
     get_tasks: GetTasks | None = None
     get_agent: GetAgent | None = None
-    wait_nested_container: Json | None = None
-    wait_container: Json | None = None
+    wait_nested_container: WaitContainer | None = None
+    wait_container: WaitContainer | None = None

@@ -1,0 +1,245 @@
+"""The container calls of the agent API (Mesos's `src/slave/http.cpp`).
+
+* LAUNCH_CONTAINER / LAUNCH_NESTED_CONTAINER: a nested container (its id has a
+  parent) runs in ``<parent sandbox>/containers/<id>`` under an existing
+  container; a container without a parent is *standalone*: it has its own
+  sandbox under ``<work_dir>/containers/<id>`` and is not part of any
+  executor. 200 when launched, 202 when the id is already in use, 400 when
+  the launch fails (with the reason).
+* WAIT_*: long poll until the container ends: raw `exit_status`, and the
+  `state`/`reason`/`message` a limitation or a failed launch decided; 404 for
+  an unknown container.
+* KILL_*: a signal (default SIGKILL) to the container; 404 if unknown.
+* REMOVE_*: forget an ended nested container and delete its sandbox; a
+  running one cannot be removed.
+
+The `_NESTED_` variants are the deprecated names of the same calls, which
+also require a parent.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import shutil
+import signal
+
+from aiohttp import web
+
+from mesilla.agent import checkpoints
+from mesilla.agent.agent import Agent
+from mesilla.agent.agent_api import AgentApi
+from mesilla.common.errors import BadRequest, HttpError, NotFound
+from mesilla.containerizer.containerizer import (
+    ContainerLaunchError,
+    ContainerNotRemovable,
+    LaunchResult,
+)
+from mesilla.containerizer.types import ContainerConfig
+from mesilla.v1 import agent as api
+from mesilla.v1.mesos import CommandInfo, ContainerID, TaskResourceLimitation, TaskState
+
+log = logging.getLogger(__name__)
+
+# Mesos's MAX_CONTAINER_ID_LENGTH: a container id must fit in a path component.
+MAX_CONTAINER_ID_LENGTH = 242
+_VALID_ID = re.compile(r"^[A-Za-z0-9_\-]+$")
+
+
+class ContainerStillRunning(HttpError):
+    """REMOVE of a container that has not ended (Mesos answers 500 Internal Server Error)."""
+
+    status = 500
+
+
+def validate_container_id(container_id: ContainerID, field: str) -> None:
+    current: ContainerID | None = container_id
+    while current is not None:
+        value = current.value
+        if not value:
+            raise BadRequest(f"'{field}.value' must not be empty")
+        if len(value) > MAX_CONTAINER_ID_LENGTH:
+            raise BadRequest(
+                f"'{field}.value' is {len(value)} characters long; at most "
+                f"{MAX_CONTAINER_ID_LENGTH} are allowed"
+            )
+        if not _VALID_ID.match(value):
+            raise BadRequest(
+                f"'{field}.value' '{value}' contains invalid characters: use letters, "
+                "digits, '-' and '_' ('.' and '/' are reserved)"
+            )
+        current = current.parent
+
+
+def standalone_marker_dir(work_dir: str) -> str:
+    """Checkpointed ids of standalone containers, so that a restarted agent keeps them."""
+    return os.path.join(work_dir, "meta", "containers")
+
+
+def standalone_sandbox(work_dir: str, container_id: ContainerID) -> str:
+    return os.path.join(work_dir, "containers", container_id.value)
+
+
+def recover_standalone(work_dir: str) -> set[ContainerID]:
+    try:
+        names = os.listdir(standalone_marker_dir(work_dir))
+    except FileNotFoundError:
+        return set()
+    return {ContainerID(value=n) for n in names if not n.endswith(".tmp")}
+
+
+def _part(call: api.Call, name: str) -> object:
+    part = getattr(call, name)
+    if part is None:
+        raise BadRequest(f"Expecting '{name}' to be present")
+    return part
+
+
+class ContainerCalls:
+    def __init__(self, agent: Agent) -> None:
+        self.agent = agent
+
+    @property
+    def containerizer(self):  # type: ignore[no-untyped-def]
+        return self.agent.containerizer
+
+    def _marker(self, container_id: ContainerID) -> str:
+        return os.path.join(standalone_marker_dir(self.agent.flags.work_dir), container_id.value)
+
+    def _sandbox(self, container_id: ContainerID) -> str:
+        if container_id.parent is None:
+            return standalone_sandbox(self.agent.flags.work_dir, container_id)
+        parent = self.containerizer.config(container_id.parent)
+        if parent is None:
+            raise BadRequest(
+                f"Parent container {container_id.parent} of {container_id} cannot be found"
+            )
+        return os.path.join(parent.sandbox, "containers", container_id.value)
+
+    async def launch(
+        self, launch: api.LaunchContainerCall, field: str, *, nested: bool
+    ) -> web.Response:
+        container_id = launch.container_id
+        validate_container_id(container_id, f"{field}.container_id")
+        if nested and container_id.parent is None:
+            raise BadRequest(f"Expecting '{field}.container_id.parent' to be present")
+        if launch.command is None or (launch.command.value is None and not launch.command.arguments):
+            raise BadRequest(f"Expecting '{field}.command' with a command to run")
+        sandbox = self._sandbox(container_id)
+        if container_id.parent is None:
+            if not launch.resources:
+                raise BadRequest(f"Expecting '{field}.resources' for a standalone container")
+            checkpoints.touch(self._marker(container_id))
+        parent_config = (
+            self.containerizer.config(container_id.root()) if container_id.parent else None
+        )
+        config = ContainerConfig(
+            command=launch.command or CommandInfo(),
+            sandbox=sandbox,
+            container_info=launch.container,
+            resources=list(launch.resources),
+            limits={name: scalar.value for name, scalar in launch.limits.items()},
+            user=(launch.command.user if launch.command and launch.command.user else None)
+            or (parent_config.user if parent_config else None),
+        )
+        os.makedirs(sandbox, exist_ok=True)
+        try:
+            result = await self.containerizer.launch(container_id, config)
+        except ContainerLaunchError as exc:
+            raise BadRequest(str(exc)) from None
+        if result is LaunchResult.ALREADY_LAUNCHED:
+            return web.Response(status=202)
+        if result is LaunchResult.NOT_SUPPORTED:
+            raise BadRequest("The provided ContainerInfo is not supported")
+        return web.Response(status=200)
+
+    async def wait(self, container_id: ContainerID) -> api.WaitContainer:
+        termination = await self.containerizer.wait(container_id)
+        if termination is None:
+            raise NotFound(f"Container {container_id} cannot be found")
+        out = api.WaitContainer(exit_status=termination.status, message=termination.message)
+        if termination.state:
+            out.state = TaskState(termination.state)
+        out.reason = termination.reason
+        if termination.limited_resources:
+            out.limitation = TaskResourceLimitation(resources=termination.limited_resources)
+        return out
+
+    async def kill(self, kill: api.KillContainerCall) -> web.Response:
+        number = kill.signal if kill.signal is not None else signal.SIGKILL
+        if not 0 < number < signal.NSIG:
+            raise BadRequest(f"'signal' {number} is not a signal number")
+        if not await self.containerizer.kill(kill.container_id, number):
+            raise NotFound(f"Container {kill.container_id} cannot be found (or is already killed)")
+        return web.Response(status=200)
+
+    async def remove(self, container_id: ContainerID) -> web.Response:
+        sandbox = None
+        if container_id.parent is not None:
+            parent = self.containerizer.config(container_id.parent)
+            if parent is not None:
+                sandbox = os.path.join(parent.sandbox, "containers", container_id.value)
+        try:
+            await self.containerizer.remove(container_id)
+        except ContainerNotRemovable as exc:
+            raise ContainerStillRunning(str(exc)) from None
+        if container_id.parent is None and os.path.exists(self._marker(container_id)):
+            os.unlink(self._marker(container_id))
+            sandbox = standalone_sandbox(self.agent.flags.work_dir, container_id)
+        if sandbox is not None:
+            shutil.rmtree(sandbox, ignore_errors=True)
+        return web.Response(status=200)
+
+
+def install(agent_api: AgentApi, agent: Agent) -> None:
+    calls = ContainerCalls(agent)
+    t = api.CallType
+
+    def launcher(field: str, nested: bool):  # type: ignore[no-untyped-def]
+        async def handler(call: api.Call, request: web.Request) -> web.StreamResponse:
+            launch = _part(call, field)
+            assert isinstance(launch, api.LaunchContainerCall)
+            return await calls.launch(launch, field, nested=nested)
+
+        return handler
+
+    def waiter(field: str, nested: bool):  # type: ignore[no-untyped-def]
+        async def handler(call: api.Call, request: web.Request) -> web.StreamResponse:
+            part = _part(call, field)
+            assert isinstance(part, api.ContainerCall)
+            if nested and part.container_id.parent is None:
+                raise BadRequest(f"Expecting '{field}.container_id.parent' to be present")
+            result = await calls.wait(part.container_id)
+            return agent_api.respond(**{field: result})
+
+        return handler
+
+    def killer(field: str, nested: bool):  # type: ignore[no-untyped-def]
+        async def handler(call: api.Call, request: web.Request) -> web.StreamResponse:
+            part = _part(call, field)
+            assert isinstance(part, api.KillContainerCall)
+            if nested and part.container_id.parent is None:
+                raise BadRequest(f"Expecting '{field}.container_id.parent' to be present")
+            return await calls.kill(part)
+
+        return handler
+
+    def remover(field: str, nested: bool):  # type: ignore[no-untyped-def]
+        async def handler(call: api.Call, request: web.Request) -> web.StreamResponse:
+            part = _part(call, field)
+            assert isinstance(part, api.ContainerCall)
+            if nested and part.container_id.parent is None:
+                raise BadRequest(f"Expecting '{field}.container_id.parent' to be present")
+            return await calls.remove(part.container_id)
+
+        return handler
+
+    agent_api.register(t.LAUNCH_CONTAINER, launcher("launch_container", False))
+    agent_api.register(t.LAUNCH_NESTED_CONTAINER, launcher("launch_nested_container", True))
+    agent_api.register(t.WAIT_CONTAINER, waiter("wait_container", False))
+    agent_api.register(t.WAIT_NESTED_CONTAINER, waiter("wait_nested_container", True))
+    agent_api.register(t.KILL_CONTAINER, killer("kill_container", False))
+    agent_api.register(t.KILL_NESTED_CONTAINER, killer("kill_nested_container", True))
+    agent_api.register(t.REMOVE_CONTAINER, remover("remove_container", False))
+    agent_api.register(t.REMOVE_NESTED_CONTAINER, remover("remove_nested_container", True))

@@ -24,19 +24,12 @@ from typing import Any
 
 from mesilla.executor.agent_client import AgentCallError, AgentClient
 from mesilla.executor.checks import Checker, InvalidCheck, parse_check, probe_for
-from mesilla.executor.default_launch import (
-    container_ip,
-    hand_over_sandbox,
-    launch_container_body,
-    link_task_sandbox,
-)
-from mesilla.executor.default_state import (
+from mesilla.executor.default_events import (
     CancelTimer,
     CheckUpdated,
     ContainerExited,
     ContainerLaunched,
     Event,
-    ExecutorState,
     Exit,
     HealthUpdated,
     Instruction,
@@ -54,6 +47,15 @@ from mesilla.executor.default_state import (
     Timer,
     TimerFired,
     WaitContainer,
+)
+from mesilla.executor.default_launch import (
+    container_ip,
+    hand_over_sandbox,
+    launch_container_body,
+    link_task_sandbox,
+)
+from mesilla.executor.default_state import (
+    ExecutorState,
 )
 from mesilla.executor.driver import Executor, ExecutorDriver
 

@@ -8,12 +8,11 @@ from typing import Any
 
 import pytest
 
-from mesilla.executor.default_state import (
+from mesilla.executor.default_events import (
     CancelTimer,
     CheckUpdated,
     ContainerExited,
     ContainerLaunched,
-    ExecutorState,
     Exit,
     HealthUpdated,
     KillContainer,
@@ -30,6 +29,9 @@ from mesilla.executor.default_state import (
     TimerFired,
     TimerKind,
     WaitContainer,
+)
+from mesilla.executor.default_state import (
+    ExecutorState,
     describe_exit,
     grace_period,
     restart_delay,

@@ -177,7 +177,10 @@ class CommandExecutor(Executor):
 
     async def _finish(self, driver: ExecutorDriver, state: str, message: str) -> None:
         self.terminal_uuid = await driver.update(self._status(driver, state, message=message))
-        self._spawn(self._exit_after_ack_timeout())
+        if driver.is_acknowledged(self.terminal_uuid):  # the ack beat the call's response
+            self.done.set()
+        else:
+            self._spawn(self._exit_after_ack_timeout())
 
     async def _exit_after_ack_timeout(self) -> None:
         await asyncio.sleep(TERMINAL_ACK_TIMEOUT)

@@ -263,6 +263,11 @@ class ExecutorDriver:
     def unacknowledged_updates(self) -> list[dict[str, Any]]:
         return list(self._unacknowledged_updates.values())
 
+    def is_acknowledged(self, update_uuid: str) -> bool:
+        """Whether the update `update()` returned `update_uuid` for has been acknowledged
+        (possibly before `update()` itself returned)."""
+        return update_uuid not in self._unacknowledged_updates
+
     # --- calls ---------------------------------------------------------------------
 
     def _call(self, call_type: str, **body: Any) -> bytes:

@@ -30,6 +30,8 @@ class FakeAgent:
         self._stream: asyncio.Queue[dict[str, Any] | None] | None = None
         self._runner: web.AppRunner | None = None
         self.refuse_subscribe = False
+        # Holds each UPDATE's 202 back so that its ACKNOWLEDGED event arrives first.
+        self.delay_update_response = 0.0
 
     @property
     def endpoint(self) -> str:
@@ -82,6 +84,7 @@ class FakeAgent:
             await self.updates.put(status)
             if self.auto_ack and self._stream is not None:
                 self.acknowledge(status)
+            await asyncio.sleep(self.delay_update_response)
             return web.Response(status=202)
         if call["type"] == "MESSAGE":
             self.messages.append(call["message"]["data"])

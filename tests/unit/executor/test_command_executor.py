@@ -228,3 +228,15 @@ async def test_exits_on_disconnection_without_checkpointing(
     assert await executor.exit_code() == 0
     with pytest.raises(ProcessLookupError):
         os.killpg(task_pid, 0)
+
+
+async def test_acknowledgement_before_the_call_returns(
+    agent: FakeAgent, start_executor: Any
+) -> None:
+    agent.delay_update_response = 0.5
+    executor = await start_executor(agent)
+    agent.send(launch_event("t1", {"value": "true"}))
+    assert states(await updates(agent, 3))[-1] == "TASK_FINISHED"
+    # The terminal update's acknowledgement came before its 202: the executor
+    # still exits on it, not after its bounded wait (longer than exit_code's).
+    assert await executor.exit_code() == 0

@@ -311,3 +311,28 @@ async def test_bearer_token_auth(
     finally:
         await store.close()
         await front.close()
+
+
+async def test_close_stops_a_pull_and_leaves_nothing(
+    docker_registry: Registry, tmp_path: Path
+) -> None:
+    built = unique_image()
+    push_image(docker_registry.url, "closed/early", "latest", built)
+    front = await RegistryFront(docker_registry).start()
+    front.stall_blobs = True
+    store = DockerStore(os.path.join(tmp_path, "store"), front.url)
+    try:
+        pull = asyncio.create_task(
+            store.get(f"{front.host}/closed/early:latest", "rootfs")
+        )
+        await front.stalled.wait()  # the layer download is under way
+
+        await store.close()
+
+        with pytest.raises(asyncio.CancelledError):
+            await pull
+        assert staging_is_empty(store)
+        assert os.listdir(os.path.join(store.store_dir, "layers", "sha256")) == []
+    finally:
+        await store.close()
+        await front.close()

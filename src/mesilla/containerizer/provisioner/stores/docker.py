@@ -99,11 +99,14 @@ class DockerStore:
                 os.unlink(os.path.join(images, entry))
 
     async def close(self) -> None:
-        for task in [*self._pulls.values(), *self._layer_pulls.values()]:
+        """Stop pulls in progress (their staging is removed) and the HTTP session."""
+        tasks = [*self._pulls.values(), *self._layer_pulls.values()]
+        for task in tasks:
             task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
         if self._session is not None:
             await self._session.close()
-            self._session = None
+            self._session, self._client = None, None
 
     def layer_path(self, digest: str, form: str) -> str:
         return os.path.join(
@@ -231,7 +234,7 @@ class DockerStore:
                 resolved: ResolvedImage = await asyncio.to_thread(source.resolve)
 
                 async def fetch(blob: Descriptor, target: str) -> None:
-                    await asyncio.to_thread(source.fetch_blob, blob, target)
+                    await _in_thread(source.fetch_blob, blob, target)
             else:
                 client = self._registry_client()
                 normalized = client.normalize(reference)
@@ -307,7 +310,7 @@ class DockerStore:
                 size = os.path.getsize(blob)
                 self._progress(PullProgress(image, layer.digest, size, size))
             extracted = os.path.join(staging, form)
-            await asyncio.to_thread(
+            await _in_thread(
                 extract_layer,
                 blob,
                 extracted,
@@ -320,6 +323,17 @@ class DockerStore:
             log.info("Layer %s of '%s' is in the store", layer.digest, image)
         finally:
             await asyncio.to_thread(remove, staging)
+
+
+async def _in_thread(func: Callable[..., None], *args: Any, **kwargs: Any) -> None:
+    """Run blocking `func` in a thread. Cancelled, it still waits for the thread (which
+    cannot be stopped) so the caller's cleanup never races with its writes."""
+    work = asyncio.ensure_future(asyncio.to_thread(func, *args, **kwargs))
+    try:
+        await asyncio.shield(work)
+    except asyncio.CancelledError:
+        await asyncio.gather(work, return_exceptions=True)
+        raise
 
 
 async def _gather_all(awaitables: list[Awaitable[None]]) -> None:

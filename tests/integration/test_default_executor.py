@@ -401,6 +401,21 @@ async def test_command_check_and_health_check_run_as_nested_check_containers(sta
     assert await pod.exited() == 0
 
 
+async def test_command_check_timing_out_is_killed_and_removed(start_pod: StartPod) -> None:
+    pod = await start_pod()
+    agent = pod.agent
+    check = {"type": "COMMAND", "command": {"command": {"value": "sleep 600"}},
+             "delay_seconds": 0, "interval_seconds": 0.1, "timeout_seconds": 0.2}
+    await agent.launch_group(task("checked", "sleep 600", check=check))
+    # The fake agent refuses to REMOVE a running container: a removed check
+    # container was killed and had ended first.
+    await agent.wait_for(lambda: any(v.startswith("check-") for v in agent.removed))
+    assert all("exit_code" not in u.get("check_status", {}).get("command", {}) for u in agent.updates)
+    await agent.kill("checked")
+    await agent.wait_for(agent.terminal("checked"))
+    assert await pod.exited() == 0
+
+
 async def test_failing_command_health_check_kills_the_task(start_pod: StartPod) -> None:
     pod = await start_pod()
     agent = pod.agent

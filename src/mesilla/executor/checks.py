@@ -22,6 +22,7 @@ executor, which shares the pod's network namespace. The policies are pure
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import time
@@ -37,6 +38,8 @@ Json = dict[str, Any]
 
 CHECK_DEFAULTS = {"delay_seconds": 15.0, "interval_seconds": 10.0, "timeout_seconds": 20.0}
 HEALTH_DEFAULTS = {**CHECK_DEFAULTS, "grace_period_seconds": 10.0, "consecutive_failures": 3}
+# How long a timed-out COMMAND check container gets to die after SIGKILL.
+KILLED_CHECK_WAIT = 5.0
 TARGET_HOST = "127.0.0.1"  # not "localhost": images may lack it in /etc/hosts
 
 
@@ -218,6 +221,9 @@ async def command_probe(
             wait = await asyncio.wait_for(agent.wait_container(container_id), timeout)
         except TimeoutError:
             await agent.kill_container(container_id, 9)
+            # Let it end before REMOVE, which refuses a running container.
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(agent.wait_container(container_id), KILLED_CHECK_WAIT)
             return ProbeResult(None, f"COMMAND check did not return within {timeout:g}s")
         status = wait.get("exit_status")
         if status is None or not os.WIFEXITED(status):

@@ -1,5 +1,5 @@
-"""The command executor inside a container of the Containerizer (posix launcher),
-talking to a fake agent's executor API: launch, kill and container destroy."""
+"""The command executor inside a container of the Containerizer (posix and linux
+launchers), talking to a fake agent's executor API: launch, kill and destroy."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ from mesilla.common.flags import parse
 from mesilla.containerizer.containerizer import Containerizer
 from mesilla.containerizer.flags import CONTAINERIZER_FLAGS
 from mesilla.containerizer.isolators.posix.procfs import session_processes
+from mesilla.containerizer.launcher import load_launcher
 from mesilla.containerizer.types import ContainerConfig
 from mesilla.v1.mesos import CommandInfo, ContainerID
 from tests.unit.executor.fake_agent import FakeAgent, kill_event, launch_event
@@ -32,11 +33,20 @@ async def agent(unused_port: int) -> AsyncIterator[FakeAgent]:
         await fake.stop()
 
 
-@pytest.fixture
-async def containerizer(tmp_path: Any) -> AsyncIterator[Containerizer]:
+@pytest.fixture(params=["posix", pytest.param("linux", marks=pytest.mark.root)])
+async def containerizer(request: Any, tmp_path: Any) -> AsyncIterator[Containerizer]:
     flags = parse(
-        CONTAINERIZER_FLAGS, [f"--runtime_dir={tmp_path}/runtime", "--launcher=posix"], environ={}
+        CONTAINERIZER_FLAGS,
+        [f"--runtime_dir={tmp_path}/runtime", f"--launcher={request.param}"],
+        environ={},
     )
+    if request.param == "linux":
+        try:
+            available = load_launcher("linux").available(flags)  # type: ignore[attr-defined]
+        except ImportError:
+            available = False
+        if not available:
+            pytest.skip("the linux launcher is not available here (needs root, conmon, runc)")
     c = await Containerizer.create(flags)
     yield c
     for container_id in c.containers():
@@ -90,6 +100,7 @@ async def test_kill_then_destroy_leaves_no_process(
     # Both sleeps are in the task's process group: the kill reached them, and the
     # executor left once its terminal update was acknowledged.
     assert session_processes(leader) == []
+    assert not os.path.exists(f"/proc/{leader}")
 
 
 async def test_destroying_the_container_takes_the_task_down(
@@ -105,3 +116,4 @@ async def test_destroying_the_container_takes_the_task_down(
     assert len(session_processes(leader)) == 2  # the executor and its task
     await containerizer.destroy(cid)
     assert session_processes(leader) == []
+    assert not os.path.exists(f"/proc/{leader}")

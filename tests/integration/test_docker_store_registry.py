@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import sys
 import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -336,3 +337,51 @@ async def test_close_stops_a_pull_and_leaves_nothing(
     finally:
         await store.close()
         await front.close()
+
+
+PULL_SCRIPT = """
+import asyncio, sys
+from mesilla.containerizer.provisioner.stores.docker import DockerStore
+
+async def main():
+    store = DockerStore(sys.argv[1], sys.argv[2])
+    await store.get(sys.argv[3], "rootfs")
+
+asyncio.run(main())
+"""
+
+
+async def test_a_pull_killed_mid_layer_is_cleared_by_recover(
+    docker_registry: Registry, tmp_path: Path
+) -> None:
+    built = unique_image()
+    push_image(docker_registry.url, "crash/mid", "latest", built)
+    front = await RegistryFront(docker_registry).start()
+    front.stall_blobs = True
+    store_dir = os.path.join(tmp_path, "store")
+    process = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-c",
+        PULL_SCRIPT,
+        store_dir,
+        front.url,
+        f"{front.host}/crash/mid:latest",
+    )
+    try:
+        await front.stalled.wait()  # half a layer is on disk, in staging
+        assert os.listdir(os.path.join(store_dir, "staging")) != []
+    finally:
+        process.kill()
+        await process.wait()
+        await front.close()
+
+    store = DockerStore(store_dir, docker_registry.url)
+    await store.recover()
+    try:
+        assert staging_is_empty(store)
+        assert os.listdir(os.path.join(store_dir, "layers", "sha256")) == []
+        assert store.images() == []
+        image, _ = await store.get(f"{docker_registry.host}/crash/mid:latest", "rootfs")
+        assert image.manifest_digest == built.manifest_digest
+    finally:
+        await store.close()

@@ -33,6 +33,7 @@ from mesilla.v1.mesos import AgentID, MasterInfo
 class FakeMaster:
     def __init__(self, *, auto_ack: bool = True, heartbeat_interval: float = 5.0) -> None:
         self.auto_ack = auto_ack
+        self.heartbeats = True  # False: the stream stays open but goes silent
         self.heartbeat_interval = heartbeat_interval
         self.calls: list[AgentCall] = []
         self.registers: list[AgentCall] = []
@@ -42,6 +43,7 @@ class FakeMaster:
         self._changed = asyncio.Condition()
         self._runner: web.AppRunner | None = None
         self._stop_stream = asyncio.Event()
+        self._streams: list[asyncio.Event] = []
         self.port = 0
 
     @property
@@ -58,7 +60,8 @@ class FakeMaster:
         self.port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
 
     async def stop(self) -> None:
-        self._stop_stream.set()
+        for stop in self._streams:
+            stop.set()
         if self._runner is not None:
             await self._runner.cleanup()
 
@@ -89,6 +92,7 @@ class FakeMaster:
         self.agent_id = given.value if given else self.agent_id or str(uuid.uuid4())
         self.stream_id = str(uuid.uuid4())
         self._stop_stream = asyncio.Event()
+        self._streams.append(self._stop_stream)
         response = web.StreamResponse(headers={"Mesos-Stream-Id": self.stream_id})
         response.content_type = "application/json"
         response.enable_chunked_encoding()
@@ -110,7 +114,8 @@ class FakeMaster:
             try:
                 await asyncio.wait_for(stop.wait(), self.heartbeat_interval)
             except asyncio.TimeoutError:
-                await self.send(AgentEvent(type=AgentEventType.HEARTBEAT))
+                if self.heartbeats:
+                    await self.send(AgentEvent(type=AgentEventType.HEARTBEAT))
         return response
 
     def drop_stream(self) -> None:

@@ -139,6 +139,11 @@ class Agent:
         return self.info.id
 
     @property
+    def meta(self) -> checkpoints.MetaDir:
+        """The agent's checkpoint writer (once it has an id)."""
+        return checkpoints.MetaDir(self.flags.work_dir, self._id().value)
+
+    @property
     def pid(self) -> str:
         return f"slave(1)@{self.endpoint}"
 
@@ -266,10 +271,7 @@ class Agent:
         else:
             framework.info = info
         if framework.checkpoint:
-            checkpoints.checkpoint(
-                paths.framework_info_path(self.flags.work_dir, self._id().value, info.id.value),
-                info,
-            )
+            self.meta.framework(info)
         return framework
 
     def run_task(self, framework_info: FrameworkInfo, task: TaskInfo) -> None:
@@ -344,18 +346,7 @@ class Agent:
 
     def _checkpoint_task(self, executor: Executor, task: Task) -> None:
         if executor.checkpoint:
-            checkpoints.checkpoint(self._task_path(executor, task.task_id.value, "info"), task)
-
-    def _task_path(self, executor: Executor, task_id: str, kind: str) -> str:
-        builder = paths.task_info_path if kind == "info" else paths.task_updates_path
-        return builder(
-            self.flags.work_dir,
-            self._id().value,
-            executor.framework_id.value,
-            executor.id,
-            executor.container_id.value,
-            task_id,
-        )
+            self.meta.task(executor.id, executor.container_id.value, task)
 
     def _create_executor(
         self, framework: Framework, info: ExecutorInfo, command_task: bool
@@ -380,14 +371,7 @@ class Agent:
         framework.executors[ex] = executor
         self.attach_sandbox(executor)
         if executor.checkpoint:
-            checkpoints.checkpoint(
-                paths.executor_info_path(self.flags.work_dir, agent_id, fw, ex), info
-            )
-            run_meta = paths.run_meta_dir(self.flags.work_dir, agent_id, fw, ex, container_id.value)
-            os.makedirs(run_meta, exist_ok=True)
-            paths.update_latest_symlink(
-                os.path.join(os.path.dirname(run_meta), paths.LATEST), run_meta
-            )
+            self.meta.executor(fw, info, container_id.value)
         log.info("Launching executor %s in container %s", executor, container_id.value)
         return executor
 
@@ -447,12 +431,8 @@ class Agent:
             return
         pid = status.get("executor_pid")
         if pid is not None:
-            checkpoints.write_atomic(
-                paths.forked_pid_path(
-                    self.flags.work_dir, self._id().value, executor.framework_id.value,
-                    executor.id, executor.container_id.value,
-                ),
-                str(pid).encode(),
+            self.meta.forked_pid(
+                executor.framework_id.value, executor.id, executor.container_id.value, pid
             )
 
     async def _watch_executor(self, executor: Executor) -> None:
@@ -574,10 +554,7 @@ class Agent:
         framework = self.frameworks[info.id.value]
         framework.info = info
         if framework.checkpoint:
-            checkpoints.checkpoint(
-                paths.framework_info_path(self.flags.work_dir, self._id().value, info.id.value),
-                info,
-            )
+            self.meta.framework(info)
 
     def reconcile_tasks(self, msg: internal.ReconcileTasks) -> None:
         """Tasks the master expects here but the agent does not know end as unknown to it."""
@@ -665,11 +642,8 @@ class Agent:
     def _remove_executor(self, framework: Framework, executor: Executor) -> None:
         log.info("Cleaning up executor %s", executor)
         self._cancel_timers(executor)
-        if executor.checkpoint and self.info.id is not None:
-            checkpoints.touch(paths.executor_sentinel_path(
-                self.flags.work_dir, self.info.id.value, framework.id.value,
-                executor.id, executor.container_id.value,
-            ))
+        if executor.checkpoint:
+            self.meta.sentinel(framework.id.value, executor.id, executor.container_id.value)
         if framework.executors.get(executor.id) is executor:
             del framework.executors[executor.id]
             framework.completed_executors.append(executor)
@@ -730,7 +704,9 @@ class Agent:
                 return False
         path = None
         if executor is not None and executor.checkpoint:
-            path = self._task_path(executor, status.task_id.value, "updates")
+            path = self.meta.task_updates_path(
+                framework.id.value, executor.id, executor.container_id.value, status.task_id.value
+            )
         try:
             self.status_updates.update(
                 internal.StatusUpdate(framework_id=framework.id, status=status), path
@@ -867,10 +843,7 @@ class Agent:
         executor.stream = stream
         self._cancel_timers(executor)
         if executor.checkpoint:
-            checkpoints.touch(paths.http_marker_path(
-                self.flags.work_dir, self._id().value, framework.id.value,
-                executor.id, executor.container_id.value,
-            ))
+            self.meta.http_marker(framework.id.value, executor.id, executor.container_id.value)
         for unacked in subscribe.unacknowledged_updates:
             await self.executor_update(framework, executor, unacked.status)
         known = {t.task_id.value for t in subscribe.unacknowledged_tasks}

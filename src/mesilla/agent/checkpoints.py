@@ -334,3 +334,45 @@ def checkpoint_agent(work_dir: str, info: AgentInfo) -> None:
     paths.update_latest_symlink(
         paths.latest_agent_path(work_dir), paths.agent_meta_dir(work_dir, info.id.value)
     )
+
+
+class MetaDir:
+    """Writes one agent's checkpoints (only for frameworks with `checkpoint: true`)."""
+
+    def __init__(self, work_dir: str, agent_id: str) -> None:
+        self.work_dir = work_dir
+        self.agent_id = agent_id
+
+    def framework(self, info: FrameworkInfo) -> None:
+        assert info.id is not None
+        checkpoint(paths.framework_info_path(self.work_dir, self.agent_id, info.id.value), info)
+
+    def executor(self, framework_id: str, info: ExecutorInfo, container_id: str) -> None:
+        """executor.info, and the run's directory as the executor's `runs/latest`."""
+        ex = info.executor_id.value
+        checkpoint(paths.executor_info_path(self.work_dir, self.agent_id, framework_id, ex), info)
+        run = paths.run_meta_dir(self.work_dir, self.agent_id, framework_id, ex, container_id)
+        os.makedirs(run, exist_ok=True)
+        paths.update_latest_symlink(os.path.join(os.path.dirname(run), paths.LATEST), run)
+
+    def _run(self, framework_id: str, executor_id: str, container_id: str) -> tuple[str, ...]:
+        return (self.work_dir, self.agent_id, framework_id, executor_id, container_id)
+
+    def task(self, executor_id: str, container_id: str, task: Task) -> None:
+        run = self._run(task.framework_id.value, executor_id, container_id)
+        checkpoint(paths.task_info_path(*run, task.task_id.value), task)
+
+    def task_updates_path(
+        self, framework_id: str, executor_id: str, container_id: str, task_id: str
+    ) -> str:
+        return paths.task_updates_path(*self._run(framework_id, executor_id, container_id), task_id)
+
+    def forked_pid(self, framework_id: str, executor_id: str, container_id: str, pid: int) -> None:
+        path = paths.forked_pid_path(*self._run(framework_id, executor_id, container_id))
+        write_atomic(path, str(pid).encode())
+
+    def http_marker(self, framework_id: str, executor_id: str, container_id: str) -> None:
+        touch(paths.http_marker_path(*self._run(framework_id, executor_id, container_id)))
+
+    def sentinel(self, framework_id: str, executor_id: str, container_id: str) -> None:
+        touch(paths.executor_sentinel_path(*self._run(framework_id, executor_id, container_id)))

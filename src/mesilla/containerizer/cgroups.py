@@ -317,15 +317,12 @@ class OomListener:
     """Reports the kernel's OOM kills in one memory cgroup from the moment it is created.
 
     v1 registers an eventfd on `memory.oom_control` through `cgroup.event_control`
-    (the kernel also signals it when the cgroup goes away, and may signal before
-    it counts the kill, hence the counter check and re-check); v2 has no such
-    notification on a plain fd, so `memory.events` is polled.
+    (the kernel also signals it when the cgroup goes away, which is no OOM); v2
+    has no such notification on a plain fd, so `memory.events` is polled for
+    its `oom_kill` counter.
     """
 
     POLL_INTERVAL = 1.0  # v2 only
-    # v1: the event can come before the kernel counts the kill, so look again a few times.
-    RECHECKS = 20
-    RECHECK_INTERVAL = 0.05
 
     def __init__(self, cgroup: Cgroup) -> None:
         self.cgroup = cgroup
@@ -358,19 +355,19 @@ class OomListener:
                 try:
                     os.eventfd_read(self._eventfd)
                 except BlockingIOError:
-                    pass
-                rechecks = self.RECHECKS
+                    continue
+                # An event on a cgroup that still exists is an OOM. Report it at
+                # once: the kill is being made (the kernel may not have counted
+                # it yet) and the container's exit must not overtake the report.
+                if self.cgroup.exists("memory"):
+                    return max(1, self.oom_kills() - self._baseline)
             else:
                 await asyncio.sleep(self.POLL_INTERVAL)
-                rechecks = 1
-            for attempt in range(rechecks):
                 kills = self.oom_kills() - self._baseline
                 if kills > 0:
                     return kills
-                if not self.cgroup.exists("memory"):
-                    await asyncio.Event().wait()  # removed: the container ended otherwise
-                if attempt + 1 < rechecks:
-                    await asyncio.sleep(self.RECHECK_INTERVAL)
+            if not self.cgroup.exists("memory"):
+                await asyncio.Event().wait()  # removed: the container ended otherwise
 
     def close(self) -> None:
         for fd in (self._eventfd, self._control):

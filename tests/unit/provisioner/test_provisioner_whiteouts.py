@@ -122,3 +122,17 @@ def test_hidden_name() -> None:
 def test_unknown_backend_lists_the_known_ones() -> None:
     with pytest.raises(BackendError, match="overlay, copy, bind"):
         load_backend("aufs")
+
+
+@pytest.mark.root
+def test_mount_points_with_spaces_are_found(tmp_path: Path) -> None:
+    from mesilla.containerizer.provisioner.backends import _mount
+
+    target = tmp_path / "with space"
+    target.mkdir()
+    _mount.mount("none", str(target), "tmpfs", 0, None)
+    try:
+        assert _mount.mount_points_under(str(tmp_path)) == [str(target)]
+    finally:
+        _mount.unmount(str(target))
+    assert _mount.mount_points_under(str(tmp_path)) == []

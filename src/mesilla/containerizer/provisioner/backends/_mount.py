@@ -6,6 +6,7 @@ import ctypes
 import ctypes.util
 import errno
 import os
+import re
 
 from mesilla.containerizer.provisioner.errors import BackendError
 
@@ -13,6 +14,8 @@ MS_RDONLY = 0x1
 MS_REMOUNT = 0x20
 MS_BIND = 0x1000
 MNT_DETACH = 0x2
+# mountinfo writes space, tab, newline and backslash in paths as \ooo (octal).
+_OCTAL_ESCAPE = re.compile(r"\\([0-7]{3})")
 
 _libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
 
@@ -54,7 +57,7 @@ def mount_points_under(path: str) -> list[str]:
     found = []
     with open("/proc/self/mountinfo") as f:
         for line in f:
-            point = line.split()[4].encode().decode("unicode_escape")
+            point = _OCTAL_ESCAPE.sub(lambda m: chr(int(m.group(1), 8)), line.split()[4])
             if point == prefix or point.startswith(prefix + "/"):
                 found.append(point)
     return sorted(found, key=len, reverse=True)

@@ -40,8 +40,3 @@ def prepare(rootfs: str, host: str = "/") -> list[dict[str, Any]]:
             )
     return mounts
 
-
-def is_shared(path: str, host: str = "/") -> bool:
-    """Whether `path` lies in a host entry the view binds read-only."""
-    top = os.path.normpath(path).lstrip("/").split("/", 1)[0]
-    return bool(top) and top not in FRESH and os.path.lexists(os.path.join(host, top))

@@ -160,7 +160,14 @@ class DefaultExecutor(Executor):
     def _execute(self, instruction: Instruction) -> None:
         match instruction:
             case SendUpdate():
-                self._updates.put_nowait(instruction.status)
+                status = instruction.status
+                log.info(
+                    "Task '%s' %s%s",
+                    status["task_id"]["value"],
+                    status["state"],
+                    f": {status['message']}" if status.get("message") else "",
+                )
+                self._updates.put_nowait(status)
             case LaunchContainer():
                 self._spawn(self._launch(instruction))
             case WaitContainer():

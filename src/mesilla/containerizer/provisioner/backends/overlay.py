@@ -99,6 +99,12 @@ def _options(scratch: str, lowers: list[str]) -> str:
     """Mount options for `lowers` (bottom first) with `<scratch>/upperdir` and `workdir`."""
     upper = os.path.join(scratch, "upperdir")
     work = os.path.join(scratch, "workdir")
+    for path in (upper, *lowers):
+        if "," in path or ":" in path:
+            raise BackendError(
+                f"Path '{path}' has ',' or ':', which overlay mount options cannot carry: "
+                "use a --docker_store_dir without them"
+            )
     # overlayfs lists lower directories topmost first.
     return f"lowerdir={':'.join(reversed(lowers))},upperdir={upper},workdir={work}"
 

@@ -117,16 +117,20 @@ CREATE TABLE IF NOT EXISTS frameworks (id TEXT PRIMARY KEY, info BLOB NOT NULL);
 
 
 class SqliteRegistry:
-    """The registry in SQLite (WAL, synchronous=FULL), each mutation one transaction.
+    """The registry in SQLite (WAL, synchronous=FULL).
 
     SQLite calls run on one dedicated thread so a slow fsync never stalls the
-    event loop, and mutations apply in the order they were made.
+    event loop. Mutations apply in the order they were made; those that arrive
+    while a transaction commits are committed together in the next one (group
+    commit), so thousands of agents registering at once cost few fsyncs.
     """
 
     def __init__(self, path: str) -> None:
         self.path = path
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="registry")
         self._db: sqlite3.Connection | None = None
+        self._pending: list[tuple[str, tuple[Any, ...], asyncio.Future[None]]] = []
+        self._flusher: asyncio.Task[None] | None = None
 
     @classmethod
     def in_work_dir(cls, work_dir: str) -> SqliteRegistry:
@@ -147,11 +151,36 @@ class SqliteRegistry:
             self._db = db
         return self._db
 
-    def _write(self, sql: str, params: tuple[Any, ...]) -> None:
+    def _write(self, statements: list[tuple[str, tuple[Any, ...]]]) -> None:
         db = self._connect()
         with db:
             db.execute("BEGIN IMMEDIATE")
-            db.execute(sql, params)
+            for sql, params in statements:
+                db.execute(sql, params)
+
+    async def _mutate(self, sql: str, params: tuple[Any, ...]) -> None:
+        """Returns once the statement is committed (durably)."""
+        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._pending.append((sql, params, done))
+        if self._flusher is None or self._flusher.done():
+            self._flusher = asyncio.get_running_loop().create_task(self._flush())
+        await done
+
+    async def _flush(self) -> None:
+        while self._pending:
+            batch, self._pending = self._pending, []
+            try:
+                await self._run(
+                    self._write, [(sql, params) for sql, params, _ in batch]
+                )
+            except (sqlite3.Error, OSError, RuntimeError) as exc:  # every waiter learns it failed
+                for _, _, done in batch:
+                    if not done.done():
+                        done.set_exception(exc)
+            else:
+                for _, _, done in batch:
+                    if not done.done():
+                        done.set_result(None)
 
     def _recover(self) -> RegistryState:
         db = self._connect()
@@ -172,8 +201,7 @@ class SqliteRegistry:
         return await self._run(self._recover)
 
     async def admit_agent(self, info: AgentInfo) -> None:
-        await self._run(
-            self._write,
+        await self._mutate(
             "INSERT OR REPLACE INTO agents (id, info, mark, time) VALUES (?, ?, ?, NULL)",
             (_agent_id(info), msgspec.json.encode(info), AgentMark.ADMITTED.value),
         )
@@ -182,33 +210,28 @@ class SqliteRegistry:
         await self.admit_agent(info)
 
     async def mark_agent_unreachable(self, agent_id: str, when: float) -> None:
-        await self._run(
-            self._write,
+        await self._mutate(
             "UPDATE agents SET mark = ?, time = ? WHERE id = ?",
             (AgentMark.UNREACHABLE.value, when, agent_id),
         )
 
     async def mark_agent_gone(self, agent_id: str, when: float) -> None:
-        await self._run(
-            self._write,
+        await self._mutate(
             "UPDATE agents SET mark = ?, time = ? WHERE id = ?",
             (AgentMark.GONE.value, when, agent_id),
         )
 
     async def remove_agent(self, agent_id: str) -> None:
-        await self._run(self._write, "DELETE FROM agents WHERE id = ?", (agent_id,))
+        await self._mutate("DELETE FROM agents WHERE id = ?", (agent_id,))
 
     async def add_framework(self, info: FrameworkInfo) -> None:
-        await self._run(
-            self._write,
+        await self._mutate(
             "INSERT OR REPLACE INTO frameworks (id, info) VALUES (?, ?)",
             (_framework_id(info), msgspec.json.encode(info)),
         )
 
     async def remove_framework(self, framework_id: str) -> None:
-        await self._run(
-            self._write, "DELETE FROM frameworks WHERE id = ?", (framework_id,)
-        )
+        await self._mutate("DELETE FROM frameworks WHERE id = ?", (framework_id,))
 
     def _close(self) -> None:
         if self._db is not None:
@@ -216,5 +239,7 @@ class SqliteRegistry:
             self._db = None
 
     async def close(self) -> None:
+        if self._flusher is not None:
+            await asyncio.gather(self._flusher, return_exceptions=True)
         await self._run(self._close)
         self._pool.shutdown(wait=True)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -85,3 +86,20 @@ async def test_sqlite_registry_survives_reopening(tmp_path: Path) -> None:
     await second.close()
     assert state.agents["a1"].mark is AgentMark.UNREACHABLE
     assert state.frameworks["f1"].id == FrameworkID(value="f1")
+
+
+async def test_concurrent_sqlite_mutations_commit_together_in_order(
+    tmp_path: Path,
+) -> None:
+    registry = SqliteRegistry.in_work_dir(str(tmp_path))
+    await asyncio.gather(
+        *(registry.admit_agent(agent_info(f"a{i}")) for i in range(200)),
+        registry.mark_agent_unreachable("a7", 1.0),
+    )
+    await registry.close()
+    reopened = SqliteRegistry.in_work_dir(str(tmp_path))
+    state = await reopened.recover()
+    await reopened.close()
+    assert len(state.agents) == 200
+    # Applied in call order: the mark comes after a7's admission.
+    assert state.agents["a7"].mark is AgentMark.UNREACHABLE

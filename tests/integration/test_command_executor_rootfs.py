@@ -16,6 +16,7 @@ import pytest
 from mesilla.common.flags import parse
 from mesilla.containerizer.containerizer import Containerizer
 from mesilla.containerizer.flags import CONTAINERIZER_FLAGS
+from mesilla.containerizer.launcher import load_launcher
 from mesilla.containerizer.types import ContainerConfig
 from mesilla.v1.mesos import AgentID, CommandInfo, ContainerID, TaskID, TaskInfo
 from tests.unit.executor.fake_agent import FakeAgent, launch_event
@@ -50,12 +51,22 @@ async def agent(unused_port: int) -> AsyncIterator[FakeAgent]:
         await fake.stop()
 
 
+@pytest.mark.parametrize("launcher", ["posix", "linux"])
 async def test_task_runs_in_the_rootfs_and_executor_on_the_host(
-    agent: FakeAgent, rootfs: str, tmp_path: Any
+    agent: FakeAgent, rootfs: str, tmp_path: Any, launcher: str
 ) -> None:
     flags = parse(
-        CONTAINERIZER_FLAGS, [f"--runtime_dir={tmp_path}/runtime", "--launcher=posix"], environ={}
+        CONTAINERIZER_FLAGS,
+        [f"--runtime_dir={tmp_path}/runtime", f"--launcher={launcher}"],
+        environ={},
     )
+    if launcher == "linux":
+        try:
+            available = load_launcher("linux").available(flags)  # type: ignore[attr-defined]
+        except ImportError:
+            available = False
+        if not available:
+            pytest.skip("the linux launcher is not available here (needs conmon, runc)")
     containerizer = await Containerizer.create(flags)
     sandbox = str(tmp_path / "sandbox")
     task = TaskInfo(name="t", task_id=TaskID(value="t1"), agent_id=AgentID(value="a"))
@@ -78,8 +89,10 @@ async def test_task_runs_in_the_rootfs_and_executor_on_the_host(
             'cat /image-marker; echo "$PWD $MESOS_SANDBOX"; ls /proc/self/ >/dev/null && echo proc'
         )
         agent.send(launch_event("t1", {"value": script}))
-        statuses = [await agent.next_update() for _ in range(3)]
-        assert [s["state"] for s in statuses][-1] == "TASK_FINISHED", statuses
+        statuses = [await agent.next_update()]
+        while statuses[-1]["state"] in ("TASK_STARTING", "TASK_RUNNING"):
+            statuses.append(await agent.next_update())
+        assert statuses[-1]["state"] == "TASK_FINISHED", statuses[-1].get("message")
         output = open(os.path.join(sandbox, "stdout")).read()
         assert "from the image\n/mnt/mesos/sandbox /mnt/mesos/sandbox\nproc\n" in output
         termination = await containerizer.wait(cid)

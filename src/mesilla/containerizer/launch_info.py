@@ -11,7 +11,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from mesilla.containerizer.types import ContainerConfig, ContainerLaunchInfo
+from mesilla.containerizer.types import ContainerConfig, ContainerLaunchInfo, Mount
 
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
@@ -84,6 +84,9 @@ def command_task_rootfs_arguments(
     if config.task_info is None or not config.rootfs:
         return []
     launch_info.rootfs = None
+    # Where the executor's own filesystem is built (linux launcher), the task's
+    # rootfs must still be reachable at its host path.
+    launch_info.mounts.append(Mount(source=config.rootfs, target=config.rootfs))
     arguments = [f"--rootfs={config.rootfs}", f"--sandbox_directory={sandbox_directory}"]
     user = launch_info.user or config.user
     if user:

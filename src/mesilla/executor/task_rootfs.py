@@ -57,6 +57,8 @@ def enter_rootfs(
     user: str | None,
 ) -> Callable[[], None]:  # fmt: skip
     """The function to run in the task's process before exec (a `preexec_fn`)."""
+    if not os.path.isdir(rootfs):
+        raise FileNotFoundError(f"The task's rootfs '{rootfs}' is not visible to the executor")
     # Resolved now, against the host's user database, before the chroot hides it.
     account = pwd.getpwnam(user) if user else None
 

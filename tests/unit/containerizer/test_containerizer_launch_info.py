@@ -7,11 +7,19 @@ import pytest
 from mesilla.containerizer.launch_info import (
     DEFAULT_PATH,
     command_argv,
+    command_task_rootfs_arguments,
     container_environment,
     merge_launch_infos,
 )
 from mesilla.containerizer.types import ContainerConfig, ContainerLaunchInfo, Mount
-from mesilla.v1.mesos import CommandInfo, Environment, EnvironmentVariable
+from mesilla.v1.mesos import (
+    AgentID,
+    CommandInfo,
+    Environment,
+    EnvironmentVariable,
+    TaskID,
+    TaskInfo,
+)
 
 
 def test_merge_later_isolators_win_and_collections_accumulate() -> None:
@@ -84,3 +92,25 @@ def test_environment_precedence() -> None:
         "MESOS_SANDBOX": "/sb",
         "PATH": DEFAULT_PATH,
     }
+
+
+def test_command_task_with_rootfs_keeps_the_executor_on_the_host() -> None:
+    task = TaskInfo(name="t", task_id=TaskID(value="t"), agent_id=AgentID(value="a"))
+    config = ContainerConfig(
+        command=CommandInfo(value="x"), sandbox="/s", task_info=task, rootfs="/images/r1",
+        user="alice",
+    )  # fmt: skip
+    info = ContainerLaunchInfo(rootfs="/images/r1")
+    arguments = command_task_rootfs_arguments(config, info, "/mnt/mesos/sandbox")
+    assert arguments == [
+        "--rootfs=/images/r1",
+        "--sandbox_directory=/mnt/mesos/sandbox",
+        "--user=alice",
+    ]
+    assert info.rootfs is None and info.user == "root"
+    assert [(m.source, m.target) for m in info.mounts] == [("/images/r1", "/images/r1")]
+    # Not a command task, or no image: nothing changes.
+    plain = ContainerLaunchInfo(rootfs="/images/r1")
+    config.task_info = None
+    assert command_task_rootfs_arguments(config, plain, "/mnt/mesos/sandbox") == []
+    assert plain.rootfs == "/images/r1"

@@ -21,6 +21,7 @@ Both cgroup versions are handled behind one `Hierarchy`:
 from __future__ import annotations
 
 import asyncio
+import ctypes
 import errno
 import os
 import signal
@@ -317,27 +318,32 @@ class OomListener:
     """Reports the kernel's OOM kills in one memory cgroup from the moment it is created.
 
     v1 registers an eventfd on `memory.oom_control` through `cgroup.event_control`
-    (the kernel also signals it when the cgroup goes away, which is no OOM); v2
-    has no such notification on a plain fd, so `memory.events` is polled for
-    its `oom_kill` counter.
+    (the kernel also signals it when the cgroup goes away, which is no OOM). v2
+    raises a file-modified event on `memory.events`, watched with inotify (or
+    polled where inotify is unavailable), and counts the kills in `oom_kill`.
     """
 
-    POLL_INTERVAL = 1.0  # v2 only
+    POLL_INTERVAL = 1.0  # v2 without inotify only
 
     def __init__(self, cgroup: Cgroup) -> None:
         self.cgroup = cgroup
         self._baseline = self.oom_kills()
         self._eventfd: int | None = None
         self._control: int | None = None
-        if cgroup.version == 1:
-            directory = cgroup.directory("memory")
-            self._eventfd = os.eventfd(0, os.EFD_CLOEXEC | os.EFD_NONBLOCK)
-            try:
-                self._control = os.open(os.path.join(directory, "memory.oom_control"), os.O_RDONLY | os.O_CLOEXEC)
+        self._inotify: int | None = None
+        directory = cgroup.directory("memory")
+        try:
+            if cgroup.version == 1:
+                self._eventfd = os.eventfd(0, os.EFD_CLOEXEC | os.EFD_NONBLOCK)
+                self._control = os.open(
+                    os.path.join(directory, "memory.oom_control"), os.O_RDONLY | os.O_CLOEXEC
+                )
                 cgroup.write("memory", "cgroup.event_control", f"{self._eventfd} {self._control}")
-            except (OSError, CgroupsError):
-                self.close()
-                raise
+            else:
+                self._inotify = _inotify_watch(os.path.join(directory, "memory.events"))
+        except (OSError, CgroupsError):
+            self.close()
+            raise
 
     def oom_kills(self) -> int:
         """The kernel's count of OOM kills in the cgroup (0 once the cgroup is gone)."""
@@ -362,7 +368,11 @@ class OomListener:
                 if self.cgroup.exists("memory"):
                     return max(1, self.oom_kills() - self._baseline)
             else:
-                await asyncio.sleep(self.POLL_INTERVAL)
+                if self._inotify is not None:
+                    await _readable(self._inotify)
+                    _drain(self._inotify)
+                else:
+                    await asyncio.sleep(self.POLL_INTERVAL)
                 kills = self.oom_kills() - self._baseline
                 if kills > 0:
                     return kills
@@ -370,10 +380,39 @@ class OomListener:
                 await asyncio.Event().wait()  # removed: the container ended otherwise
 
     def close(self) -> None:
-        for fd in (self._eventfd, self._control):
+        for fd in (self._eventfd, self._control, self._inotify):
             if fd is not None:
                 os.close(fd)
-        self._eventfd = self._control = None
+        self._eventfd = self._control = self._inotify = None
+
+
+_IN_MODIFY = 0x2
+_IN_NONBLOCK = os.O_NONBLOCK
+_IN_CLOEXEC = os.O_CLOEXEC
+
+
+def _inotify_watch(path: str) -> int | None:
+    """An inotify fd reporting modifications of `path`; None where inotify is unavailable."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        fd = libc.inotify_init1(_IN_NONBLOCK | _IN_CLOEXEC)
+    except (OSError, AttributeError):
+        return None
+    if fd < 0:
+        return None
+    if libc.inotify_add_watch(fd, path.encode(), _IN_MODIFY) < 0:
+        error = ctypes.get_errno()
+        os.close(fd)
+        raise OSError(error, f"inotify on {path}: {os.strerror(error)}")
+    return fd
+
+
+def _drain(fd: int) -> None:
+    try:
+        while os.read(fd, 4096):
+            pass
+    except BlockingIOError:
+        return
 
 
 async def _readable(fd: int) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import sys
 import uuid
@@ -70,9 +71,14 @@ def staging_is_empty(store: DockerStore) -> bool:
 
 
 async def test_pull_by_tag_extracts_every_layer(
-    store: DockerStore, busybox_image: PushedImage
+    store: DockerStore, busybox_image: PushedImage, caplog: pytest.LogCaptureFixture
 ) -> None:
-    image, layers = await store.get(busybox_image.name, "rootfs")
+    with caplog.at_level(logging.INFO, logger="mesilla.containerizer.provisioner"):
+        image, layers = await store.get(busybox_image.name, "rootfs")
+
+    for layer in busybox_image.image.layers:  # progress is logged per layer
+        assert f"Downloading layer {layer.digest}" in caplog.text
+        assert f"Layer {layer.digest} of '{image.name}' is in the store" in caplog.text
 
     assert image.manifest_digest == busybox_image.digest
     assert image.layers == [layer.digest for layer in busybox_image.image.layers]

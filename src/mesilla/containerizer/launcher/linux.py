@@ -39,7 +39,7 @@ from typing import Any
 from mesilla.containerizer.cgroups import cgroup_path
 from mesilla.containerizer.launcher import host_rootfs, monitor, oci
 from mesilla.containerizer.launcher.base import Launcher, LaunchError
-from mesilla.containerizer.launcher.runtime import OciRuntime, find_runtime
+from mesilla.containerizer.launcher.runtime import NoOciRuntime, OciRuntime, find_runtime
 from mesilla.containerizer.runtime_paths import (
     CONTAINERS_DIR,
     STATUS_FILE,
@@ -91,14 +91,13 @@ class LinuxLauncher(Launcher):
     name = "linux"
 
     def __init__(self, flags: Any) -> None:
-        runtime = find_runtime(flags)
-        if runtime is None or not monitor.available():
+        if not monitor.available():
             raise LaunchError(
-                "The linux launcher needs root, conmon and an OCI runtime (runc or crun) that "
-                "runs a container on this host: install them, or use --launcher=posix"
+                "The linux launcher needs conmon: apt-get install conmon, or use --launcher=posix"
             )
+        binary = find_runtime(flags.get("oci_runtime"))
         self._flags = flags
-        self._runtime: OciRuntime = runtime
+        self._runtime = OciRuntime(binary, os.path.join(flags.runtime_dir, os.path.basename(binary)))
         self._containers: dict[ContainerID, _Container] = {}
 
     @staticmethod
@@ -106,8 +105,11 @@ class LinuxLauncher(Launcher):
         """Root, conmon, and a runtime that really runs a container here."""
         if os.geteuid() != 0 or not monitor.available():
             return False
-        probe_flags = flags if flags is not None else _ProbeFlags()
-        return find_runtime(probe_flags) is not None
+        try:
+            find_runtime(flags.get("oci_runtime") if flags is not None else None)
+        except NoOciRuntime:
+            return False
+        return True
 
     @property
     def runtime(self) -> OciRuntime:
@@ -394,15 +396,6 @@ class LinuxLauncher(Launcher):
                     found.append(container_id)
                 found += self._scan(os.path.join(directory, CONTAINERS_DIR), container_id)
         return found
-
-
-class _ProbeFlags:
-    """Flags for `available()` without agent flags: probe in a scratch state root."""
-
-    runtime_dir = "/tmp/mesilla-probe"
-
-    def get(self, name: str, default: Any = None) -> Any:
-        return default
 
 
 def _parse_runtime_id(rid: str) -> ContainerID:

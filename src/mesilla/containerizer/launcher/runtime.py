@@ -5,7 +5,8 @@ containers lives beside our checkpoints, and `list` returns only ours.
 
 `find_runtime` picks `--oci_runtime` or the first of crun, runc that really
 runs a container here (crun refuses a cgroup v1 hybrid host, for example):
-a binary that exists is not enough. The probe runs once per process.
+a binary that exists is not enough. The probe runs once per process and
+binary.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from mesilla.containerizer.launcher.base import LaunchError
 
 CANDIDATES = ("crun", "runc")
 
-_probed: dict[str, str | None] = {}
+_probed: dict[str, tuple[str | None, str]] = {}
 
 
 class OciRuntimeError(LaunchError):
@@ -68,11 +69,14 @@ class OciRuntime:
         code, _ = await self.run(*args, check=False)
         return code == 0
 
+    def knows(self, runtime_id: str) -> bool:
+        """Whether the runtime has state for the container (runc and crun keep a directory)."""
+        return os.path.isdir(os.path.join(self.root, runtime_id))
+
     async def delete(self, runtime_id: str) -> None:
         """Removes the runtime's container (killing what is left); absent is fine."""
-        if await self.state(runtime_id) is None:
-            return
-        await self.run("delete", "--force", runtime_id)
+        if self.knows(runtime_id):
+            await self.run("delete", "--force", runtime_id)
 
     async def state(self, runtime_id: str) -> dict[str, Any] | None:
         """The runtime's state of the container (`status`, `pid`, ...), None if unknown."""
@@ -86,51 +90,67 @@ class OciRuntime:
         return json.loads(out) or []
 
 
-def find_runtime(flags: Any) -> OciRuntime | None:
-    """The runtime to use under `flags.runtime_dir`, or None if none works here."""
-    wanted = flags.get("oci_runtime") if hasattr(flags, "get") else None
-    binary = _probe(wanted) if wanted else next(
-        (found for name in CANDIDATES if (found := _probe(name)) is not None), None
+class NoOciRuntime(LaunchError):
+    """No OCI runtime runs a container on this host; the message says why for each tried."""
+
+
+def find_runtime(wanted: str | None) -> str:
+    """The absolute path of `wanted` (else of the first of CANDIDATES) if it runs a
+    container here; raises NoOciRuntime with each candidate's reason otherwise."""
+    reasons = []
+    for name in [wanted] if wanted else CANDIDATES:
+        binary, reason = _probe(name)
+        if binary is not None:
+            return binary
+        reasons.append(f"{name}: {reason}")
+    flag = f"--oci_runtime={wanted}" if wanted else "--oci_runtime"
+    raise NoOciRuntime(
+        f"No OCI runtime runs a container on this host ({'; '.join(reasons)}): install runc "
+        f"or crun, fix {flag}, or use --launcher=posix"
     )
-    if binary is None:
-        return None
-    return OciRuntime(binary, os.path.join(flags.runtime_dir, os.path.basename(binary)))
 
 
-def _probe(name: str) -> str | None:
-    """The absolute path of `name` if it runs a trivial container on this host."""
+def _probe(name: str) -> tuple[str | None, str]:
+    """(absolute path, '') if `name` runs a trivial container here, else (None, why not)."""
     if name not in _probed:
         binary = shutil.which(name)
-        _probed[name] = binary if binary is not None and _runs_a_container(binary) else None
+        if binary is None:
+            _probed[name] = (None, "not installed")
+        elif os.geteuid() != 0:
+            _probed[name] = (None, "the linux launcher needs root")
+        else:
+            reason = _run_probe_container(binary)
+            _probed[name] = (binary if not reason else None, reason)
     return _probed[name]
 
 
-def _runs_a_container(binary: str) -> bool:
-    # Imported here: building a host-view bundle needs the oci module, which
-    # needs nothing from this one at import time.
+def _run_probe_container(binary: str) -> str:
+    """Runs /bin/true in a view of the host; returns the runtime's complaint, '' on success."""
+    # Imported here: the bundle modules are only needed for the probe.
     from mesilla.containerizer.launcher import host_rootfs, oci
 
-    if os.geteuid() != 0:
-        return False
     with tempfile.TemporaryDirectory(prefix="mesilla-oci-probe-") as tmp:
         rootfs = os.path.join(tmp, "rootfs")
         os.mkdir(rootfs)
         spec = oci.probe_spec(rootfs, host_rootfs.prepare(rootfs))
         with open(os.path.join(tmp, "config.json"), "w") as f:
             json.dump(spec, f)
+        state = os.path.join(tmp, "state")
         probe_id = f"mesilla-probe-{os.getpid()}"
         try:
             result = subprocess.run(
-                [binary, "--root", os.path.join(tmp, "state"), "run", "--bundle", tmp, probe_id],
+                [binary, "--root", state, "run", "--bundle", tmp, probe_id],
                 stdin=subprocess.DEVNULL,
                 capture_output=True,
                 timeout=60,
             )
-        except (OSError, subprocess.TimeoutExpired):
-            return False
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            return str(exc)
         finally:
             subprocess.run(
-                [binary, "--root", os.path.join(tmp, "state"), "delete", "--force", probe_id],
-                capture_output=True,
+                [binary, "--root", state, "delete", "--force", probe_id], capture_output=True
             )
-        return result.returncode == 0
+        if result.returncode == 0:
+            return ""
+        lines = result.stderr.decode(errors="replace").strip().splitlines()
+        return lines[-1] if lines else f"exit code {result.returncode}"

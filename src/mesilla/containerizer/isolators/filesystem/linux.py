@@ -17,10 +17,10 @@ Volumes are the volume isolators' (`volume/*`), which Mesos enables with this on
 from __future__ import annotations
 
 import os
-import pwd
 from typing import Any
 
 from mesilla.containerizer.isolator import Isolator
+from mesilla.containerizer.launcher.oci import UserNotFound, resolve_user
 from mesilla.containerizer.types import ContainerConfig, ContainerLaunchInfo, Mount
 from mesilla.v1.mesos import ContainerID
 
@@ -42,7 +42,7 @@ class LinuxFilesystemIsolator(Isolator):
     ) -> ContainerLaunchInfo | None:
         os.makedirs(config.sandbox, exist_ok=True)
         if config.user and os.geteuid() == 0:
-            _give_to(config.sandbox, config.user, container_id)
+            _give_to(config.sandbox, config.user, config.rootfs or "/", container_id)
         info = ContainerLaunchInfo(clone_namespaces={"mount"})
         if config.rootfs is None:
             info.environment["MESOS_SANDBOX"] = config.sandbox
@@ -67,12 +67,10 @@ class LinuxFilesystemIsolator(Isolator):
         return info
 
 
-def _give_to(sandbox: str, user: str, container_id: ContainerID) -> None:
+def _give_to(sandbox: str, user: str, rootfs: str, container_id: ContainerID) -> None:
+    """The sandbox belongs to the container's user, as the rootfs defines it."""
     try:
-        entry = pwd.getpwnam(user)
-    except KeyError:
-        raise LinuxFilesystemError(
-            f"User '{user}' of container {container_id} does not exist on this host: "
-            "create it or launch as an existing user"
-        ) from None
-    os.chown(sandbox, entry.pw_uid, entry.pw_gid)
+        owner = resolve_user(user, rootfs)
+    except UserNotFound as exc:
+        raise LinuxFilesystemError(f"Container {container_id}: {exc}") from None
+    os.chown(sandbox, owner.uid, owner.gid)

@@ -9,6 +9,7 @@ recovery", as Mesos.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable
@@ -26,7 +27,7 @@ from mesilla.common.http import Router, check_accept, json_response, jsonp_respo
 from mesilla.common.resources import Resources, ResourcesError
 from mesilla.v1 import agent as api
 from mesilla.v1 import codec
-from mesilla.v1.mesos import FrameworkInfo, Task, TaskState
+from mesilla.v1.mesos import FrameworkInfo, Image, Task, TaskState
 
 log = logging.getLogger(__name__)
 
@@ -338,12 +339,54 @@ class AgentApi:
             size, data = files_mod.read(self.files, rf.path, rf.offset, rf.length)
             return self.respond(read_file=api.ReadFile(size=size, data=data))
 
+        async def operations(call: api.Call, request: web.Request) -> web.StreamResponse:
+            # Operations come with resource providers, which this agent does not have.
+            return self.respond(get_operations=api.GetOperations())
+
+        async def resource_providers(call: api.Call, request: web.Request) -> web.StreamResponse:
+            return self.respond(get_resource_providers=api.GetResourceProviders())
+
+        async def no_resource_providers(call: api.Call, request: web.Request) -> web.StreamResponse:
+            raise BadRequest(
+                f"{call.type.value}: this agent has no resource providers "
+                "(there is no --resource_provider_config_dir)"
+            )
+
+        async def set_logging_level(call: api.Call, request: web.Request) -> web.StreamResponse:
+            if call.set_logging_level is None:
+                raise BadRequest("Expecting 'set_logging_level' to be present")
+            # glog verbosity: anything above 0 turns on debug logging, for `duration`.
+            level = logging.DEBUG if call.set_logging_level.level > 0 else logging.INFO
+            logging.getLogger().setLevel(level)
+            seconds = call.set_logging_level.duration.nanoseconds / 1e9
+            asyncio.get_running_loop().call_later(
+                seconds, logging.getLogger().setLevel, logging.INFO
+            )
+            return web.Response(status=200)
+
+        async def prune_images(call: api.Call, request: web.Request) -> web.StreamResponse:
+            excluded = (call.prune_images or {}).get("excluded_images") or []
+            try:
+                images = codec.convert(excluded, list[Image])
+            except BadRequest as exc:
+                raise BadRequest(f"Invalid 'prune_images.excluded_images': {exc.reason}") from None
+            await agent.containerizer.prune_images(images)
+            return web.Response(status=200)
+
+        for call_type in (
+            t.ADD_RESOURCE_PROVIDER_CONFIG, t.UPDATE_RESOURCE_PROVIDER_CONFIG,
+            t.REMOVE_RESOURCE_PROVIDER_CONFIG, t.MARK_RESOURCE_PROVIDER_GONE,
+        ):
+            self.register(call_type, no_resource_providers)
+
         for call_type, handler in {
             t.GET_HEALTH: health, t.GET_VERSION: version, t.GET_FLAGS: flags,
             t.GET_METRICS: get_metrics, t.GET_LOGGING_LEVEL: logging_level,
             t.GET_STATE: state, t.GET_FRAMEWORKS: frameworks, t.GET_EXECUTORS: executors,
             t.GET_TASKS: tasks, t.GET_AGENT: agent_info, t.GET_CONTAINERS: containers,
             t.LIST_FILES: list_files, t.READ_FILE: read_file,
+            t.GET_OPERATIONS: operations, t.GET_RESOURCE_PROVIDERS: resource_providers,
+            t.SET_LOGGING_LEVEL: set_logging_level, t.PRUNE_IMAGES: prune_images,
         }.items():
             self.register(call_type, handler)
 

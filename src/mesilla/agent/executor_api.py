@@ -33,6 +33,8 @@ def validate(call: ev.Call) -> None:
     def fail(problem: str) -> None:
         raise BadRequest(f"Failed to validate Executor::Call: {problem}")
 
+    if call.type is ev.CallType.UNKNOWN:
+        fail("Expecting 'type' to be one of SUBSCRIBE, UPDATE, MESSAGE, HEARTBEAT")
     if call.type is ev.CallType.SUBSCRIBE and call.subscribe is None:
         fail("Expecting 'subscribe' to be present")
     if call.type is ev.CallType.MESSAGE and call.message is None:
@@ -97,11 +99,10 @@ def install(router: Router, agent: Agent) -> None:
             assert call.update is not None
             await agent.executor_update(framework, executor, call.update.status)
             return web.Response(status=202)
-        if call.type is ev.CallType.MESSAGE:
+        if call.type is ev.CallType.MESSAGE:  # the only call left
             assert call.message is not None
             agent.executor_message(framework, executor, call.message.data)
-            return web.Response(status=202)
-        return web.Response(status=501, text="Received 'UNKNOWN' call")
+        return web.Response(status=202)
 
     router.add("/api/v1/executor", executor_api, methods=("POST",), realm="mesos-agent-executor")
 

@@ -254,6 +254,14 @@ class WaitContainer(Message):
     limitation: TaskResourceLimitation | None = None
 
 
+class GetOperations(Message):
+    operations: list[Json] = []
+
+
+class GetResourceProviders(Message):
+    resource_providers: list[Json] = []
+
+
 class Response(Message):
     type: CallType
     get_health: GetHealth | None = None
@@ -269,5 +277,7 @@ class Response(Message):
     get_executors: GetExecutors | None = None
     get_tasks: GetTasks | None = None
     get_agent: GetAgent | None = None
+    get_operations: GetOperations | None = None
+    get_resource_providers: GetResourceProviders | None = None
     wait_nested_container: WaitContainer | None = None
     wait_container: WaitContainer | None = None

@@ -50,8 +50,13 @@ def scalar(name: str, value: float) -> Resource:
 
 
 @pytest.fixture
-async def containerizer(linux_env: LinuxEnv) -> AsyncIterator[Containerizer]:  # noqa: F811
-    flags = linux_env.flags
+def env(linux_env: LinuxEnv) -> LinuxEnv:  # noqa: F811
+    return linux_env
+
+
+@pytest.fixture
+async def containerizer(env: LinuxEnv) -> AsyncIterator[Containerizer]:
+    flags = env.flags
     flags.set("launcher", "linux")
     flags.set("isolation", ISOLATION)
     flags.set("cgroups_max_pids", 32)
@@ -68,13 +73,21 @@ async def containerizer(linux_env: LinuxEnv) -> AsyncIterator[Containerizer]:  #
 
 
 def shell(env: LinuxEnv, name: str, script: str, **kwargs: Any) -> ContainerConfig:
-    kwargs.setdefault("resources", [scalar("cpus", 0.5), scalar("mem", 64), scalar("disk", 64)])
-    return ContainerConfig(command=CommandInfo(value=script), sandbox=env.sandbox(name), **kwargs)
+    kwargs.setdefault(
+        "resources", [scalar("cpus", 0.5), scalar("mem", 64), scalar("disk", 64)]
+    )
+    return ContainerConfig(
+        command=CommandInfo(value=script), sandbox=env.sandbox(name), **kwargs
+    )
+
+
+def read(path: str) -> str:
+    with open(path) as f:
+        return f.read()
 
 
 def output(config: ContainerConfig) -> str:
-    with open(os.path.join(config.sandbox, "stdout")) as f:
-        return f.read()
+    return read(os.path.join(config.sandbox, "stdout"))
 
 
 async def until(predicate: Any, what: str) -> None:
@@ -85,26 +98,33 @@ async def until(predicate: Any, what: str) -> None:
     raise AssertionError(f"timed out waiting until {what}")
 
 
-async def test_memory_hog_ends_with_the_memory_limitation(containerizer, linux_env):
+async def test_memory_hog_ends_with_the_memory_limitation(containerizer, env):
     cid = ContainerID(value=str(uuid.uuid4()))
     hog = "x=a; while :; do x=$x$x; done"  # doubles a shell variable until OOM
-    await containerizer.launch(cid, shell(linux_env, "hog", hog))
+    await containerizer.launch(cid, shell(env, "hog", hog))
     termination = await asyncio.wait_for(containerizer.wait(cid), 120)
     assert termination is not None
     assert termination.state == "TASK_FAILED"
     assert termination.reason == Reason.REASON_CONTAINER_LIMITATION_MEMORY
     assert termination.message is not None
     assert termination.message.startswith("Memory limit exceeded: Requested: 64MB")
-    assert [(r.name, r.scalar.value) for r in termination.limited_resources] == [("mem", 64.0)]
+    assert [(r.name, r.scalar.value) for r in termination.limited_resources] == [
+        ("mem", 64.0)
+    ]
     assert termination.status is not None and os.WIFSIGNALED(termination.status)
     assert os.WTERMSIG(termination.status) == signal.SIGKILL
     hierarchy = Hierarchy.detect()
-    assert not hierarchy.cgroup(own_cgroup_path(linux_env.flags, cid)).exists("memory")
+    assert not hierarchy.cgroup(own_cgroup_path(env.flags, cid)).exists("memory")
 
 
-async def test_cpu_hog_is_throttled(containerizer, linux_env):
+async def test_cpu_hog_is_throttled(containerizer, env):
     cid = ContainerID(value=str(uuid.uuid4()))
-    config = shell(linux_env, "cpu", "while :; do :; done", resources=[scalar("cpus", 0.1), scalar("mem", 64)])
+    config = shell(
+        env,
+        "cpu",
+        "while :; do :; done",
+        resources=[scalar("cpus", 0.1), scalar("mem", 64)],
+    )
     await containerizer.launch(cid, config)
 
     async def throttled() -> bool:
@@ -136,10 +156,12 @@ time.sleep(1000)
 """
 
 
-async def test_fork_bomb_stops_at_the_pids_limit(containerizer, linux_env):
+async def test_fork_bomb_stops_at_the_pids_limit(containerizer, env):
     cid = ContainerID(value=str(uuid.uuid4()))
-    config = shell(linux_env, "bomb", "")
-    config.command = CommandInfo(shell=False, value="/usr/bin/python3", arguments=["python3", "-c", FORK_BOMB])
+    config = shell(env, "bomb", "")
+    config.command = CommandInfo(
+        shell=False, value="/usr/bin/python3", arguments=["python3", "-c", FORK_BOMB]
+    )
     await containerizer.launch(cid, config)
     gave_up = os.path.join(config.sandbox, "gave_up")
 
@@ -147,8 +169,7 @@ async def test_fork_bomb_stops_at_the_pids_limit(containerizer, linux_env):
         return os.path.exists(gave_up) and os.path.getsize(gave_up) > 0
 
     await until(finished, "the fork bomb gave up")
-    with open(gave_up) as f:
-        forked, error = map(int, f.read().split())
+    forked, error = map(int, read(gave_up).split())
     assert error == 11  # EAGAIN from the pids controller
     usage = await containerizer.usage(cid)
     assert usage["threads"] == 32  # --cgroups_max_pids
@@ -156,21 +177,35 @@ async def test_fork_bomb_stops_at_the_pids_limit(containerizer, linux_env):
     await containerizer.destroy(cid)
 
 
-async def test_disk_filler_ends_with_the_disk_limitation(containerizer, linux_env):
+async def test_disk_filler_ends_with_the_disk_limitation(containerizer, env):
     cid = ContainerID(value=str(uuid.uuid4()))
     filler = 'i=0; while :; do head -c 1048576 /dev/zero > "f$i"; i=$((i+1)); done'
-    config = shell(linux_env, "filler", filler, resources=[scalar("cpus", 0.5), scalar("mem", 64), scalar("disk", 4)])
+    config = shell(
+        env,
+        "filler",
+        filler,
+        resources=[scalar("cpus", 0.5), scalar("mem", 64), scalar("disk", 4)],
+    )
     await containerizer.launch(cid, config)
     termination = await asyncio.wait_for(containerizer.wait(cid), 120)
     assert termination is not None
     assert termination.reason == Reason.REASON_CONTAINER_LIMITATION_DISK
-    assert termination.message is not None and "exceeds quota (4096KB)" in termination.message
-    assert [(r.name, r.scalar.value) for r in termination.limited_resources] == [("disk", 4.0)]
+    assert (
+        termination.message is not None
+        and "exceeds quota (4096KB)" in termination.message
+    )
+    assert [(r.name, r.scalar.value) for r in termination.limited_resources] == [
+        ("disk", 4.0)
+    ]
 
 
-async def test_nested_container_sees_its_parents_sandbox_path(containerizer, linux_env):
+async def test_nested_container_sees_its_parents_sandbox_path(containerizer, env):
     parent = ContainerID(value=str(uuid.uuid4()))
-    parent_config = shell(linux_env, "executor", "mkdir -p shared && echo from-parent > shared/hello; sleep 1000")
+    parent_config = shell(
+        env,
+        "executor",
+        "mkdir -p shared && echo from-parent > shared/hello; sleep 1000",
+    )
     await containerizer.launch(parent, parent_config)
     hello = os.path.join(parent_config.sandbox, "shared", "hello")
 
@@ -184,10 +219,14 @@ async def test_nested_container_sees_its_parents_sandbox_path(containerizer, lin
     volume = Volume(
         container_path="from-parent",
         mode="RW",
-        source=VolumeSource(type="SANDBOX_PATH", sandbox_path=SandboxPath(type="PARENT", path="shared")),
+        source=VolumeSource(
+            type="SANDBOX_PATH", sandbox_path=SandboxPath(type="PARENT", path="shared")
+        ),
     )
     child_config = ContainerConfig(
-        command=CommandInfo(value="cat from-parent/hello && echo reply > from-parent/answer"),
+        command=CommandInfo(
+            value="cat from-parent/hello && echo reply > from-parent/answer"
+        ),
         sandbox=child_sandbox,
         container_info=ContainerInfo(volumes=[volume]),
     )
@@ -195,16 +234,25 @@ async def test_nested_container_sees_its_parents_sandbox_path(containerizer, lin
     termination = await asyncio.wait_for(containerizer.wait(child), 60)
     assert termination is not None and termination.status == 0
     assert output(child_config) == "from-parent\n"
-    with open(os.path.join(parent_config.sandbox, "shared", "answer")) as f:
-        assert f.read() == "reply\n"
+    assert read(os.path.join(parent_config.sandbox, "shared", "answer")) == "reply\n"
     await containerizer.destroy(parent)
 
 
-async def test_nested_container_with_own_cgroups_is_oom_killed_alone(containerizer, linux_env):
+async def test_nested_container_with_own_cgroups_is_oom_killed_alone(
+    containerizer, env
+):
     parent = ContainerID(value=str(uuid.uuid4()))
-    await containerizer.launch(parent, shell(linux_env, "pod", "sleep 1000", resources=[scalar("cpus", 1), scalar("mem", 256)]))
+    await containerizer.launch(
+        parent,
+        shell(
+            env,
+            "pod",
+            "sleep 1000",
+            resources=[scalar("cpus", 1), scalar("mem", 256)],
+        ),
+    )
     child = ContainerID(value=str(uuid.uuid4()), parent=parent)
-    sandbox = os.path.join(linux_env.sandbox("pod"), "containers", child.value)
+    sandbox = os.path.join(env.sandbox("pod"), "containers", child.value)
     os.makedirs(sandbox)
     child_config = ContainerConfig(
         command=CommandInfo(value="x=a; while :; do x=$x$x; done"),
@@ -222,13 +270,22 @@ async def test_nested_container_with_own_cgroups_is_oom_killed_alone(containeriz
     await containerizer.destroy(parent)
 
 
-async def test_rlimits_and_capabilities_apply_inside_the_container(containerizer, linux_env):
+async def test_rlimits_and_capabilities_apply_inside_the_container(containerizer, env):
     cid = ContainerID(value=str(uuid.uuid4()))
     info = ContainerInfo(
-        rlimit_info=RLimitInfo(rlimits=[RLimit(type="RLMT_NOFILE", soft=123, hard=456)]),
-        linux_info=LinuxInfo(effective_capabilities={"capabilities": ["CHOWN", "KILL"]}),
+        rlimit_info=RLimitInfo(
+            rlimits=[RLimit(type="RLMT_NOFILE", soft=123, hard=456)]
+        ),
+        linux_info=LinuxInfo(
+            effective_capabilities={"capabilities": ["CHOWN", "KILL"]}
+        ),
     )
-    config = shell(linux_env, "limits", "ulimit -Sn; ulimit -Hn; grep CapEff /proc/self/status", container_info=info)
+    config = shell(
+        env,
+        "limits",
+        "ulimit -Sn; ulimit -Hn; grep CapEff /proc/self/status",
+        container_info=info,
+    )
     await containerizer.launch(cid, config)
     termination = await asyncio.wait_for(containerizer.wait(cid), 60)
     assert termination is not None and termination.status == 0

@@ -47,7 +47,9 @@ def scalar(name: str, value: float) -> Resource:
     return Resource(name=name, type=ValueType.SCALAR, scalar=Scalar(value=value))
 
 
-def config(sandbox: str, cpus: float = 0.5, mem: float = 64, **kwargs: Any) -> ContainerConfig:
+def config(
+    sandbox: str, cpus: float = 0.5, mem: float = 64, **kwargs: Any
+) -> ContainerConfig:
     return ContainerConfig(
         command=CommandInfo(value="true"),
         sandbox=sandbox,
@@ -87,7 +89,9 @@ def flags() -> Any:
     yield flags
     # Whatever a test left: kill its processes (by cgroup membership) and remove it.
     hierarchy = Hierarchy.detect(flags.cgroups_hierarchy)
-    asyncio.run(hierarchy.cgroup(root).remove([c for c in CONTROLLERS if hierarchy.has(c)]))
+    asyncio.run(
+        hierarchy.cgroup(root).remove([c for c in CONTROLLERS if hierarchy.has(c)])
+    )
 
 
 @pytest.fixture
@@ -134,7 +138,9 @@ async def test_memory_hog_is_oom_killed_and_reported(flags, held, watching, tmp_
     cid = ContainerID(value=str(uuid.uuid4()))
     info = await isolator.prepare(cid, config(str(tmp_path), mem=48))
     assert info is not None
-    assert info.cgroup_resources == {"memory": {"limit": 48 << 20, "reservation": 48 << 20}}
+    assert info.cgroup_resources == {
+        "memory": {"limit": 48 << 20, "reservation": 48 << 20}
+    }
 
     hog = held([sys.executable, "-c", MEMORY_HOG])
     await isolator.isolate(cid, hog.pid)
@@ -154,7 +160,9 @@ async def test_memory_hog_is_oom_killed_and_reported(flags, held, watching, tmp_
     assert not isolator.hierarchy.cgroup(own_cgroup_path(flags, cid)).exists("memory")
 
 
-async def test_process_within_its_limit_is_not_reported(flags, held, watching, tmp_path):
+async def test_process_within_its_limit_is_not_reported(
+    flags, held, watching, tmp_path
+):
     skip_without(flags, "memory")
     isolator = CgroupsMemIsolator(flags)
     cid = ContainerID(value=str(uuid.uuid4()))
@@ -176,7 +184,9 @@ async def test_cpu_hog_is_throttled_to_its_quota(flags, held, tmp_path):
     cid = ContainerID(value=str(uuid.uuid4()))
     info = await isolator.prepare(cid, config(str(tmp_path), cpus=0.2))
     assert info is not None
-    assert info.cgroup_resources == {"cpu": {"shares": 204, "quota": 20_000, "period": 100_000}}
+    assert info.cgroup_resources == {
+        "cpu": {"shares": 204, "quota": 20_000, "period": 100_000}
+    }
 
     hog = held(["sh", "-c", "while :; do :; done"])
     await isolator.isolate(cid, hog.pid)
@@ -201,7 +211,9 @@ async def test_cpu_hog_is_throttled_to_its_quota(flags, held, tmp_path):
     await isolator.cleanup(cid)
 
 
-async def test_update_changes_quota_and_infinite_limit_removes_it(flags, held, tmp_path):
+async def test_update_changes_quota_and_infinite_limit_removes_it(
+    flags, held, tmp_path
+):
     hierarchy = skip_without(flags, "cpu")
     isolator = CgroupsCpuIsolator(flags)
     cid = ContainerID(value=str(uuid.uuid4()))
@@ -221,7 +233,9 @@ async def test_update_changes_quota_and_infinite_limit_removes_it(flags, held, t
     assert sleeper.process.poll() is not None  # cleanup killed what was left
 
 
-async def test_memory_update_raises_but_never_lowers_the_hard_limit(flags, held, tmp_path):
+async def test_memory_update_raises_but_never_lowers_the_hard_limit(
+    flags, held, tmp_path
+):
     hierarchy = skip_without(flags, "memory")
     isolator = CgroupsMemIsolator(flags)
     cid = ContainerID(value=str(uuid.uuid4()))
@@ -259,7 +273,11 @@ time.sleep(600)
 
 async def test_fork_bomb_stops_at_pids_max(held, tmp_path):
     root = f"mesilla-test-{uuid.uuid4().hex[:8]}"
-    flags = parse(CONTAINERIZER_FLAGS, [f"--cgroups_root={root}", "--cgroups_max_pids=16"], environ={})
+    flags = parse(
+        CONTAINERIZER_FLAGS,
+        [f"--cgroups_root={root}", "--cgroups_max_pids=16"],
+        environ={},
+    )
     hierarchy = skip_without(flags, "pids")
     isolator = CgroupsPidsIsolator(flags)
     cid = ContainerID(value=str(uuid.uuid4()))
@@ -293,12 +311,17 @@ async def test_nested_containers_share_or_get_their_own_cgroup(flags, held, tmp_
     parent_process = held(["sleep", "60"])
     await isolator.isolate(parent, parent_process.pid)
 
-    assert await isolator.prepare(shared, config(str(tmp_path / "shared"), mem=32)) is None
+    assert (
+        await isolator.prepare(shared, config(str(tmp_path / "shared"), mem=32)) is None
+    )
     assert await isolator.usage(shared) == {}
 
     separate = ContainerInfo(linux_info=LinuxInfo(share_cgroups=False))
     info = await isolator.prepare(
-        own, config(str(tmp_path / "own"), mem=32, container_info=separate, limits={"mem": 100})
+        own,
+        config(
+            str(tmp_path / "own"), mem=32, container_info=separate, limits={"mem": 100}
+        ),
     )
     assert info is not None
     assert info.cgroup_resources["memory"]["limit"] == 100 << 20
@@ -309,7 +332,9 @@ async def test_nested_containers_share_or_get_their_own_cgroup(flags, held, tmp_
     assert cgroup.contains("memory", child.pid)
     assert (await isolator.usage(own))["mem_limit_bytes"] == 100 << 20
     # The parent's accounting includes its nested container's.
-    assert hierarchy.cgroup(own_cgroup_path(flags, parent)).contains("memory", child.pid)
+    assert hierarchy.cgroup(own_cgroup_path(flags, parent)).contains(
+        "memory", child.pid
+    )
 
     await isolator.cleanup(own)
     assert not cgroup.exists("memory")
@@ -317,7 +342,9 @@ async def test_nested_containers_share_or_get_their_own_cgroup(flags, held, tmp_
     await isolator.cleanup(parent)
 
 
-async def test_recovered_isolator_reports_usage_and_oom(flags, held, watching, tmp_path):
+async def test_recovered_isolator_reports_usage_and_oom(
+    flags, held, watching, tmp_path
+):
     skip_without(flags, "memory")
     cid = ContainerID(value=str(uuid.uuid4()))
     cfg = config(str(tmp_path), mem=48)
@@ -328,7 +355,9 @@ async def test_recovered_isolator_reports_usage_and_oom(flags, held, watching, t
 
     # The agent restarts: a new isolator learns the container from the checkpoints.
     second = CgroupsMemIsolator(flags)
-    await second.recover([ContainerRuntimeState(cid, hog.pid, str(tmp_path), cfg)], set())
+    await second.recover(
+        [ContainerRuntimeState(cid, hog.pid, str(tmp_path), cfg)], set()
+    )
     assert (await second.usage(cid))["mem_limit_bytes"] == 48 << 20
     watch = asyncio.create_task(second.watch(cid))
     watching.append(watch)

@@ -6,6 +6,7 @@ import asyncio
 import subprocess
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -14,7 +15,14 @@ from mesilla.common.flags import parse
 from mesilla.containerizer.flags import CONTAINERIZER_FLAGS
 from mesilla.containerizer.isolators.disk.du import DiskDuIsolator
 from mesilla.containerizer.types import ContainerConfig
-from mesilla.v1.mesos import CommandInfo, ContainerID, Reason, Resource, Scalar, ValueType
+from mesilla.v1.mesos import (
+    CommandInfo,
+    ContainerID,
+    Reason,
+    Resource,
+    Scalar,
+    ValueType,
+)
 
 
 def disk(megabytes: float) -> Resource:
@@ -22,39 +30,47 @@ def disk(megabytes: float) -> Resource:
 
 
 def flags(*extra: str) -> Any:
-    return parse(CONTAINERIZER_FLAGS, ["--container_disk_watch_interval=50ms", *extra], environ={})
+    return parse(
+        CONTAINERIZER_FLAGS,
+        ["--container_disk_watch_interval=50ms", *extra],
+        environ={},
+    )
+
+
+FILLER = (
+    "i=0; while :; do head -c 1048576 /dev/urandom > f$i; i=$((i+1)); sleep 0.05; done"
+)
 
 
 @pytest.fixture
-def children() -> Iterator[list[subprocess.Popen[bytes]]]:
-    started: list[subprocess.Popen[bytes]] = []
-    yield started
-    for child in started:
-        if child.poll() is None:
-            child.kill()
-        child.wait()
-
-
-async def test_disk_filler_over_quota_is_reported(tmp_path, children):
-    isolator = DiskDuIsolator(flags("--enforce_container_disk_quota"))
-    cid = ContainerID(value=str(uuid.uuid4()))
+def filled_sandbox(tmp_path: Path) -> Iterator[Path]:
+    """A sandbox with a process that keeps writing into it, stopped at teardown."""
     sandbox = tmp_path / "sandbox"
     sandbox.mkdir()
-    config = ContainerConfig(command=CommandInfo(value="x"), sandbox=str(sandbox), resources=[disk(2)])
+    filler = subprocess.Popen(["sh", "-c", FILLER], cwd=sandbox)
+    try:
+        yield sandbox
+    finally:
+        filler.kill()
+        filler.wait()
+
+
+async def test_disk_filler_over_quota_is_reported(filled_sandbox):
+    isolator = DiskDuIsolator(flags("--enforce_container_disk_quota"))
+    cid = ContainerID(value=str(uuid.uuid4()))
+    config = ContainerConfig(
+        command=CommandInfo(value="x"), sandbox=str(filled_sandbox), resources=[disk(2)]
+    )
     try:
         await isolator.prepare(cid, config)
         watch = asyncio.create_task(isolator.watch(cid))
-        # A filler that keeps writing until someone stops it.
-        filler = subprocess.Popen(
-            ["sh", "-c", "i=0; while :; do head -c 1048576 /dev/urandom > f$i; i=$((i+1)); sleep 0.05; done"],
-            cwd=sandbox,
-        )
-        children.append(filler)
         limitation = await asyncio.wait_for(watch, 60)
         assert limitation.reason == Reason.REASON_CONTAINER_LIMITATION_DISK
         assert limitation.message.startswith("Disk usage (")
         assert limitation.message.endswith("exceeds quota (2048KB)")
-        assert [(r.name, r.scalar.value) for r in limitation.resources] == [("disk", 2.0)]
+        assert [(r.name, r.scalar.value) for r in limitation.resources] == [
+            ("disk", 2.0)
+        ]
         usage = await isolator.usage(cid)
         assert usage["disk_limit_bytes"] == 2 << 20
         assert usage["disk_used_bytes"] > 2 << 20
@@ -66,7 +82,9 @@ async def test_without_enforcement_usage_is_reported_but_not_limited(tmp_path):
     isolator = DiskDuIsolator(flags())
     cid = ContainerID(value=str(uuid.uuid4()))
     (tmp_path / "data").write_bytes(b"x" * (3 << 20))
-    config = ContainerConfig(command=CommandInfo(value="x"), sandbox=str(tmp_path), resources=[disk(1)])
+    config = ContainerConfig(
+        command=CommandInfo(value="x"), sandbox=str(tmp_path), resources=[disk(1)]
+    )
     try:
         await isolator.prepare(cid, config)
         watch = asyncio.create_task(isolator.watch(cid))
@@ -86,11 +104,15 @@ async def test_without_enforcement_usage_is_reported_but_not_limited(tmp_path):
         await isolator.cleanup(cid)
 
 
-async def test_update_changes_the_quota_and_nested_containers_are_not_measured(tmp_path):
+async def test_update_changes_the_quota_and_nested_containers_are_not_measured(
+    tmp_path,
+):
     isolator = DiskDuIsolator(flags("--enforce_container_disk_quota"))
     parent = ContainerID(value=str(uuid.uuid4()))
     nested = ContainerID(value=str(uuid.uuid4()), parent=parent)
-    config = ContainerConfig(command=CommandInfo(value="x"), sandbox=str(tmp_path), resources=[disk(10)])
+    config = ContainerConfig(
+        command=CommandInfo(value="x"), sandbox=str(tmp_path), resources=[disk(10)]
+    )
     try:
         await isolator.prepare(parent, config)
         await isolator.prepare(nested, config)

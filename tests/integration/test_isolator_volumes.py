@@ -17,7 +17,9 @@ import pytest
 from mesilla.common.flags import parse
 from mesilla.containerizer.flags import CONTAINERIZER_FLAGS
 from mesilla.containerizer.isolators.volume.host_path import VolumeHostPathIsolator
-from mesilla.containerizer.isolators.volume.sandbox_path import VolumeSandboxPathIsolator
+from mesilla.containerizer.isolators.volume.sandbox_path import (
+    VolumeSandboxPathIsolator,
+)
 from mesilla.containerizer.types import ContainerConfig, ContainerLaunchInfo
 from mesilla.v1.mesos import (
     CommandInfo,
@@ -32,12 +34,16 @@ pytestmark = [pytest.mark.root]
 FLAGS = parse(CONTAINERIZER_FLAGS, [], environ={})
 
 
-def run_with_mounts(info: ContainerLaunchInfo, script: str) -> subprocess.CompletedProcess[str]:
+def run_with_mounts(
+    info: ContainerLaunchInfo, script: str
+) -> subprocess.CompletedProcess[str]:
     """Runs `script` in a new mount namespace where `info.mounts` are applied."""
     steps = []
     for mount in info.mounts:
         options = [o for o in mount.options if o not in ("rw", "ro", "rbind")]
-        steps.append(f"mount --rbind {shlex.quote(mount.source)} {shlex.quote(mount.target)}")
+        steps.append(
+            f"mount --rbind {shlex.quote(mount.source)} {shlex.quote(mount.target)}"
+        )
         for option in options:
             steps.append(f"mount --make-{option} {shlex.quote(mount.target)}")
         if "ro" in mount.options:
@@ -45,15 +51,22 @@ def run_with_mounts(info: ContainerLaunchInfo, script: str) -> subprocess.Comple
     command = " && ".join([*steps, script])
     return subprocess.run(
         ["unshare", "--mount", "--propagation", "private", "sh", "-c", command],
-        capture_output=True, text=True, timeout=60,
+        capture_output=True,
+        check=False,
+        text=True,
+        timeout=60,
     )
 
 
-def sandbox_volume(kind: str, path: str, container_path: str, mode: str = "RW") -> Volume:
+def sandbox_volume(
+    kind: str, path: str, container_path: str, mode: str = "RW"
+) -> Volume:
     return Volume(
         container_path=container_path,
         mode=mode,
-        source=VolumeSource(type="SANDBOX_PATH", sandbox_path=SandboxPath(type=kind, path=path)),
+        source=VolumeSource(
+            type="SANDBOX_PATH", sandbox_path=SandboxPath(type=kind, path=path)
+        ),
     )
 
 
@@ -69,7 +82,10 @@ async def test_parent_sandbox_path_shows_the_parents_files(tmp_path):
     child = ContainerID(value=str(uuid.uuid4()), parent=parent)
     parent_sandbox = tmp_path / "executor"
     parent_sandbox.mkdir()
-    await isolator.prepare(parent, ContainerConfig(command=CommandInfo(value="x"), sandbox=str(parent_sandbox)))
+    await isolator.prepare(
+        parent,
+        ContainerConfig(command=CommandInfo(value="x"), sandbox=str(parent_sandbox)),
+    )
     (parent_sandbox / "shared").mkdir()
     (parent_sandbox / "shared" / "greeting").write_text("from the executor\n")
 
@@ -77,7 +93,9 @@ async def test_parent_sandbox_path_shows_the_parents_files(tmp_path):
     config = ContainerConfig(
         command=CommandInfo(value="x"),
         sandbox=str(child_sandbox),
-        container_info=ContainerInfo(volumes=[sandbox_volume("PARENT", "shared", "data")]),
+        container_info=ContainerInfo(
+            volumes=[sandbox_volume("PARENT", "shared", "data")]
+        ),
     )
     info = await isolator.prepare(child, config)
     assert info is not None
@@ -85,11 +103,16 @@ async def test_parent_sandbox_path_shows_the_parents_files(tmp_path):
     assert mount.source == str(parent_sandbox / "shared")
     assert mount.target == str(child_sandbox / "data")
 
-    result = run_with_mounts(info, f"cat {child_sandbox}/data/greeting && echo back > {child_sandbox}/data/reply")
+    result = run_with_mounts(
+        info,
+        f"cat {child_sandbox}/data/greeting && echo back > {child_sandbox}/data/reply",
+    )
     assert result.returncode == 0, result.stderr
     assert result.stdout == "from the executor\n"
     assert (parent_sandbox / "shared" / "reply").read_text() == "back\n"
-    assert not (child_sandbox / "data" / "greeting").exists()  # nothing leaked to the host
+    assert not (
+        child_sandbox / "data" / "greeting"
+    ).exists()  # nothing leaked to the host
     await isolator.cleanup(child)
     await isolator.cleanup(parent)
 
@@ -100,7 +123,9 @@ async def test_self_sandbox_path_read_only_refuses_writes(tmp_path):
     config = ContainerConfig(
         command=CommandInfo(value="x"),
         sandbox=str(tmp_path),
-        container_info=ContainerInfo(volumes=[sandbox_volume("SELF", "cache/a", "view", mode="RO")]),
+        container_info=ContainerInfo(
+            volumes=[sandbox_volume("SELF", "cache/a", "view", mode="RO")]
+        ),
     )
     info = await isolator.prepare(cid, config)
     assert info is not None and (tmp_path / "cache" / "a").is_dir()
@@ -123,7 +148,9 @@ async def test_host_path_volume_is_mounted_read_only(tmp_path):
         source=VolumeSource(type="HOST_PATH", host_path={"path": str(host)}),
     )
     config = ContainerConfig(
-        command=CommandInfo(value="x"), sandbox=str(sandbox), container_info=ContainerInfo(volumes=[volume])
+        command=CommandInfo(value="x"),
+        sandbox=str(sandbox),
+        container_info=ContainerInfo(volumes=[volume]),
     )
     info = await isolator.prepare(ContainerID(value="c"), config)
     assert info is not None

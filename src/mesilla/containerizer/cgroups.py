@@ -99,7 +99,9 @@ class Hierarchy:
     mounts: dict[str, str] = field(default_factory=dict)
 
     @classmethod
-    def detect(cls, root: str = "/sys/fs/cgroup", mountinfo: str = "/proc/self/mountinfo") -> Hierarchy:
+    def detect(
+        cls, root: str = "/sys/fs/cgroup", mountinfo: str = "/proc/self/mountinfo"
+    ) -> Hierarchy:
         root = os.path.realpath(root)
         v1: dict[str, str] = {}
         unified = False
@@ -133,8 +135,20 @@ class Hierarchy:
 
 
 _V1_CONTROLLERS = {
-    "cpu", "cpuacct", "cpuset", "memory", "pids", "devices", "freezer", "blkio",
-    "net_cls", "net_prio", "perf_event", "hugetlb", "rdma", "misc",
+    "cpu",
+    "cpuacct",
+    "cpuset",
+    "memory",
+    "pids",
+    "devices",
+    "freezer",
+    "blkio",
+    "net_cls",
+    "net_prio",
+    "perf_event",
+    "hugetlb",
+    "rdma",
+    "misc",
 }
 
 
@@ -190,7 +204,9 @@ class Cgroup:
             with open(os.path.join(self.directory(controller), name)) as f:
                 return f.read()
         except OSError as exc:
-            raise CgroupsError(f"Failed to read {name} of cgroup {self.path}: {exc.strerror}") from None
+            raise CgroupsError(
+                f"Failed to read {name} of cgroup {self.path}: {exc.strerror}"
+            ) from None
 
     def write(self, controller: str, name: str, value: str | int) -> None:
         try:
@@ -214,7 +230,11 @@ class Cgroup:
         """The controllers that make up `controller` here (v1 splits cpu from cpuacct)."""
         if self.version == 2:
             return [controller]
-        return [n for n in V1_COMPANIONS.get(controller, (controller,)) if self.hierarchy.has(n)]
+        return [
+            n
+            for n in V1_COMPANIONS.get(controller, (controller,))
+            if self.hierarchy.has(n)
+        ]
 
     def add_process(self, controller: str, pid: int) -> None:
         for name in self._companions(controller):
@@ -260,7 +280,9 @@ class Cgroup:
     async def remove(self, controllers: Iterable[str], attempts: int = 50) -> None:
         """Removes the cgroup and its descendants, SIGKILLing what is left in them and
         waiting while the dying tasks drain (as Mesos's cgroups destroy does)."""
-        names = {name for controller in controllers for name in self._companions(controller)}
+        names = {
+            name for controller in controllers for name in self._companions(controller)
+        }
         directories = {self.directory(n) for n in names}
         for top in directories:
             await _remove_tree(top, attempts)
@@ -294,14 +316,18 @@ async def _remove_tree(top: str, attempts: int) -> None:
         if not os.path.isdir(top):
             return
         busy: OSError | None = None
-        for directory, _subdirs, _files in sorted(os.walk(top), key=lambda w: -len(w[0])):
+        for directory, _subdirs, _files in sorted(
+            os.walk(top), key=lambda w: -len(w[0])
+        ):
             try:
                 os.rmdir(directory)
             except FileNotFoundError:
                 continue
             except OSError as exc:
                 if exc.errno != errno.EBUSY:
-                    raise CgroupsError(f"Failed to remove cgroup {directory}: {exc.strerror}") from None
+                    raise CgroupsError(
+                        f"Failed to remove cgroup {directory}: {exc.strerror}"
+                    ) from None
                 busy = exc
                 _kill_members(directory)
         if busy is None:
@@ -336,9 +362,12 @@ class OomListener:
             if cgroup.version == 1:
                 self._eventfd = os.eventfd(0, os.EFD_CLOEXEC | os.EFD_NONBLOCK)
                 self._control = os.open(
-                    os.path.join(directory, "memory.oom_control"), os.O_RDONLY | os.O_CLOEXEC
+                    os.path.join(directory, "memory.oom_control"),
+                    os.O_RDONLY | os.O_CLOEXEC,
                 )
-                cgroup.write("memory", "cgroup.event_control", f"{self._eventfd} {self._control}")
+                cgroup.write(
+                    "memory", "cgroup.event_control", f"{self._eventfd} {self._control}"
+                )
             else:
                 self._inotify = _inotify_watch(os.path.join(directory, "memory.events"))
         except (OSError, CgroupsError):
@@ -417,8 +446,13 @@ def _drain(fd: int) -> None:
 
 async def _readable(fd: int) -> None:
     loop = asyncio.get_running_loop()
-    ready = loop.create_future()
-    loop.add_reader(fd, lambda: ready.done() or ready.set_result(None))
+    ready: asyncio.Future[None] = loop.create_future()
+
+    def wake() -> None:
+        if not ready.done():
+            ready.set_result(None)
+
+    loop.add_reader(fd, wake)
     try:
         await ready
     finally:

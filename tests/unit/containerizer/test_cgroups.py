@@ -25,7 +25,10 @@ from mesilla.containerizer.cgroups import (
     shares_cgroups,
 )
 from mesilla.containerizer.flags import CONTAINERIZER_FLAGS
-from mesilla.containerizer.isolators.cgroups.cpu import CgroupsCpuIsolator, shares_to_weight
+from mesilla.containerizer.isolators.cgroups.cpu import (
+    CgroupsCpuIsolator,
+    shares_to_weight,
+)
 from mesilla.containerizer.isolators.cgroups.mem import CgroupsMemIsolator
 from mesilla.containerizer.isolators.cgroups.pids import CgroupsPidsIsolator
 from mesilla.containerizer.isolators.cgroups.subsystem import IsolatorConfigError
@@ -67,7 +70,10 @@ def test_nested_containers_are_accounted_to_the_nearest_ancestor_with_own_cgroup
     f = flags()
     assert cgroup_path(f, ROOT) == "mesilla/exec"
     assert cgroup_path(f, GRANDCHILD) == "mesilla/exec"  # default: share
-    assert cgroup_path(f, GRANDCHILD, lambda cid: cid.value != "task") == "mesilla/exec/task"
+    assert (
+        cgroup_path(f, GRANDCHILD, lambda cid: cid.value != "task")
+        == "mesilla/exec/task"
+    )
     assert cgroup_path(f, GRANDCHILD, lambda cid: False) == "mesilla/exec/task/sub"
 
 
@@ -79,25 +85,34 @@ def test_share_cgroups_defaults_to_true():
 
 
 def write_mountinfo(path: Path, lines: list[str]) -> str:
-    path.write_text("".join(f"{n} 1 0:{n} / {line}\n" for n, line in enumerate(lines, 30)))
+    path.write_text(
+        "".join(f"{n} 1 0:{n} / {line}\n" for n, line in enumerate(lines, 30))
+    )
     return str(path)
 
 
 def test_detects_a_v1_hybrid_host_and_ignores_its_empty_unified_mount(tmp_path):
     root = str(tmp_path)
-    mountinfo = write_mountinfo(tmp_path / "mountinfo", [
-        f"{root} rw - tmpfs tmpfs rw",
-        f"{root}/cpu,cpuacct rw - cgroup cgroup rw,cpu,cpuacct",
-        f"{root}/memory rw - cgroup cgroup rw,memory",
-        f"{root}/systemd rw - cgroup cgroup rw,name=systemd",
-        f"{root}/unified rw - cgroup2 cgroup2 rw",
-    ])
+    mountinfo = write_mountinfo(
+        tmp_path / "mountinfo",
+        [
+            f"{root} rw - tmpfs tmpfs rw",
+            f"{root}/cpu,cpuacct rw - cgroup cgroup rw,cpu,cpuacct",
+            f"{root}/memory rw - cgroup cgroup rw,memory",
+            f"{root}/systemd rw - cgroup cgroup rw,name=systemd",
+            f"{root}/unified rw - cgroup2 cgroup2 rw",
+        ],
+    )
     hierarchy = Hierarchy.detect(root, mountinfo)
     assert hierarchy.version == 1
     assert hierarchy.mounts == {
-        "cpu": f"{root}/cpu,cpuacct", "cpuacct": f"{root}/cpu,cpuacct", "memory": f"{root}/memory",
+        "cpu": f"{root}/cpu,cpuacct",
+        "cpuacct": f"{root}/cpu,cpuacct",
+        "memory": f"{root}/memory",
     }
-    assert hierarchy.cgroup("mesilla/x").directory("memory") == f"{root}/memory/mesilla/x"
+    assert (
+        hierarchy.cgroup("mesilla/x").directory("memory") == f"{root}/memory/mesilla/x"
+    )
     with pytest.raises(CgroupsError, match="'pids' cgroup controller is not available"):
         hierarchy.cgroup("mesilla/x").directory("pids")
 
@@ -105,14 +120,18 @@ def test_detects_a_v1_hybrid_host_and_ignores_its_empty_unified_mount(tmp_path):
 def test_detects_a_unified_v2_host(tmp_path):
     root = str(tmp_path)
     (tmp_path / "cgroup.controllers").write_text("cpuset cpu io memory pids\n")
-    mountinfo = write_mountinfo(tmp_path / "mountinfo", [f"{root} rw - cgroup2 cgroup2 rw"])
+    mountinfo = write_mountinfo(
+        tmp_path / "mountinfo", [f"{root} rw - cgroup2 cgroup2 rw"]
+    )
     hierarchy = Hierarchy.detect(root, mountinfo)
     assert hierarchy.version == 2
     assert set(hierarchy.mounts) == {"cpuset", "cpu", "io", "memory", "pids"}
 
 
 def test_no_cgroups_mounted_is_a_clear_error(tmp_path):
-    mountinfo = write_mountinfo(tmp_path / "mountinfo", [f"{tmp_path} rw - tmpfs tmpfs rw"])
+    mountinfo = write_mountinfo(
+        tmp_path / "mountinfo", [f"{tmp_path} rw - tmpfs tmpfs rw"]
+    )
     with pytest.raises(CgroupsError, match="No cgroup hierarchy is mounted"):
         Hierarchy.detect(str(tmp_path), mountinfo)
 
@@ -122,7 +141,9 @@ def v2(tmp_path) -> Hierarchy:
     """A directory shaped like a cgroup2 mount with cpu, memory and pids."""
     (tmp_path / "cgroup.controllers").write_text("cpu memory pids\n")
     (tmp_path / "cgroup.subtree_control").write_text("")
-    return Hierarchy(str(tmp_path), 2, {c: str(tmp_path) for c in ("cpu", "memory", "pids")})
+    return Hierarchy(
+        str(tmp_path), 2, {c: str(tmp_path) for c in ("cpu", "memory", "pids")}
+    )
 
 
 class FakeV2Cgroups:
@@ -136,9 +157,15 @@ class FakeV2Cgroups:
             (directory / name).write_text(text)
 
 
-def config(resources: list[Resource], limits: dict[str, float] | None = None, **kwargs: Any) -> ContainerConfig:
+def config(
+    resources: list[Resource], limits: dict[str, float] | None = None, **kwargs: Any
+) -> ContainerConfig:
     return ContainerConfig(
-        command=CommandInfo(value="x"), sandbox="/tmp", resources=resources, limits=limits or {}, **kwargs
+        command=CommandInfo(value="x"),
+        sandbox="/tmp",
+        resources=resources,
+        limits=limits or {},
+        **kwargs,
     )
 
 
@@ -148,18 +175,27 @@ def config(resources: list[Resource], limits: dict[str, float] | None = None, **
         (0.5, {}, [], {"shares": 512, "quota": 50_000, "period": 100_000}),
         (0.001, {}, [], {"shares": 2, "quota": 1_000, "period": 100_000}),
         (2, {}, ["--no-cgroups_enable_cfs"], {"shares": 2048}),
-        (1, {"cpus": 3}, ["--no-cgroups_enable_cfs"], {"shares": 1024, "quota": 300_000, "period": 100_000}),
+        (
+            1,
+            {"cpus": 3},
+            ["--no-cgroups_enable_cfs"],
+            {"shares": 1024, "quota": 300_000, "period": 100_000},
+        ),
         (1, {"cpus": math.inf}, [], {"shares": 1024}),
     ],
 )
 def test_cpu_shares_and_cfs_quota(v2, cpus, limits, argv, expected):
     isolator = CgroupsCpuIsolator(flags(*argv), v2)
-    assert isolator.launch_resources([scalar("cpus", cpus)], limits) == {"cpu": expected}
+    assert isolator.launch_resources([scalar("cpus", cpus)], limits) == {
+        "cpu": expected
+    }
 
 
 def test_cpu_limit_below_request_is_refused(v2):
     with pytest.raises(IsolatorConfigError, match="not below the request"):
-        CgroupsCpuIsolator(flags(), v2).launch_resources([scalar("cpus", 2)], {"cpus": 1})
+        CgroupsCpuIsolator(flags(), v2).launch_resources(
+            [scalar("cpus", 2)], {"cpus": 1}
+        )
 
 
 def test_shares_map_to_v2_weights_as_oci_runtimes_do():
@@ -179,10 +215,14 @@ def test_shares_map_to_v2_weights_as_oci_runtimes_do():
 )
 def test_memory_limits(v2, mem, limits, expected):
     isolator = CgroupsMemIsolator(flags(), v2)
-    assert isolator.launch_resources([scalar("mem", mem)], limits) == {"memory": expected}
+    assert isolator.launch_resources([scalar("mem", mem)], limits) == {
+        "memory": expected
+    }
 
 
-async def test_v2_isolate_writes_limits_on_the_container_and_moves_the_process_to_its_leaf(v2, tmp_path):
+async def test_v2_isolate_writes_limits_on_the_container_and_moves_the_process_to_its_leaf(
+    v2, tmp_path
+):
     cid = ContainerID(value="c1")
     base = tmp_path / "mesilla" / "c1"
     cpu = CgroupsCpuIsolator(flags(), v2)
@@ -192,7 +232,9 @@ async def test_v2_isolate_writes_limits_on_the_container_and_moves_the_process_t
     await mem.prepare(cid, cfg)
     (tmp_path / "mesilla").mkdir()
     FakeV2Cgroups.populate(tmp_path / "mesilla", {})
-    FakeV2Cgroups.populate(base, {"memory.max": "max\n", "memory.events": "oom 0\noom_kill 0\n"})
+    FakeV2Cgroups.populate(
+        base, {"memory.max": "max\n", "memory.events": "oom 0\noom_kill 0\n"}
+    )
 
     await cpu.isolate(cid, os.getpid())
     await mem.isolate(cid, os.getpid())
@@ -210,7 +252,9 @@ async def test_v2_isolate_writes_limits_on_the_container_and_moves_the_process_t
         "nr_periods 10\nnr_throttled 4\nthrottled_usec 500000\n"
     )
     (base / "memory.current").write_text(f"{50 * MB}\n")
-    (base / "memory.stat").write_text(f"anon {40 * MB}\nfile {10 * MB}\nfile_mapped 4096\n")
+    (base / "memory.stat").write_text(
+        f"anon {40 * MB}\nfile {10 * MB}\nfile_mapped 4096\n"
+    )
     assert await cpu.usage(cid) == {
         "cpus_user_time_secs": 2.0,
         "cpus_system_time_secs": 1.0,
@@ -262,5 +306,7 @@ async def test_pids_limit_comes_from_the_flag(v2):
 
 def test_an_isolator_whose_controller_is_missing_says_how_to_fix_it(tmp_path):
     hierarchy = Hierarchy(str(tmp_path), 1, {"memory": str(tmp_path)})
-    with pytest.raises(IsolatorConfigError, match="remove cgroups/pids from --isolation"):
+    with pytest.raises(
+        IsolatorConfigError, match="remove cgroups/pids from --isolation"
+    ):
         CgroupsPidsIsolator(flags(), hierarchy)

@@ -37,7 +37,9 @@ class CgroupsCpuIsolator(CgroupsIsolator):
     name = "cgroups/cpu"
     controller = "cpu"
 
-    def _settings(self, resources: list[Resource], limits: dict[str, float]) -> tuple[int, int | None] | None:
+    def _settings(
+        self, resources: list[Resource], limits: dict[str, float]
+    ) -> tuple[int, int | None] | None:
         """(shares, CFS quota in us or None for no cap); None without a `cpus` request."""
         requested = [r for r in resources if r.name == "cpus"]
         if not requested:
@@ -57,7 +59,9 @@ class CgroupsCpuIsolator(CgroupsIsolator):
         quota = None if cap is None else max(MIN_CFS_QUOTA_US, int(cap * CFS_PERIOD_US))
         return shares, quota
 
-    def launch_resources(self, resources: list[Resource], limits: dict[str, float]) -> dict[str, Any]:
+    def launch_resources(
+        self, resources: list[Resource], limits: dict[str, float]
+    ) -> dict[str, Any]:
         settings = self._settings(resources, limits)
         if settings is None:
             return {}
@@ -79,7 +83,9 @@ class CgroupsCpuIsolator(CgroupsIsolator):
             cgroup.write("cpu", "cpu.cfs_quota_us", -1 if quota is None else quota)
         else:
             cgroup.write("cpu", "cpu.weight", shares_to_weight(shares))
-            cgroup.write("cpu", "cpu.max", f"{'max' if quota is None else quota} {CFS_PERIOD_US}")
+            cgroup.write(
+                "cpu", "cpu.max", f"{'max' if quota is None else quota} {CFS_PERIOD_US}"
+            )
 
     def statistics(self, state: CgroupState) -> dict[str, Any]:
         cgroup = state.cgroup
@@ -101,6 +107,8 @@ class CgroupsCpuIsolator(CgroupsIsolator):
         usage["cpus_nr_throttled"] = stat.get("nr_throttled", 0)
         if any(r.name == "cpus" for r in state.resources):
             limit = state.limits.get("cpus", state.scalar("cpus"))
-            if not math.isinf(limit):  # JSON has no infinity; an unset field means no cap
+            if not math.isinf(
+                limit
+            ):  # JSON has no infinity; an unset field means no cap
                 usage["cpus_limit"] = limit
         return usage

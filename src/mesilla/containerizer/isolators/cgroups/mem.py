@@ -29,7 +29,7 @@ MIN_MEMORY = 32 * MB
 # A v1 limit at or above this is the kernel's "unlimited" (page-rounded LONG_MAX).
 UNLIMITED_V1 = 1 << 62
 
-_V1_STATISTICS = {
+_V1_STATISTICS: dict[str, tuple[str, ...]] = {
     "mem_rss_bytes": ("total_rss",),
     "mem_cache_bytes": ("total_cache",),
     "mem_mapped_file_bytes": ("total_mapped_file",),
@@ -38,7 +38,7 @@ _V1_STATISTICS = {
     "mem_anon_bytes": ("total_active_anon", "total_inactive_anon"),
     "mem_file_bytes": ("total_active_file", "total_inactive_file"),
 }
-_V2_STATISTICS = {
+_V2_STATISTICS: dict[str, tuple[str, ...]] = {
     "mem_rss_bytes": ("anon",),
     "mem_cache_bytes": ("file",),
     "mem_mapped_file_bytes": ("file_mapped",),
@@ -61,7 +61,9 @@ class CgroupsMemIsolator(CgroupsIsolator):
         self._listeners: dict[ContainerID, OomListener] = {}
         self._listening: dict[ContainerID, asyncio.Event] = {}
 
-    def _limits(self, resources: list[Resource], limits: dict[str, float]) -> tuple[int, int | None] | None:
+    def _limits(
+        self, resources: list[Resource], limits: dict[str, float]
+    ) -> tuple[int, int | None] | None:
         """(soft limit, hard limit or None for unlimited) in bytes; None without `mem`."""
         if not any(r.name == "mem" for r in resources):
             return None
@@ -76,7 +78,9 @@ class CgroupsMemIsolator(CgroupsIsolator):
             return soft, soft
         return soft, None if math.isinf(limit) else max(MIN_MEMORY, int(limit * MB))
 
-    def launch_resources(self, resources: list[Resource], limits: dict[str, float]) -> dict[str, Any]:
+    def launch_resources(
+        self, resources: list[Resource], limits: dict[str, float]
+    ) -> dict[str, Any]:
         settings = self._limits(resources, limits)
         if settings is None:
             return {}
@@ -90,11 +94,15 @@ class CgroupsMemIsolator(CgroupsIsolator):
         soft, hard = settings
         cgroup = state.cgroup
         current = _hard_limit(cgroup)
-        lowering = state.applied and (hard is not None and (current is None or hard < current))
+        lowering = state.applied and (
+            hard is not None and (current is None or hard < current)
+        )
         if cgroup.version == 1:
             cgroup.write("memory", "memory.soft_limit_in_bytes", soft)
             if not lowering:
-                cgroup.write("memory", "memory.limit_in_bytes", -1 if hard is None else hard)
+                cgroup.write(
+                    "memory", "memory.limit_in_bytes", -1 if hard is None else hard
+                )
         else:
             cgroup.write("memory", "memory.low", soft)
             if not lowering:
@@ -104,7 +112,9 @@ class CgroupsMemIsolator(CgroupsIsolator):
         cgroup = state.cgroup
         if cgroup.version == 1:
             stat = cgroup.read_keyed("memory", "memory.stat")
-            usage = {"mem_total_bytes": int(cgroup.read("memory", "memory.usage_in_bytes"))}
+            usage = {
+                "mem_total_bytes": int(cgroup.read("memory", "memory.usage_in_bytes"))
+            }
             fields = _V1_STATISTICS
             soft = int(cgroup.read("memory", "memory.soft_limit_in_bytes"))
         else:
@@ -141,10 +151,14 @@ class CgroupsMemIsolator(CgroupsIsolator):
         await listener.wait()
         return self._limitation(container_id, listener.cgroup)
 
-    def _limitation(self, container_id: ContainerID, cgroup: Cgroup) -> ContainerLimitation:
+    def _limitation(
+        self, container_id: ContainerID, cgroup: Cgroup
+    ) -> ContainerLimitation:
         state = self.containers.get(container_id)
         hard = _hard_limit(cgroup)
-        peak_file = "memory.max_usage_in_bytes" if cgroup.version == 1 else "memory.peak"
+        peak_file = (
+            "memory.max_usage_in_bytes" if cgroup.version == 1 else "memory.peak"
+        )
         try:
             peak = f"{int(cgroup.read('memory', peak_file)) // MB}MB"
         except CgroupsError:  # v2 kernels before 5.19 have no memory.peak
@@ -154,7 +168,9 @@ class CgroupsMemIsolator(CgroupsIsolator):
         except CgroupsError:
             statistics = ""
         requested = f"{hard // MB}MB" if hard is not None else "unlimited"
-        megabytes = hard / MB if hard is not None else (state.scalar("mem") if state else 0.0)
+        megabytes = (
+            hard / MB if hard is not None else (state.scalar("mem") if state else 0.0)
+        )
         return ContainerLimitation(
             reason=Reason.REASON_CONTAINER_LIMITATION_MEMORY,
             message=(

@@ -26,14 +26,20 @@ class CgroupsPidsIsolator(CgroupsIsolator):
         super().__init__(flags, hierarchy)
         maximum = flags.get("cgroups_max_pids")
         if maximum is not None and maximum < 1:
-            raise IsolatorConfigError(f"--cgroups_max_pids={maximum} must be at least 1 (or unset)")
+            raise IsolatorConfigError(
+                f"--cgroups_max_pids={maximum} must be at least 1 (or unset)"
+            )
         self.max_pids: int | None = maximum
 
-    def launch_resources(self, resources: list[Resource], limits: dict[str, float]) -> dict[str, Any]:
+    def launch_resources(
+        self, resources: list[Resource], limits: dict[str, float]
+    ) -> dict[str, Any]:
         return {} if self.max_pids is None else {"pids": {"limit": self.max_pids}}
 
     def apply(self, state: CgroupState) -> None:
-        state.cgroup.write("pids", "pids.max", "max" if self.max_pids is None else self.max_pids)
+        state.cgroup.write(
+            "pids", "pids.max", "max" if self.max_pids is None else self.max_pids
+        )
 
     def statistics(self, state: CgroupState) -> dict[str, Any]:
         cgroup = state.cgroup

@@ -71,7 +71,9 @@ class CgroupsIsolator(Isolator):
 
     # What each subsystem defines.
 
-    def launch_resources(self, resources: list[Resource], limits: dict[str, float]) -> dict[str, Any]:
+    def launch_resources(
+        self, resources: list[Resource], limits: dict[str, float]
+    ) -> dict[str, Any]:
         """The OCI `linux.resources` fragment for these resources and limits."""
         raise NotImplementedError
 
@@ -90,22 +92,30 @@ class CgroupsIsolator(Isolator):
 
     # The Isolator lifecycle.
 
-    def _state(self, container_id: ContainerID, config: ContainerConfig | None) -> CgroupState | None:
-        if container_id.parent is not None and shares_cgroups(config.container_info if config else None):
+    def _state(
+        self, container_id: ContainerID, config: ContainerConfig | None
+    ) -> CgroupState | None:
+        if container_id.parent is not None and shares_cgroups(
+            config.container_info if config else None
+        ):
             return None
         cgroup = self.hierarchy.cgroup(own_cgroup_path(self.flags, container_id))
         if config is None:
             return CgroupState(cgroup)
         return CgroupState(cgroup, list(config.resources), dict(config.limits))
 
-    async def recover(self, states: list[ContainerRuntimeState], orphans: set[ContainerID]) -> None:
+    async def recover(
+        self, states: list[ContainerRuntimeState], orphans: set[ContainerID]
+    ) -> None:
         for runtime in states:
             state = self._state(runtime.container_id, runtime.config)
             if state is not None and state.cgroup.exists(self.controller):
                 self.containers[runtime.container_id] = state
                 self.started(runtime.container_id, state)
 
-    async def prepare(self, container_id: ContainerID, config: ContainerConfig) -> ContainerLaunchInfo | None:
+    async def prepare(
+        self, container_id: ContainerID, config: ContainerConfig
+    ) -> ContainerLaunchInfo | None:
         state = self._state(container_id, config)
         if state is None:
             return None
@@ -124,7 +134,9 @@ class CgroupsIsolator(Isolator):
             state.cgroup.add_process(self.controller, pid)
         self.started(container_id, state)
 
-    async def update(self, container_id: ContainerID, resources: list[Any], limits: dict[str, float]) -> None:
+    async def update(
+        self, container_id: ContainerID, resources: list[Any], limits: dict[str, float]
+    ) -> None:
         state = self.containers.get(container_id)
         if state is None:
             return

@@ -33,7 +33,11 @@ MB = 1024 * 1024
 
 def disk_quota(resources: list[Resource]) -> int | None:
     """The sandbox quota in bytes: the `disk` resources that are not volumes (None: no quota)."""
-    sandbox = [r for r in resources if r.name == "disk" and not (r.disk or {}).get("persistence")]
+    sandbox = [
+        r
+        for r in resources
+        if r.name == "disk" and not (r.disk or {}).get("persistence")
+    ]
     if not sandbox:
         return None
     return int(Resources.from_list(sandbox).scalar("disk") * MB)
@@ -42,7 +46,13 @@ def disk_quota(resources: list[Resource]) -> int | None:
 async def measure(path: str) -> int:
     """Bytes used under `path`, as `du -k -s` counts them (run at nice 19)."""
     process = await asyncio.create_subprocess_exec(
-        "nice", "-n", "19", "du", "-k", "-s", path,
+        "nice",
+        "-n",
+        "19",
+        "du",
+        "-k",
+        "-s",
+        path,
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,
     )
@@ -79,20 +89,26 @@ class DiskDuIsolator(Isolator):
             )
         self.sandboxes: dict[ContainerID, _Sandbox] = {}
 
-    def _track(self, container_id: ContainerID, sandbox: str, resources: list[Resource]) -> None:
+    def _track(
+        self, container_id: ContainerID, sandbox: str, resources: list[Resource]
+    ) -> None:
         state = _Sandbox(sandbox, disk_quota(resources))
         state.collector = asyncio.create_task(
             self._collect(container_id, state), name=f"disk/du {container_id.value}"
         )
         self.sandboxes[container_id] = state
 
-    async def recover(self, states: list[ContainerRuntimeState], orphans: set[ContainerID]) -> None:
+    async def recover(
+        self, states: list[ContainerRuntimeState], orphans: set[ContainerID]
+    ) -> None:
         for runtime in states:
             if runtime.container_id.parent is None and runtime.sandbox is not None:
                 resources = runtime.config.resources if runtime.config else []
                 self._track(runtime.container_id, runtime.sandbox, resources)
 
-    async def prepare(self, container_id: ContainerID, config: ContainerConfig) -> ContainerLaunchInfo | None:
+    async def prepare(
+        self, container_id: ContainerID, config: ContainerConfig
+    ) -> ContainerLaunchInfo | None:
         if container_id.parent is None:
             self._track(container_id, config.sandbox, config.resources)
         return None
@@ -102,7 +118,9 @@ class DiskDuIsolator(Isolator):
             try:
                 state.used = await measure(state.path)
             except OSError as exc:
-                log.warning("disk/du: cannot measure container %s: %s", container_id.value, exc)
+                log.warning(
+                    "disk/du: cannot measure container %s: %s", container_id.value, exc
+                )
             else:
                 over = state.quota is not None and state.used > state.quota
                 if over and self.enforce and not state.limitation.done():
@@ -115,7 +133,13 @@ class DiskDuIsolator(Isolator):
         return ContainerLimitation(
             reason=Reason.REASON_CONTAINER_LIMITATION_DISK,
             message=f"Disk usage ({state.used // 1024}KB) exceeds quota ({state.quota // 1024}KB)",
-            resources=[Resource(name="disk", type=ValueType.SCALAR, scalar=Scalar(value=state.quota / MB))],
+            resources=[
+                Resource(
+                    name="disk",
+                    type=ValueType.SCALAR,
+                    scalar=Scalar(value=state.quota / MB),
+                )
+            ],
         )
 
     async def watch(self, container_id: ContainerID) -> ContainerLimitation:
@@ -124,7 +148,9 @@ class DiskDuIsolator(Isolator):
             return await super().watch(container_id)
         return await asyncio.shield(state.limitation)
 
-    async def update(self, container_id: ContainerID, resources: list[Any], limits: dict[str, float]) -> None:
+    async def update(
+        self, container_id: ContainerID, resources: list[Any], limits: dict[str, float]
+    ) -> None:
         state = self.sandboxes.get(container_id)
         if state is not None:
             state.quota = disk_quota(resources)

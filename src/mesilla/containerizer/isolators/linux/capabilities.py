@@ -18,13 +18,47 @@ from mesilla.v1.mesos import ContainerID
 
 # In kernel order: Mesos's enum value is 1000 + the kernel's capability number.
 CAPABILITIES = (
-    "CHOWN", "DAC_OVERRIDE", "DAC_READ_SEARCH", "FOWNER", "FSETID", "KILL", "SETGID",
-    "SETUID", "SETPCAP", "LINUX_IMMUTABLE", "NET_BIND_SERVICE", "NET_BROADCAST",
-    "NET_ADMIN", "NET_RAW", "IPC_LOCK", "IPC_OWNER", "SYS_MODULE", "SYS_RAWIO",
-    "SYS_CHROOT", "SYS_PTRACE", "SYS_PACCT", "SYS_ADMIN", "SYS_BOOT", "SYS_NICE",
-    "SYS_RESOURCE", "SYS_TIME", "SYS_TTY_CONFIG", "MKNOD", "LEASE", "AUDIT_WRITE",
-    "AUDIT_CONTROL", "SETFCAP", "MAC_OVERRIDE", "MAC_ADMIN", "SYSLOG", "WAKE_ALARM",
-    "BLOCK_SUSPEND", "AUDIT_READ", "PERFMON", "BPF", "CHECKPOINT_RESTORE",
+    "CHOWN",
+    "DAC_OVERRIDE",
+    "DAC_READ_SEARCH",
+    "FOWNER",
+    "FSETID",
+    "KILL",
+    "SETGID",
+    "SETUID",
+    "SETPCAP",
+    "LINUX_IMMUTABLE",
+    "NET_BIND_SERVICE",
+    "NET_BROADCAST",
+    "NET_ADMIN",
+    "NET_RAW",
+    "IPC_LOCK",
+    "IPC_OWNER",
+    "SYS_MODULE",
+    "SYS_RAWIO",
+    "SYS_CHROOT",
+    "SYS_PTRACE",
+    "SYS_PACCT",
+    "SYS_ADMIN",
+    "SYS_BOOT",
+    "SYS_NICE",
+    "SYS_RESOURCE",
+    "SYS_TIME",
+    "SYS_TTY_CONFIG",
+    "MKNOD",
+    "LEASE",
+    "AUDIT_WRITE",
+    "AUDIT_CONTROL",
+    "SETFCAP",
+    "MAC_OVERRIDE",
+    "MAC_ADMIN",
+    "SYSLOG",
+    "WAKE_ALARM",
+    "BLOCK_SUSPEND",
+    "AUDIT_READ",
+    "PERFMON",
+    "BPF",
+    "CHECKPOINT_RESTORE",
 )
 MESOS_ENUM_BASE = 1000
 
@@ -38,7 +72,9 @@ def capability_names(info: Any, field: str) -> set[str] | None:
     if info is None:
         return None
     if not isinstance(info, dict) or not isinstance(info.get("capabilities", []), list):
-        raise CapabilitiesError(f"linux_info.{field} must look like {{\"capabilities\": [\"CHOWN\", ...]}}")
+        raise CapabilitiesError(
+            f'linux_info.{field} must look like {{"capabilities": ["CHOWN", ...]}}'
+        )
     names: set[str] = set()
     for item in info.get("capabilities", []):
         if isinstance(item, int) and 0 <= item - MESOS_ENUM_BASE < len(CAPABILITIES):
@@ -61,14 +97,20 @@ class LinuxCapabilitiesIsolator(Isolator):
     def __init__(self, flags: Any = None) -> None:
         self.flags = flags
 
-    async def prepare(self, container_id: ContainerID, config: ContainerConfig) -> ContainerLaunchInfo | None:
+    async def prepare(
+        self, container_id: ContainerID, config: ContainerConfig
+    ) -> ContainerLaunchInfo | None:
         linux = config.container_info.linux_info if config.container_info else None
         if linux is None:
             return None
-        effective = capability_names(linux.effective_capabilities, "effective_capabilities")
+        effective = capability_names(
+            linux.effective_capabilities, "effective_capabilities"
+        )
         if effective is None:
             effective = capability_names(linux.capability_info, "capability_info")
-        bounding = capability_names(linux.bounding_capabilities, "bounding_capabilities")
+        bounding = capability_names(
+            linux.bounding_capabilities, "bounding_capabilities"
+        )
         if effective is None and bounding is None:
             return None
         if effective is None:

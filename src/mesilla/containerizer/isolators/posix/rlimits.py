@@ -16,8 +16,22 @@ from mesilla.containerizer.types import ContainerConfig, ContainerLaunchInfo
 from mesilla.v1.mesos import ContainerID, RLimit
 
 RLIMIT_TYPES = (
-    "AS", "CORE", "CPU", "DATA", "FSIZE", "LOCKS", "MEMLOCK", "MSGQUEUE",
-    "NICE", "NOFILE", "NPROC", "RSS", "RTPRIO", "RTTIME", "SIGPENDING", "STACK",
+    "AS",
+    "CORE",
+    "CPU",
+    "DATA",
+    "FSIZE",
+    "LOCKS",
+    "MEMLOCK",
+    "MSGQUEUE",
+    "NICE",
+    "NOFILE",
+    "NPROC",
+    "RSS",
+    "RTPRIO",
+    "RTTIME",
+    "SIGPENDING",
+    "STACK",
 )
 MESOS_TO_POSIX = {f"RLMT_{name}": f"RLIMIT_{name}" for name in RLIMIT_TYPES}
 
@@ -54,7 +68,9 @@ class PosixRLimitsIsolator(Isolator):
     def __init__(self, flags: Any = None) -> None:
         self.flags = flags
 
-    async def prepare(self, container_id: ContainerID, config: ContainerConfig) -> ContainerLaunchInfo | None:
+    async def prepare(
+        self, container_id: ContainerID, config: ContainerConfig
+    ) -> ContainerLaunchInfo | None:
         info = config.container_info.rlimit_info if config.container_info else None
         if info is None:
             return None
@@ -62,5 +78,7 @@ class PosixRLimitsIsolator(Isolator):
         names = [name for name, _soft, _hard in limits]
         duplicates = sorted({n for n in names if names.count(n) > 1})
         if duplicates:
-            raise RLimitError(f"rlimit(s) {', '.join(duplicates)} given more than once: keep one each")
+            raise RLimitError(
+                f"rlimit(s) {', '.join(duplicates)} given more than once: keep one each"
+            )
         return ContainerLaunchInfo(rlimits=limits)

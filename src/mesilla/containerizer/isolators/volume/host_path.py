@@ -44,7 +44,9 @@ class VolumeHostPathIsolator(Isolator):
     def __init__(self, flags: Any) -> None:
         self.flags = flags
 
-    async def prepare(self, container_id: ContainerID, config: ContainerConfig) -> ContainerLaunchInfo | None:
+    async def prepare(
+        self, container_id: ContainerID, config: ContainerConfig
+    ) -> ContainerLaunchInfo | None:
         volumes = config.container_info.volumes if config.container_info else []
         mounts: list[Mount] = []
         for volume in volumes:
@@ -53,7 +55,9 @@ class VolumeHostPathIsolator(Isolator):
                 continue
             host_path, propagation = found
             if volume.source is None and not os.path.isabs(host_path):
-                host_path = os.path.join(config.sandbox, relative_inside(host_path, "Volume host_path"))
+                host_path = os.path.join(
+                    config.sandbox, relative_inside(host_path, "Volume host_path")
+                )
             if not os.path.isabs(host_path):
                 raise VolumeError(
                     f"HOST_PATH volume for '{volume.container_path}' has host path '{host_path}': "

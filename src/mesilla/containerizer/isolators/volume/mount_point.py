@@ -30,7 +30,9 @@ def relative_inside(path: str, what: str) -> str:
     return normal
 
 
-def mount_target(flags: Any, config: ContainerConfig, container_path: str, source: str) -> str:
+def mount_target(
+    flags: Any, config: ContainerConfig, container_path: str, source: str
+) -> str:
     """The target inside the container; creates the mount point for sandbox-relative paths."""
     if os.path.isabs(container_path):
         target = os.path.normpath(container_path)
@@ -53,7 +55,9 @@ def mount_target(flags: Any, config: ContainerConfig, container_path: str, sourc
     return os.path.join(sandbox, relative)
 
 
-def bind_mount(source: str, target: str, mode: str, propagation: str | None = None) -> Mount:
+def bind_mount(
+    source: str, target: str, mode: str, propagation: str | None = None
+) -> Mount:
     if mode not in ("RW", "RO"):
         raise VolumeError(f"Volume mode '{mode}' for {target} must be RW or RO")
     options = ["rbind", "rw" if mode == "RW" else "ro"]

@@ -38,12 +38,16 @@ class VolumeSandboxPathIsolator(Isolator):
         self.flags = flags
         self.sandboxes: dict[ContainerID, str] = {}
 
-    async def recover(self, states: list[ContainerRuntimeState], orphans: set[ContainerID]) -> None:
+    async def recover(
+        self, states: list[ContainerRuntimeState], orphans: set[ContainerID]
+    ) -> None:
         for state in states:
             if state.sandbox is not None:
                 self.sandboxes[state.container_id] = state.sandbox
 
-    def _parent_sandbox(self, container_id: ContainerID, config: ContainerConfig) -> str:
+    def _parent_sandbox(
+        self, container_id: ContainerID, config: ContainerConfig
+    ) -> str:
         assert container_id.parent is not None
         known = self.sandboxes.get(container_id.parent)
         if known is not None:
@@ -51,7 +55,9 @@ class VolumeSandboxPathIsolator(Isolator):
         # The agent puts a nested sandbox at <parent sandbox>/containers/<id>.
         return os.path.dirname(os.path.dirname(os.path.normpath(config.sandbox)))
 
-    async def prepare(self, container_id: ContainerID, config: ContainerConfig) -> ContainerLaunchInfo | None:
+    async def prepare(
+        self, container_id: ContainerID, config: ContainerConfig
+    ) -> ContainerLaunchInfo | None:
         self.sandboxes[container_id] = config.sandbox
         volumes = config.container_info.volumes if config.container_info else []
         mounts: list[Mount] = []

@@ -230,3 +230,18 @@ def test_available_here() -> None:
         pytest.skip("needs root")
     # crun refuses this cgroup v1 hybrid host, so a working runtime means the probe ran one.
     assert LinuxLauncher.available() is True
+
+
+async def test_destroying_a_held_container_never_runs_it(linux_env: LinuxEnv) -> None:
+    launcher = linux_env.launcher()
+    cid = ContainerID(value="never")
+    config = linux_env.config("never")
+    marker = os.path.join(config.sandbox, "ran")
+    pid = await launcher.fork(
+        cid, ["/bin/sh", "-c", f"touch {marker}"], config, linux_env.launch_info(config)
+    )
+    await launcher.destroy(cid)
+    status = await launcher.wait(cid)
+    assert status is not None and os.WTERMSIG(status) == signal.SIGKILL
+    assert not _alive(pid) and not os.path.exists(marker)
+    assert linux_env.runtime_ids() == [] and linux_env.monitors() == []

@@ -1,0 +1,121 @@
+"""The container calls of the agent API, against real containers."""
+
+from __future__ import annotations
+
+import os
+import signal
+from collections.abc import AsyncIterator
+from typing import Any
+
+import aiohttp
+import pytest
+
+from mesilla.v1.internal import AgentEvent, AgentEventType, RunTask
+from mesilla.v1.mesos import AgentID, CommandInfo, FrameworkID, FrameworkInfo, TaskID, TaskInfo
+
+from tests.integration.agent_fake_master import AgentProcess, FakeMaster
+
+pytestmark = [pytest.mark.integration]
+
+FRAMEWORK = FrameworkInfo(user="root", name="c", id=FrameworkID(value="fw-c"), checkpoint=True)
+
+
+@pytest.fixture
+async def parent(tmp_path: Any) -> AsyncIterator[tuple[AgentProcess, dict[str, Any]]]:
+    """A running agent and the container id (JSON) of a running executor."""
+    master = FakeMaster()
+    await master.start()
+    proc = AgentProcess(master, str(tmp_path / "work"), str(tmp_path / "run"))
+    try:
+        agent = await proc.start()
+        await master.wait_for(lambda: master.registers)
+        task = TaskInfo(
+            name="p", task_id=TaskID(value="t-parent"), agent_id=AgentID(value=master.agent_id or ""),
+            command=CommandInfo(value="sleep 1000"),
+        )
+        await master.send(AgentEvent(
+            type=AgentEventType.RUN_TASK, run_task=RunTask(framework_info=FRAMEWORK, task=task)
+        ))
+        await master.wait_update("t-parent", "TASK_RUNNING")
+        executor = agent.frameworks["fw-c"].executors["t-parent"]
+        yield proc, {"value": executor.container_id.value}
+    finally:
+        await proc.stop()
+        await master.stop()
+
+
+async def _call(s: aiohttp.ClientSession, proc: AgentProcess, body: dict[str, Any]) -> tuple[int, Any]:
+    async with s.post(proc.url + "/api/v1", json=body) as r:
+        text = await r.text()
+        return r.status, (await r.json() if r.content_type == "application/json" else text)
+
+
+async def test_nested_container_lifecycle(parent: tuple[AgentProcess, dict[str, Any]]) -> None:
+    proc, parent_id = parent
+    child = {"value": "child-1", "parent": parent_id}
+    async with aiohttp.ClientSession() as s:
+        launch = {"type": "LAUNCH_CONTAINER", "launch_container": {
+            "container_id": child, "command": {"value": "echo nested-out; exit 7"}}}
+        status, _ = await _call(s, proc, launch)
+        assert status == 200
+        status, body = await _call(s, proc, {"type": "WAIT_CONTAINER", "wait_container": {"container_id": child}})
+        assert status == 200
+        assert os.WEXITSTATUS(body["wait_container"]["exit_status"]) == 7
+        # The sandbox nests under the parent's, as Mesos lays it out.
+        sandbox = os.path.join(
+            proc.agent.containerizer.config(proc.agent.frameworks["fw-c"].executors["t-parent"].container_id).sandbox,  # type: ignore[union-attr]
+            "containers", "child-1",
+        )
+        with open(os.path.join(sandbox, "stdout")) as f:
+            assert "nested-out" in f.read()
+        status, _ = await _call(s, proc, {"type": "REMOVE_CONTAINER", "remove_container": {"container_id": child}})
+        assert status == 200
+        assert not os.path.exists(sandbox)
+
+
+async def test_kill_and_codes(parent: tuple[AgentProcess, dict[str, Any]]) -> None:
+    proc, parent_id = parent
+    child = {"value": "sleeper", "parent": parent_id}
+    async with aiohttp.ClientSession() as s:
+        launch = {"type": "LAUNCH_NESTED_CONTAINER", "launch_nested_container": {
+            "container_id": child, "command": {"value": "sleep 1000"}}}
+        assert (await _call(s, proc, launch))[0] == 200
+        assert (await _call(s, proc, launch))[0] == 202  # the id is in use
+        remove = {"type": "REMOVE_NESTED_CONTAINER", "remove_nested_container": {"container_id": child}}
+        assert (await _call(s, proc, remove))[0] == 500  # still running
+        kill = {"type": "KILL_CONTAINER", "kill_container": {"container_id": child, "signal": signal.SIGTERM}}
+        assert (await _call(s, proc, kill))[0] == 200
+        status, body = await _call(s, proc, {"type": "WAIT_NESTED_CONTAINER", "wait_nested_container": {"container_id": child}})
+        assert os.WTERMSIG(body["wait_nested_container"]["exit_status"]) == signal.SIGTERM
+        containers = (await _call(s, proc, {"type": "GET_CONTAINERS", "get_containers": {"show_nested": True}}))[1]
+        assert parent_id in [c["container_id"] for c in containers["get_containers"]["containers"]]
+
+        unknown = {"value": "ghost", "parent": parent_id}
+        assert (await _call(s, proc, {"type": "WAIT_CONTAINER", "wait_container": {"container_id": unknown}}))[0] == 404
+        assert (await _call(s, proc, {"type": "KILL_CONTAINER", "kill_container": {"container_id": unknown}}))[0] == 404
+        for bad in (
+            {"type": "LAUNCH_CONTAINER", "launch_container": {"container_id": {"value": "a.b", "parent": parent_id}, "command": {"value": "true"}}},
+            {"type": "LAUNCH_CONTAINER", "launch_container": {"container_id": {"value": "x", "parent": {"value": "no-parent"}}, "command": {"value": "true"}}},
+            {"type": "LAUNCH_NESTED_CONTAINER", "launch_nested_container": {"container_id": {"value": "top"}, "command": {"value": "true"}}},
+            {"type": "LAUNCH_CONTAINER", "launch_container": {"container_id": {"value": "top"}, "command": {"value": "true"}}},
+            {"type": "KILL_CONTAINER", "kill_container": {"container_id": child, "signal": 999}},
+        ):
+            status, text = await _call(s, proc, bad)
+            assert status == 400, (bad, text)
+
+
+async def test_standalone_container(parent: tuple[AgentProcess, dict[str, Any]]) -> None:
+    proc, _ = parent
+    container = {"value": "standalone-1"}
+    async with aiohttp.ClientSession() as s:
+        launch = {"type": "LAUNCH_CONTAINER", "launch_container": {
+            "container_id": container, "command": {"value": "sleep 1; exit 3"},
+            "resources": [{"name": "cpus", "type": "SCALAR", "scalar": {"value": 0.1}}]}}
+        assert (await _call(s, proc, launch))[0] == 200
+        sandbox = os.path.join(proc.agent.flags.work_dir, "containers", "standalone-1")  # type: ignore[union-attr]
+        assert os.path.isdir(sandbox)
+        status, body = await _call(s, proc, {"type": "WAIT_CONTAINER", "wait_container": {"container_id": container}})
+        assert status == 200
+        assert os.WEXITSTATUS(body["wait_container"]["exit_status"]) == 3
+        assert (await _call(s, proc, {"type": "REMOVE_CONTAINER", "remove_container": {"container_id": container}}))[0] == 200
+        assert not os.path.exists(sandbox)

@@ -190,13 +190,14 @@ class Cgroup:
                     os.makedirs(self.directory(name), exist_ok=True)
             return
         wanted = [c for c in controllers if self.hierarchy.has(c)]
-        # v2: a controller is usable in a cgroup only when every ancestor delegates it.
+        # v2: a controller is usable in a cgroup only when every ancestor delegates
+        # it. The cgroup itself delegates nothing: it may hold processes (a runtime
+        # that put them there rather than in the leaf), and then the kernel refuses.
         current = self.hierarchy.root
         for part in self.path.split("/"):
             _enable_controllers(current, wanted)
             current = os.path.join(current, part)
             os.makedirs(current, exist_ok=True)
-        _enable_controllers(current, wanted)
         os.makedirs(os.path.join(current, LEAF), exist_ok=True)
 
     def read(self, controller: str, name: str) -> str:

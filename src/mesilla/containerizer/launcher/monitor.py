@@ -77,6 +77,8 @@ async def spawn(
         # The container writes to our files itself; conmon copies nothing.
         "--log-path", "passthrough:",
         "--log-level", "error",
+        # Not a sync(2) of the whole host at every exit: the files are the container's.
+        "--no-sync-log",
     ]
     try:
         with open(stdout, "ab") as out, open(stderr, "ab") as err:

@@ -1,0 +1,203 @@
+"""Pods end to end: a framework launches task groups on `mesilla local` through the scheduler API.
+
+The whole stack is real (master, agent, containerizer, the default executor);
+the test is the framework. Each test subscribes its own framework and tears it
+down afterwards, so its executors and containers go away with it.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+
+from mesilla.testing.cluster import LocalCluster, free_port
+from tests.integration.master_harness import Scheduler, scalar
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.root]
+
+Json = dict[str, Any]
+TERMINAL = {"TASK_FINISHED", "TASK_FAILED", "TASK_KILLED", "TASK_ERROR", "TASK_LOST", "TASK_DROPPED"}
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+    # filesystem/linux brings volume/sandbox_path: PARENT volumes share a
+    # directory of the executor's sandbox between the tasks of a pod.
+    flags = ["--isolation=filesystem/linux,posix/cpu,posix/mem"]
+    with LocalCluster(tmp_path_factory.mktemp("pods"), extra_flags=flags) as running:
+        yield running
+
+
+class Framework:
+    """A scheduler that launches task groups and acknowledges every update it reads."""
+
+    def __init__(self, scheduler: Scheduler) -> None:
+        self.scheduler = scheduler
+        self.updates: list[Json] = []
+
+    async def launch_group(self, *tasks: Json, executor_resources: list[Json] | None = None) -> str:
+        offer = await self.scheduler.offer()
+        executor_id = "pod-" + uuid.uuid4().hex[:8]
+        executor = {
+            "type": "DEFAULT",
+            "executor_id": {"value": executor_id},
+            "framework_id": {"value": self.scheduler.framework_id},
+            "resources": executor_resources or [scalar("cpus", 0.1), scalar("mem", 32), scalar("disk", 10)],
+        }
+        group = [{**t, "agent_id": offer["agent_id"]} for t in tasks]
+        accept = {
+            "offer_ids": [offer["id"]],
+            "operations": [
+                {"type": "LAUNCH_GROUP", "launch_group": {"executor": executor, "task_group": {"tasks": group}}}
+            ],
+        }
+        response = await self.scheduler.call("ACCEPT", accept)
+        assert response.status == 202, await response.text()
+        return executor_id
+
+    async def next_update(self) -> Json:
+        status = await self.scheduler.update()
+        self.updates.append(status)
+        if "uuid" in status:
+            ack = {"agent_id": status["agent_id"], "task_id": status["task_id"], "uuid": status["uuid"]}
+            response = await self.scheduler.call("ACKNOWLEDGE", ack)
+            assert response.status == 202, await response.text()
+        return status
+
+    async def until_terminal(self, *task_ids: str) -> dict[str, Json]:
+        ended: dict[str, Json] = {}
+        while set(task_ids) - set(ended):
+            status = await self.next_update()
+            if status["state"] in TERMINAL:
+                ended[status["task_id"]["value"]] = status
+        return ended
+
+    def states(self, task_id: str) -> list[str]:
+        return [u["state"] for u in self.updates if u["task_id"]["value"] == task_id]
+
+
+@pytest.fixture
+async def framework(cluster: LocalCluster) -> AsyncIterator[Framework]:
+    async with aiohttp.ClientSession() as session:
+        scheduler = Scheduler(session, f"http://{cluster.master}")
+        capabilities = [{"type": "TASK_RESTARTING_STATE"}]
+        await scheduler.subscribe({"name": "pods", "capabilities": capabilities})
+        try:
+            yield Framework(scheduler)
+        finally:
+            await scheduler.call("TEARDOWN")
+            await scheduler.close()
+
+
+def task(name: str, command: str, **extra: Any) -> Json:
+    return {
+        "name": name,
+        "task_id": {"value": f"{name}-{uuid.uuid4().hex[:6]}"},
+        "resources": [scalar("cpus", 0.1), scalar("mem", 32)],
+        "command": {"value": command},
+        **extra,
+    }
+
+
+def tid(task_info: Json) -> str:
+    return task_info["task_id"]["value"]
+
+
+def shared_volume(path: str) -> Json:
+    return {
+        "type": "MESOS",
+        "volumes": [
+            {
+                "container_path": path,
+                "mode": "RW",
+                "source": {"type": "SANDBOX_PATH", "sandbox_path": {"type": "PARENT", "path": path}},
+            }
+        ],
+    }
+
+
+async def test_sidecar_writes_into_a_shared_volume_that_the_main_task_reads(framework: Framework) -> None:
+    sidecar = task("sidecar", "echo from-sidecar > shared/note", container=shared_volume("shared"))
+    main = task(
+        "main",
+        "while [ ! -s shared/note ]; do sleep 0.1; done; grep -q from-sidecar shared/note",
+        container=shared_volume("shared"),
+    )
+    await framework.launch_group(main, sidecar)
+    ended = await framework.until_terminal(tid(main), tid(sidecar))
+    assert ended[tid(sidecar)]["state"] == "TASK_FINISHED"
+    assert ended[tid(main)]["state"] == "TASK_FINISHED", ended[tid(main)].get("message")
+    for task_id in (tid(main), tid(sidecar)):
+        assert framework.states(task_id)[:2] == ["TASK_STARTING", "TASK_RUNNING"]
+
+
+async def test_one_task_reaches_the_server_of_another_on_localhost(framework: Framework) -> None:
+    port = free_port()
+    server = task("server", f"exec {sys.executable} -m http.server {port} --bind 127.0.0.1")
+    client = task(
+        "client",
+        f"{sys.executable} -c \"import socket; socket.create_connection(('127.0.0.1', {port}), 5)\"",
+        restart_policy={"type": "ON_FAILURE", "max_restarts": 20, "min_restart_delay": {"nanoseconds": 100_000_000}},
+    )
+    await framework.launch_group(server, client)
+    ended = await framework.until_terminal(tid(client))
+    assert ended[tid(client)]["state"] == "TASK_FINISHED", ended[tid(client)].get("message")
+    response = await framework.scheduler.call("KILL", {"task_id": server["task_id"]})
+    assert response.status == 202
+    ended = await framework.until_terminal(tid(server))
+    assert ended[tid(server)]["state"] == "TASK_KILLED"
+
+
+async def test_restart_policy_restarts_in_the_same_sandbox(framework: Framework) -> None:
+    flaky = task(
+        "flaky",
+        "echo run >> runs; [ $(wc -l < runs) -ge 3 ] && exit 0; exit 1",
+        restart_policy={"type": "ON_FAILURE", "max_restarts": 5, "min_restart_delay": {"nanoseconds": 50_000_000}},
+    )
+    await framework.launch_group(flaky)
+    ended = await framework.until_terminal(tid(flaky))
+    assert ended[tid(flaky)]["state"] == "TASK_FINISHED"
+    assert framework.states(tid(flaky)) == [
+        "TASK_STARTING", "TASK_RUNNING",
+        "TASK_RESTARTING", "TASK_RUNNING",
+        "TASK_RESTARTING", "TASK_RUNNING",
+        "TASK_FINISHED",
+    ]
+    containers = {
+        u["container_status"]["container_id"]["value"] for u in framework.updates if u["state"] == "TASK_RUNNING"
+    }
+    assert len(containers) == 3
+    parents = {str(u["container_status"]["container_id"].get("parent")) for u in framework.updates}
+    assert len(parents) == 1 and "None" not in parents
+
+
+async def test_failing_task_kills_its_group_and_exhausted_restarts_too(framework: Framework) -> None:
+    doomed = task(
+        "doomed",
+        "exit 4",
+        restart_policy={"type": "ON_FAILURE", "max_restarts": 1, "min_restart_delay": {"nanoseconds": 50_000_000}},
+    )
+    peer = task("peer", "sleep 600")
+    await framework.launch_group(doomed, peer)
+    ended = await framework.until_terminal(tid(doomed), tid(peer))
+    assert ended[tid(doomed)]["state"] == "TASK_FAILED"
+    assert "after 1 restarts" in ended[tid(doomed)]["message"]
+    assert ended[tid(peer)]["state"] == "TASK_KILLED"
+
+
+def test_tasks_sandboxes_are_linked_from_the_executor_sandbox(cluster: LocalCluster) -> None:
+    # Earlier tests left their executor sandboxes behind: every task link
+    # points into that executor's containers/ directory.
+    links = list(Path(cluster.work_dir).glob("agent-*/slaves/*/frameworks/*/executors/*/runs/*/tasks/*"))
+    assert links
+    for link in links:
+        target = os.readlink(link)
+        assert os.path.realpath(os.path.dirname(target)) == os.path.realpath(link.parent.parent / "containers")
+        assert (link / "stdout").exists()

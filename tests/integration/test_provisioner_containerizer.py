@@ -4,7 +4,9 @@ registry, with the image's Entrypoint, Cmd, Env and WorkingDir applied."""
 
 from __future__ import annotations
 
+import asyncio
 import os
+import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -16,17 +18,23 @@ from mesilla.containerizer.flags import CONTAINERIZER_FLAGS
 from mesilla.containerizer.types import ContainerConfig
 from mesilla.testing.images import build_image, push_image
 from mesilla.testing.registry import Registry
+from mesilla.v1 import codec
 from mesilla.v1.mesos import (
+    AgentID,
     CommandInfo,
     ContainerID,
     ContainerInfo,
     Image,
     ImageDocker,
     MesosInfo,
+    TaskID,
+    TaskInfo,
 )
 from tests.fixtures.images import docker_registry, no_leftover_mounts  # noqa: F401
+from tests.unit.executor.fake_agent import FakeAgent, launch_event
 
 pytestmark = [
+    pytest.mark.integration,
     pytest.mark.root,
     pytest.mark.registry,
     pytest.mark.usefixtures("no_leftover_mounts"),
@@ -147,3 +155,59 @@ async def test_shell_command_ignores_the_entrypoint(
     )
     assert output == "from the shell\nyes\n"
     assert os.path.isdir(tmp_path / "store" / "docker" / "layers" / "sha256")
+
+
+@pytest.fixture
+async def agent(unused_port: int) -> AsyncIterator[FakeAgent]:
+    fake = FakeAgent(unused_port)
+    await fake.start()
+    try:
+        yield fake
+    finally:
+        await fake.stop()
+
+
+async def test_command_task_runs_the_image_entrypoint(
+    containerizer: Containerizer,
+    agent: FakeAgent,
+    tmp_path: Path,
+    entrypoint_image: str,
+) -> None:
+    # A command task with shell=false and no value: the image decides what runs,
+    # passed to the command executor as --task_command (as Mesos).
+    task_command = CommandInfo(shell=False, arguments=["echo $FROM_IMAGE in $PWD"])
+    sandbox = tmp_path / "task"
+    sandbox.mkdir()
+    config = ContainerConfig(
+        command=CommandInfo(
+            shell=False,
+            value=sys.executable,
+            arguments=[sys.executable, "-m", "mesilla.executor.command"],
+        ),
+        sandbox=str(sandbox),
+        environment={**os.environ, **agent.environ(MESOS_DIRECTORY=str(sandbox))},
+        task_info=TaskInfo(
+            name="t",
+            task_id=TaskID(value="t1"),
+            agent_id=AgentID(value="a"),
+            command=task_command,
+        ),
+        container_info=ContainerInfo(
+            type="MESOS",
+            mesos=MesosInfo(
+                image=Image(type="DOCKER", docker=ImageDocker(name=entrypoint_image))
+            ),
+        ),
+    )
+    container_id = ContainerID(value="executor")
+    try:
+        assert await containerizer.launch(container_id, config) == LaunchResult.SUCCESS
+        await asyncio.wait_for(agent.subscribed.wait(), 30)
+        agent.send(launch_event("t1", codec.to_builtins(task_command)))
+        statuses = [await agent.next_update()]
+        while statuses[-1]["state"] in ("TASK_STARTING", "TASK_RUNNING"):
+            statuses.append(await agent.next_update())
+        assert statuses[-1]["state"] == "TASK_FINISHED", statuses[-1].get("message")
+    finally:
+        await containerizer.destroy(container_id)
+    assert "yes in /opt\n" in (sandbox / "stdout").read_text()

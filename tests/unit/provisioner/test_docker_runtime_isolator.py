@@ -173,3 +173,22 @@ async def test_command_task_gets_its_settings_as_command_executor_flags() -> Non
 
 def test_registered_under_its_mesos_name() -> None:
     assert ISOLATORS["docker/runtime"].endswith("docker.runtime:DockerRuntimeIsolator")
+
+
+async def test_command_task_without_a_command_gets_only_environment_flags() -> None:
+    executor = CommandInfo(shell=False, value="/executor", arguments=["executor"])
+    task = TaskInfo(name="t", task_id=TaskID(value="t"), agent_id=AgentID(value="a"))
+    config = ContainerConfig(
+        command=executor,
+        sandbox="/s",
+        task_info=task,
+        image_config=image_config(Entrypoint=["/entry"], Env=["K=V"]),
+    )
+
+    info = await DockerRuntimeIsolator().prepare(ContainerID(value="c"), config)
+
+    assert info is not None and info.command is not None
+    assert [a.split("=", 1)[0] for a in info.command.arguments] == [
+        "executor",
+        "--task_environment",
+    ]

@@ -63,8 +63,12 @@ def launch_info(
     contributes to launching `config`."""
     environment = image_environment(image, container_id)
     working_directory = image.get("WorkingDir") or None
-    task_command = config.task_info.command if config.task_info is not None else None
-    command = launch_command(task_command or config.command, image)
+    if config.task_info is None:
+        command = launch_command(config.command, image)
+    elif config.task_info.command is not None:
+        command = launch_command(config.task_info.command, image)
+    else:
+        command = None  # a task without a command: nothing to derive
     info = ContainerLaunchInfo(user=_image_user(config, image))
     if config.task_info is None:
         info.environment = environment

@@ -245,3 +245,19 @@ async def test_destroying_a_held_container_never_runs_it(linux_env: LinuxEnv) ->
     assert status is not None and os.WTERMSIG(status) == signal.SIGKILL
     assert not _alive(pid) and not os.path.exists(marker)
     assert linux_env.runtime_ids() == [] and linux_env.monitors() == []
+
+
+async def test_a_cancelled_fork_leaves_nothing(linux_env: LinuxEnv) -> None:
+    launcher = linux_env.launcher()
+    cid = ContainerID(value="cancelled")
+    config = linux_env.config("cancelled")
+    fork = asyncio.ensure_future(
+        launcher.fork(cid, ["/bin/sleep", "1000"], config, linux_env.launch_info(config))
+    )
+    # Cancel once conmon is on its way (its pid file is the first thing it writes).
+    await _await_file(os.path.join(launcher.directory(cid), "monitor", "pid"))
+    fork.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await fork
+    assert linux_env.runtime_ids() == [] and linux_env.monitors() == []
+    assert not os.path.exists(os.path.join(launcher.directory(cid), "bundle"))

@@ -9,6 +9,7 @@ container's runtime directory:
         bundle/rootfs/        the host view of a container without an image
         monitor/pid           conmon's pid; monitor/init.pid the container's
         monitor/exit/<rid>    conmon's record of the exit code
+        shm/                  a private /dev/shm (tmpfs mounted on the host)
         status                the raw wait(2) status, once known
     <runtime_dir>/<runc|crun>/   the runtime's own state (`--root`)
 
@@ -134,24 +135,34 @@ class LinuxLauncher(Launcher):
         monitor_dir = os.path.join(directory, MONITOR_DIR)
         rid = runtime_id(container_id)
         # Leftovers of an earlier container with this id would confuse recovery.
-        await self._runtime.delete(rid)
         await self._release(rid, directory)
         with contextlib.suppress(FileNotFoundError):
             os.unlink(os.path.join(directory, STATUS_FILE))
-        os.makedirs(bundle)
-        os.makedirs(monitor_dir)
-        os.makedirs(config.sandbox, exist_ok=True)
+        spawn: asyncio.Future[monitor.Monitored] | None = None
         try:
+            os.makedirs(bundle)
+            os.makedirs(monitor_dir)
+            os.makedirs(config.sandbox, exist_ok=True)
             spec = self._spec(container_id, argv, config, launch_info, bundle)
             write_atomically(os.path.join(bundle, "config.json"), json.dumps(spec).encode())
-            monitored = await monitor.spawn(
-                self._runtime,
-                rid,
-                bundle,
-                monitor_dir,
-                config.stdout or os.path.join(config.sandbox, "stdout"),
-                config.stderr or os.path.join(config.sandbox, "stderr"),
+            spawn = asyncio.ensure_future(
+                monitor.spawn(
+                    self._runtime,
+                    rid,
+                    bundle,
+                    monitor_dir,
+                    config.stdout or os.path.join(config.sandbox, "stdout"),
+                    config.stderr or os.path.join(config.sandbox, "stderr"),
+                )
             )
+            monitored = await asyncio.shield(spawn)
+        except asyncio.CancelledError:
+            # conmon goes on creating the container: let it finish, then remove it all.
+            if spawn is not None:
+                with contextlib.suppress(Exception):
+                    await spawn
+            await self._release(rid, directory)
+            raise
         except (OSError, ValueError, LookupError) as exc:
             await self._release(rid, directory)
             raise LaunchError(f"Failed to create container {container_id}: {exc}") from exc

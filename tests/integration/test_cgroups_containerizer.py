@@ -13,6 +13,7 @@ import os
 import signal
 import uuid
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -293,3 +294,30 @@ async def test_rlimits_and_capabilities_apply_inside_the_container(containerizer
     assert (soft, hard) == ("123", "456")
     # CAP_CHOWN is bit 0 and CAP_KILL bit 5.
     assert int(caps.split()[1], 16) == (1 << 0) | (1 << 5)
+
+
+async def test_after_agent_restart_oom_is_still_reported_and_orphans_lose_their_cgroups(
+    containerizer, env
+):
+    hog = ContainerID(value=str(uuid.uuid4()))
+    orphan = ContainerID(value=str(uuid.uuid4()))
+    gated = "while [ ! -e go ]; do sleep 0.05; done; x=a; while :; do x=$x$x; done"
+    hog_config = shell(env, "gated-hog", gated)
+    await containerizer.launch(hog, hog_config)
+    await containerizer.launch(orphan, shell(env, "orphan", "sleep 1000"))
+    await containerizer.close()  # the agent goes away; its containers keep running
+
+    restarted = await Containerizer.create(env.flags)
+    try:
+        await restarted.recover({hog})
+        hierarchy = Hierarchy.detect()
+        assert not hierarchy.cgroup(own_cgroup_path(env.flags, orphan)).exists("memory")
+        assert (await restarted.usage(hog))["mem_limit_bytes"] == 64 << 20
+        Path(hog_config.sandbox, "go").touch()
+        termination = await asyncio.wait_for(restarted.wait(hog), 120)
+        assert termination is not None
+        assert termination.reason == Reason.REASON_CONTAINER_LIMITATION_MEMORY
+    finally:
+        for container_id in restarted.containers():
+            await restarted.destroy(container_id)
+        await restarted.close()

@@ -12,6 +12,7 @@ are measured as part of it.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from dataclasses import dataclass, field
 from typing import Any
@@ -56,7 +57,14 @@ async def measure(path: str) -> int:
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,
     )
-    out, err = await process.communicate()
+    try:
+        out, err = await process.communicate()
+    except asyncio.CancelledError:
+        # Do not leave du running (nor its pipes to a loop that may be closing).
+        with contextlib.suppress(ProcessLookupError):
+            process.kill()
+        await process.wait()
+        raise
     # du exits 1 when a file vanished while it walked; its total is still good then.
     fields = out.split()
     if not fields or not fields[0].isdigit():

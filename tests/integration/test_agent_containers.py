@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
+import base64
+import json
 import os
 import signal
 from collections.abc import AsyncIterator
@@ -10,6 +13,7 @@ from typing import Any
 import aiohttp
 import pytest
 
+from mesilla.common.recordio import Decoder
 from mesilla.v1.internal import AgentEvent, AgentEventType, RunTask
 from mesilla.v1.mesos import AgentID, CommandInfo, FrameworkID, FrameworkInfo, TaskID, TaskInfo
 
@@ -119,3 +123,65 @@ async def test_standalone_container(parent: tuple[AgentProcess, dict[str, Any]])
         assert os.WEXITSTATUS(body["wait_container"]["exit_status"]) == 3
         assert (await _call(s, proc, {"type": "REMOVE_CONTAINER", "remove_container": {"container_id": container}}))[0] == 200
         assert not os.path.exists(sandbox)
+
+
+def _process_io(body: bytes) -> list[tuple[str, bytes]]:
+    out = []
+    for record in Decoder().feed(body):
+        message = json.loads(record)
+        if message["type"] == "DATA":
+            out.append((message["data"]["type"], base64.b64decode(message["data"]["data"])))
+    return out
+
+
+STREAMING = {"Accept": "application/recordio", "Message-Accept": "application/json"}
+
+
+async def test_session_streams_output_and_keeps_the_exit_status(
+    parent: tuple[AgentProcess, dict[str, Any]]
+) -> None:
+    proc, parent_id = parent
+    child = {"value": "session-1", "parent": parent_id}
+    call = {"type": "LAUNCH_NESTED_CONTAINER_SESSION", "launch_nested_container_session": {
+        "container_id": child, "command": {"value": "sleep 0.3; echo to-out; echo to-err >&2; exit 4"}}}
+    async with aiohttp.ClientSession() as s:
+        async with s.post(proc.url + "/api/v1", json=call, headers={"Accept": "application/json"}) as r:
+            assert r.status == 406  # a session streams RecordIO
+        attached: list[tuple[str, bytes]] = []
+
+        async def attach() -> None:
+            body = {"type": "ATTACH_CONTAINER_OUTPUT", "attach_container_output": {"container_id": child}}
+            async with s.post(proc.url + "/api/v1", json=body, headers=STREAMING) as r:
+                assert r.status == 200
+                attached.extend(_process_io(await r.read()))
+
+        async with s.post(proc.url + "/api/v1", json=call, headers=STREAMING) as r:
+            assert r.status == 200
+            assert r.headers["Content-Type"] == "application/recordio"
+            assert r.headers["Message-Content-Type"] == "application/json"
+            attacher = asyncio.create_task(attach())
+            records = _process_io(await r.read())
+        await attacher
+        assert (b"".join(d for k, d in records if k == "STDOUT"), b"".join(d for k, d in records if k == "STDERR")) == (
+            b"to-out\n", b"to-err\n"
+        )
+        assert ("STDOUT", b"to-out\n") in attached
+        status, body = await _call(s, proc, {"type": "WAIT_CONTAINER", "wait_container": {"container_id": child}})
+        assert status == 200 and os.WEXITSTATUS(body["wait_container"]["exit_status"]) == 4
+        assert (await _call(s, proc, {"type": "REMOVE_CONTAINER", "remove_container": {"container_id": child}}))[0] == 200
+
+
+async def test_session_container_dies_with_its_connection(
+    parent: tuple[AgentProcess, dict[str, Any]]
+) -> None:
+    proc, parent_id = parent
+    child = {"value": "session-2", "parent": parent_id}
+    call = {"type": "LAUNCH_NESTED_CONTAINER_SESSION", "launch_nested_container_session": {
+        "container_id": child, "command": {"value": "sleep 1000"}}}
+    async with aiohttp.ClientSession() as s:
+        async with s.post(proc.url + "/api/v1", json=call, headers=STREAMING) as r:
+            assert r.status == 200
+        # The response was closed unread: the agent destroys the container.
+        status, body = await _call(s, proc, {"type": "WAIT_CONTAINER", "wait_container": {"container_id": child}})
+        assert status == 200
+        assert os.WIFSIGNALED(body["wait_container"]["exit_status"])

@@ -74,7 +74,7 @@ async def test_v1_operator_calls(running: tuple[FakeMaster, AgentProcess]) -> No
             (b"{", 400, "JSON"),
             (b'{"type": "NO_SUCH_CALL"}', 400, "type"),
             (b'{"type": "LIST_FILES"}', 400, "list_files"),
-            (b'{"type": "ATTACH_CONTAINER_OUTPUT", "attach_container_output": {"container_id": {"value": "x"}}}', 501, "ATTACH_CONTAINER_OUTPUT"),
+            (b'{"type": "ATTACH_CONTAINER_INPUT"}', 501, "ATTACH_CONTAINER_INPUT"),
         ]:
             async with s.post(proc.url + "/api/v1", data=body, headers={"Content-Type": "application/json"}) as r:
                 assert r.status == status and reason in await r.text()

@@ -34,7 +34,7 @@ FRAMEWORK = FrameworkInfo(user="root", name="gen", id=FrameworkID(value="fw-gen"
 SKIPPED = {"LAUNCH_CONTAINER", "LAUNCH_NESTED_CONTAINER", "LAUNCH_NESTED_CONTAINER_SESSION"}
 AGENT_CALLS = [t.value for t in agent_api.CallType if t.value not in SKIPPED] + ["BOGUS"]
 # Not implemented yet: 501 Not Implemented, as Mesos answers calls it does not support.
-NOT_IMPLEMENTED = {"ATTACH_CONTAINER_INPUT", "ATTACH_CONTAINER_OUTPUT"}
+NOT_IMPLEMENTED = {"ATTACH_CONTAINER_INPUT"}
 EXECUTOR_CALLS = ["SUBSCRIBE", "UPDATE", "MESSAGE", "HEARTBEAT", "UNKNOWN", "BOGUS"]
 
 json_values = st.recursive(

@@ -14,7 +14,8 @@
   running one cannot be removed.
 
 The `_NESTED_` variants are the deprecated names of the same calls, which
-also require a parent.
+also require a parent. Sessions and ATTACH_CONTAINER_OUTPUT are in
+`mesilla.agent.container_io`.
 """
 
 from __future__ import annotations
@@ -30,13 +31,14 @@ from aiohttp import web
 from mesilla.agent import checkpoints
 from mesilla.agent.agent import Agent
 from mesilla.agent.agent_api import AgentApi
+from mesilla.agent.container_io import Sessions
 from mesilla.common.errors import BadRequest, HttpError, NotFound
 from mesilla.containerizer.containerizer import (
     ContainerLaunchError,
     ContainerNotRemovable,
     LaunchResult,
 )
-from mesilla.containerizer.types import ContainerConfig
+from mesilla.containerizer.types import ContainerClass, ContainerConfig
 from mesilla.v1 import agent as api
 from mesilla.v1.mesos import CommandInfo, ContainerID, TaskResourceLimitation, TaskState
 
@@ -118,7 +120,14 @@ class ContainerCalls:
         return os.path.join(parent.sandbox, "containers", container_id.value)
 
     async def launch(
-        self, launch: api.LaunchContainerCall, field: str, *, nested: bool
+        self,
+        launch: api.LaunchContainerCall,
+        field: str,
+        *,
+        nested: bool,
+        stdout: str | None = None,
+        stderr: str | None = None,
+        container_class: ContainerClass = ContainerClass.DEFAULT,
     ) -> web.Response:
         container_id = launch.container_id
         validate_container_id(container_id, f"{field}.container_id")
@@ -142,6 +151,9 @@ class ContainerCalls:
             limits={name: scalar.value for name, scalar in launch.limits.items()},
             user=(launch.command.user if launch.command and launch.command.user else None)
             or (parent_config.user if parent_config else None),
+            container_class=container_class,
+            stdout=stdout,
+            stderr=stderr,
         )
         os.makedirs(sandbox, exist_ok=True)
         try:
@@ -194,7 +206,20 @@ class ContainerCalls:
 
 def install(agent_api: AgentApi, agent: Agent) -> None:
     calls = ContainerCalls(agent)
+    sessions = Sessions(agent)
     t = api.CallType
+
+    async def session(call: api.Call, request: web.Request) -> web.StreamResponse:
+        launch = _part(call, "launch_nested_container_session")
+        return await sessions.launch(request, launch, calls)
+
+    async def attach_output(call: api.Call, request: web.Request) -> web.StreamResponse:
+        part = _part(call, "attach_container_output")
+        assert isinstance(part, api.ContainerCall)
+        return await sessions.attach_output(request, part.container_id)
+
+    agent_api.register(t.LAUNCH_NESTED_CONTAINER_SESSION, session)
+    agent_api.register(t.ATTACH_CONTAINER_OUTPUT, attach_output)
 
     def launcher(field: str, nested: bool):  # type: ignore[no-untyped-def]
         async def handler(call: api.Call, request: web.Request) -> web.StreamResponse:

@@ -15,6 +15,9 @@ import pytest
 
 IN_CI = bool(os.environ.get("CI"))
 
+# Session-wide real parts: a docker-registry and busybox test images.
+pytest_plugins = ["tests.fixtures.images"]
+
 
 def _missing(marker: str) -> str | None:
     if marker == "root" and os.geteuid() != 0:

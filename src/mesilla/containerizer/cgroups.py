@@ -1,9 +1,10 @@
 """Linux control groups: where a container's cgroup is, and how to read and write it.
 
-Layout (as Mesos, relative to each hierarchy's root, never to the agent's own
-cgroup): every container has its own directory `<cgroups_root>/<id>`, and a
+Layout (relative to each hierarchy's root, never to the agent's own cgroup, as
+in Mesos): every container has its own directory `<cgroups_root>/<id>`, and a
 nested container's directory is inside its parent's,
-`<cgroups_root>/<root id>/<child id>/...`. A nested container that shares its
+`<cgroups_root>/<root id>/<child id>/...` (Mesos adds a `mesos/` level between
+them, which nothing here needs). A nested container that shares its
 parent's cgroups (`LinuxInfo.share_cgroups` unset or true, Mesos's default)
 sets no limits of its own: its directory only exists so that the OCI runtime
 can signal and remove that container alone, and the kernel accounts it to the
@@ -291,12 +292,19 @@ class Cgroup:
 
 def _enable_controllers(directory: str, controllers: list[str]) -> None:
     subtree = os.path.join(directory, "cgroup.subtree_control")
-    with open(subtree) as f:
-        enabled = set(f.read().split())
-    missing = [c for c in controllers if c not in enabled]
-    if missing:
-        with open(subtree, "w") as f:
-            f.write(" ".join("+" + c for c in missing))
+    try:
+        with open(subtree) as f:
+            enabled = set(f.read().split())
+        missing = [c for c in controllers if c not in enabled]
+        if missing:
+            with open(subtree, "w") as f:
+                f.write(" ".join("+" + c for c in missing))
+    except OSError as exc:
+        raise CgroupsError(
+            f"Failed to delegate {', '.join(controllers)} below cgroup {directory}: "
+            f"{exc.strerror} (a cgroup v2 directory holding processes cannot delegate; "
+            "see its cgroup.procs)"
+        ) from None
 
 
 def _kill_members(directory: str) -> None:

@@ -110,6 +110,7 @@ class CgroupsIsolator(Isolator):
         for runtime in states:
             state = self._state(runtime.container_id, runtime.config)
             if state is not None and state.cgroup.exists(self.controller):
+                state.applied = True  # limits were written before the agent restarted
                 self.containers[runtime.container_id] = state
                 self.started(runtime.container_id, state)
 

@@ -201,3 +201,37 @@ def test_tasks_sandboxes_are_linked_from_the_executor_sandbox(cluster: LocalClus
         target = os.readlink(link)
         assert os.path.realpath(os.path.dirname(target)) == os.path.realpath(link.parent.parent / "containers")
         assert (link / "stdout").exists()
+
+
+@pytest.fixture(scope="module")
+def cgroups_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+    flags = ["--isolation=filesystem/linux,cgroups/cpu,cgroups/mem"]
+    with LocalCluster(tmp_path_factory.mktemp("pods-cgroups"), extra_flags=flags) as running:
+        yield running
+
+
+async def test_task_over_its_own_memory_limit_is_oom_killed_and_its_group_with_it(
+    cgroups_cluster: LocalCluster,
+) -> None:
+    async with aiohttp.ClientSession() as session:
+        scheduler = Scheduler(session, f"http://{cgroups_cluster.master}")
+        await scheduler.subscribe({"name": "pods-oom"})
+        framework = Framework(scheduler)
+        try:
+            # As Mesos, every task of the group must agree on share_cgroups.
+            own_cgroups = {"type": "MESOS", "linux_info": {"share_cgroups": False}}
+            hog = task(
+                "hog",
+                f"{sys.executable} -c 'x = bytearray(512 * 1024 * 1024)'",
+                container=own_cgroups,
+                limits={"mem": {"value": 64}},
+            )
+            peer = task("peer", "sleep 600", container=own_cgroups)
+            await framework.launch_group(hog, peer)
+            ended = await framework.until_terminal(tid(hog), tid(peer))
+            assert ended[tid(hog)]["state"] == "TASK_FAILED", ended[tid(hog)]
+            assert ended[tid(hog)].get("reason") == "REASON_CONTAINER_LIMITATION_MEMORY", ended[tid(hog)]
+            assert ended[tid(peer)]["state"] == "TASK_KILLED"
+        finally:
+            await scheduler.call("TEARDOWN")
+            await scheduler.close()

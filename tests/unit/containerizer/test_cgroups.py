@@ -311,3 +311,30 @@ def test_an_isolator_whose_controller_is_missing_says_how_to_fix_it(tmp_path):
         IsolatorConfigError, match="remove cgroups/pids from --isolation"
     ):
         CgroupsPidsIsolator(flags(), hierarchy)
+
+
+async def test_cleanup_of_a_container_never_seen_is_harmless(v2, tmp_path):
+    for isolator in (
+        CgroupsCpuIsolator(flags(), v2),
+        CgroupsMemIsolator(flags(), v2),
+        CgroupsPidsIsolator(flags(), v2),
+    ):
+        await isolator.cleanup(ContainerID(value="never-seen"))
+        await isolator.cleanup(CHILD)
+    assert sorted(os.listdir(tmp_path)) == [
+        "cgroup.controllers",
+        "cgroup.subtree_control",
+    ]
+
+
+async def test_an_invalid_update_changes_nothing(v2, tmp_path):
+    cid = ContainerID(value="c2")
+    cpu = CgroupsCpuIsolator(flags(), v2)
+    await cpu.prepare(cid, config([scalar("cpus", 1)]))
+    FakeV2Cgroups.populate(tmp_path / "mesilla", {})
+    FakeV2Cgroups.populate(tmp_path / "mesilla" / "c2", {})
+    await cpu.isolate(cid, os.getpid())
+    with pytest.raises(IsolatorConfigError):
+        await cpu.update(cid, [scalar("cpus", 2)], {"cpus": 1})
+    assert (tmp_path / "mesilla" / "c2" / "cpu.max").read_text() == "100000 100000"
+    assert cpu.containers[cid].scalar("cpus") == 1

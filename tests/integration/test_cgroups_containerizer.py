@@ -321,3 +321,26 @@ async def test_after_agent_restart_oom_is_still_reported_and_orphans_lose_their_
         for container_id in restarted.containers():
             await restarted.destroy(container_id)
         await restarted.close()
+
+
+async def test_host_path_volume_is_visible_read_only(containerizer, env):
+    host = env.root / "host-data"
+    host.mkdir(parents=True)
+    (host / "config").write_text("value\n")
+    volume = Volume(
+        container_path="conf",
+        mode="RO",
+        source=VolumeSource(type="HOST_PATH", host_path={"path": str(host)}),
+    )
+    cid = ContainerID(value=str(uuid.uuid4()))
+    config = shell(
+        env,
+        "hostpath",
+        "cat conf/config; touch conf/new 2>/dev/null || echo refused",
+        container_info=ContainerInfo(volumes=[volume]),
+    )
+    await containerizer.launch(cid, config)
+    termination = await asyncio.wait_for(containerizer.wait(cid), 60)
+    assert termination is not None and termination.status == 0
+    assert output(config) == "value\nrefused\n"
+    assert not (host / "new").exists()

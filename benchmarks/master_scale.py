@@ -31,7 +31,6 @@ import argparse
 import asyncio
 import base64
 import contextlib
-import json
 import os
 import platform
 import random
@@ -43,6 +42,7 @@ import sys
 import tempfile
 import time
 import uuid
+from collections import deque
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -183,7 +183,63 @@ async def _events(response: aiohttp.ClientResponse) -> AsyncIterator[Json]:
     decoder = Decoder()
     async for chunk in response.content.iter_any():
         for record in decoder.feed(chunk):
-            yield json.loads(record)
+            yield msgspec.json.decode(record)
+
+
+class Caller:
+    """POSTs over a few keep-alive connections, pipelined (HTTP/1.1).
+
+    The load generator shares the machine with the master, so its own cost
+    per call must stay small: this is a fraction of a full client's.
+    """
+
+    def __init__(self, host: str, port: int, connections: int = 8) -> None:
+        self.host, self.port = host, port
+        self._size = connections
+        self._connections: list[tuple[asyncio.StreamWriter, deque[asyncio.Future[int]]]] = []
+        self._readers: list[asyncio.Task[None]] = []
+        self._next = 0
+
+    async def open(self) -> None:
+        for _ in range(self._size):
+            reader, writer = await asyncio.open_connection(self.host, self.port)
+            waiting: deque[asyncio.Future[int]] = deque()
+            self._connections.append((writer, waiting))
+            self._readers.append(asyncio.create_task(self._read(reader, waiting)))
+
+    async def _read(self, reader: asyncio.StreamReader, waiting: deque[asyncio.Future[int]]) -> None:
+        with contextlib.suppress(asyncio.IncompleteReadError, ConnectionError):
+            while True:
+                status = int((await reader.readline()).split()[1])
+                length = 0
+                while (line := await reader.readline()) not in (b"\r\n", b""):
+                    name, _, value = line.partition(b":")
+                    if name.strip().lower() == b"content-length":
+                        length = int(value)
+                await reader.readexactly(length)
+                waiting.popleft().set_result(status)
+        for future in waiting:
+            future.set_exception(ConnectionError("the master closed the connection"))
+
+    async def post(self, path: str, body: Json, stream_id: str) -> int:
+        writer, waiting = self._connections[self._next]
+        self._next = (self._next + 1) % len(self._connections)
+        data = msgspec.json.encode(body)
+        head = (
+            f"POST {path} HTTP/1.1\r\nHost: {self.host}:{self.port}\r\nContent-Type: application/json\r\n"
+            f"Mesos-Stream-Id: {stream_id}\r\nContent-Length: {len(data)}\r\n\r\n"
+        )
+        future = asyncio.get_running_loop().create_future()
+        waiting.append(future)
+        writer.write(head.encode() + data)
+        return await future
+
+    async def close(self) -> None:
+        for writer, _ in self._connections:
+            writer.close()
+        for task in self._readers:
+            task.cancel()
+        await asyncio.gather(*self._readers, return_exceptions=True)
 
 
 def _uuid() -> str:
@@ -193,11 +249,14 @@ def _uuid() -> str:
 class SimulatedAgents:
     """Many agents in one event loop: each holds a REGISTER stream and answers RUN_TASK."""
 
-    def __init__(self, base: str, streams: aiohttp.ClientSession, calls: aiohttp.ClientSession) -> None:
-        self.url = base + "/internal/agent"
+    PATH = "/internal/agent"
+
+    def __init__(self, base: str, streams: aiohttp.ClientSession, calls: Caller) -> None:
+        self.url = base + self.PATH
         self.streams = streams
         self.calls = calls
         self.tasks: list[asyncio.Task[None]] = []
+        self.updates: set[asyncio.Task[None]] = set()
         self.errors = 0
 
     async def start(self, count: int) -> float:
@@ -229,8 +288,9 @@ class SimulatedAgents:
                     agent_id = event["registered"]["agent_id"]
                     ready.set_result(None)
                 elif event["type"] == "RUN_TASK" and agent_id is not None:
-                    run = event["run_task"]
-                    asyncio.create_task(self._running(agent_id, stream_id, run))
+                    update = asyncio.create_task(self._running(agent_id, stream_id, event["run_task"]))
+                    self.updates.add(update)
+                    update.add_done_callback(self.updates.discard)
         except (aiohttp.ClientError, asyncio.CancelledError):
             pass
         finally:
@@ -250,14 +310,14 @@ class SimulatedAgents:
             "agent_id": agent_id,
             "status_update": {"framework_id": run["framework_info"]["id"], "status": status},
         }
-        async with self.calls.post(self.url, json=call, headers={"Mesos-Stream-Id": stream_id}) as response:
-            if response.status != 202:
-                self.errors += 1
+        if await self.calls.post(self.PATH, call, stream_id) != 202:
+            self.errors += 1
 
     async def stop(self) -> None:
-        for task in self.tasks:
+        tasks = [*self.tasks, *self.updates]
+        for task in tasks:
             task.cancel()
-        await asyncio.gather(*self.tasks, return_exceptions=True)
+        await asyncio.gather(*tasks, return_exceptions=True)
 
 
 @dataclass
@@ -272,17 +332,22 @@ class LaunchStats:
 class SimulatedFramework:
     """A v1 scheduler that launches small command tasks on every offer while the run lasts."""
 
-    def __init__(self, name: str, base: str, calls: aiohttp.ClientSession, in_flight: int, stats: LaunchStats) -> None:
+    PATH = "/api/v1/scheduler"
+
+    def __init__(self, name: str, base: str, calls: Caller, in_flight: int, stats: LaunchStats) -> None:
         self.name = name
-        self.url = base + "/api/v1/scheduler"
+        self.url = base + self.PATH
         self.calls = calls
         self.stats = stats
-        self.slots = asyncio.Semaphore(in_flight)
+        # Tasks launched but not yet running, and the most there may be.
+        self.in_flight = 0
+        self.max_in_flight = in_flight
+        self._room = asyncio.Event()
         self.framework_id: Json | None = None
         self.stream_id = ""
         self.launching = True
         self._next_task = 0
-        self._work: list[asyncio.Task[None]] = []
+        self._work: set[asyncio.Task[Any]] = set()
 
     async def run(self, streams: aiohttp.ClientSession, subscribed: asyncio.Future[None]) -> None:
         call = {"type": "SUBSCRIBE", "subscribe": {"framework_info": {"user": "bench", "name": self.name}}}
@@ -299,32 +364,41 @@ class SimulatedFramework:
                     subscribed.set_result(None)
                 elif kind == "OFFERS":
                     for offer in event["offers"]["offers"]:
-                        self._work.append(asyncio.create_task(self._use(offer)))
+                        self._spawn(self._use(offer))
                 elif kind == "UPDATE":
                     self._update(event["update"]["status"])
         except (aiohttp.ClientError, asyncio.CancelledError):
             pass
         finally:
             response.close()
-            for task in self._work:
+            for task in list(self._work):
                 task.cancel()
 
+    def stop_launching(self) -> None:
+        """Offers from now on are declined, also those waiting for room."""
+        self.launching = False
+        self._room.set()
+
+    def _spawn(self, work: Any) -> None:
+        task = asyncio.create_task(work)
+        self._work.add(task)
+        task.add_done_callback(self._work.discard)
+
     async def _post(self, call: Json) -> int:
-        async with self.calls.post(self.url, json=call, headers={"Mesos-Stream-Id": self.stream_id}) as response:
-            return response.status
+        return await self.calls.post(self.PATH, call, self.stream_id)
 
     async def _use(self, offer: Json) -> None:
         scalars = {r["name"]: r["scalar"]["value"] for r in offer["resources"] if r.get("scalar")}
         count = int(min(scalars.get("cpus", 0) / TASK_CPUS, scalars.get("mem", 0) / TASK_MEM, 10))
-        taken = 0
-        for _ in range(count):
-            await self.slots.acquire()
-            taken += 1
+        # All of an offer's tasks at once: taking slots one by one would spread
+        # them over the waiting offers until none can launch.
+        while self.launching and count and self.in_flight + count > self.max_in_flight:
+            self._room.clear()
+            await self._room.wait()
         if not self.launching or count == 0:
-            for _ in range(taken):
-                self.slots.release()
             await self._post({"type": "DECLINE", "framework_id": self.framework_id, "decline": {"offer_ids": [offer["id"]]}})
             return
+        self.in_flight += count
         tasks = []
         now = time.perf_counter()
         for _ in range(count):
@@ -365,25 +439,29 @@ class SimulatedFramework:
                 now = time.perf_counter()
                 self.stats.latencies.append((now - accepted) * 1000)
                 self.stats.last_running = now
-                self.slots.release()
+                self.in_flight -= 1
+                self._room.set()
         if "uuid" in status:
             ack = {
                 "type": "ACKNOWLEDGE",
                 "framework_id": self.framework_id,
                 "acknowledge": {"agent_id": status["agent_id"], "task_id": status["task_id"], "uuid": status["uuid"]},
             }
-            self._work.append(asyncio.create_task(self._post(ack)))
+            self._spawn(self._post(ack))
 
 
 async def bench_cluster(agents: int, frameworks: int, duration: float, in_flight: int, registry: str) -> dict[str, float]:
     with tempfile.TemporaryDirectory(prefix="mesilla-bench-") as work_dir:
         async with master_process(work_dir, registry) as base, aiohttp.ClientSession(
             connector=aiohttp.TCPConnector(limit=0), timeout=aiohttp.ClientTimeout(total=None)
-        ) as streams, aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=256)) as calls:
+        ) as streams:
+            port = int(base.rsplit(":", 1)[1])
+            calls = Caller("127.0.0.1", port)
             sim = SimulatedAgents(base, streams, calls)
             stats = LaunchStats()
             runners: list[asyncio.Task[None]] = []
             try:
+                await calls.open()
                 registration = await sim.start(agents)
                 fws = [
                     SimulatedFramework(f"bench-{i}", base, calls, max(1, in_flight // frameworks), stats)
@@ -394,18 +472,19 @@ async def bench_cluster(agents: int, frameworks: int, duration: float, in_flight
                 await asyncio.gather(*subscribed)
                 await asyncio.sleep(duration)
                 for fw in fws:
-                    fw.launching = False
+                    fw.stop_launching()
                 # Let what was accepted reach TASK_RUNNING (bounded).
                 deadline = time.monotonic() + 30
                 while stats.accepted_at and time.monotonic() < deadline:
                     await asyncio.sleep(0.2)
-                async with calls.get(base + "/metrics/snapshot") as response:
+                async with streams.get(base + "/metrics/snapshot") as response:
                     metrics = await response.json()
             finally:
                 for task in runners:
                     task.cancel()
                 await asyncio.gather(*runners, return_exceptions=True)
                 await sim.stop()
+                await calls.close()
     launched = len(stats.latencies)
     elapsed = (stats.last_running or 0) - (stats.first_accept or 0)
     latencies = sorted(stats.latencies) or [0.0]
@@ -436,7 +515,7 @@ def main() -> int:
     parser.add_argument("--frameworks", type=int, default=10)
     parser.add_argument("--duration", type=float, default=20.0, help="seconds of launching per agent count")
     parser.add_argument("--cycles", type=int, default=30, help="direct allocation cycles per agent count")
-    parser.add_argument("--max_in_flight", type=int, default=4000, help="tasks launched but not running, at most")
+    parser.add_argument("--max_in_flight", type=int, default=1000, help="tasks launched but not running, at most")
     parser.add_argument("--registry", default="sqlite", choices=("sqlite", "in_memory"))
     args = parser.parse_args()
     counts = [int(x) for x in args.agents.split(",") if x.strip()]

@@ -11,6 +11,7 @@ import os
 import sys
 import uuid
 from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +19,7 @@ import aiohttp
 import pytest
 
 from mesilla.testing.cluster import LocalCluster, free_port
+from mesilla.testing.images import build_image, write_docker_save
 from tests.integration.master_harness import Scheduler, scalar
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.root]
@@ -83,17 +85,23 @@ class Framework:
         return [u["state"] for u in self.updates if u["task_id"]["value"] == task_id]
 
 
-@pytest.fixture
-async def framework(cluster: LocalCluster) -> AsyncIterator[Framework]:
+@asynccontextmanager
+async def framework_on(cluster: LocalCluster, *capabilities: str) -> AsyncIterator[Framework]:
+    """A subscribed framework, torn down (with its executors) on the way out."""
     async with aiohttp.ClientSession() as session:
         scheduler = Scheduler(session, f"http://{cluster.master}")
-        capabilities = [{"type": "TASK_RESTARTING_STATE"}]
-        await scheduler.subscribe({"name": "pods", "capabilities": capabilities})
+        await scheduler.subscribe({"name": "pods", "capabilities": [{"type": c} for c in capabilities]})
         try:
             yield Framework(scheduler)
         finally:
             await scheduler.call("TEARDOWN")
             await scheduler.close()
+
+
+@pytest.fixture
+async def framework(cluster: LocalCluster) -> AsyncIterator[Framework]:
+    async with framework_on(cluster, "TASK_RESTARTING_STATE") as subscribed:
+        yield subscribed
 
 
 def task(name: str, command: str, **extra: Any) -> Json:
@@ -213,25 +221,51 @@ def cgroups_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalC
 async def test_task_over_its_own_memory_limit_is_oom_killed_and_its_group_with_it(
     cgroups_cluster: LocalCluster,
 ) -> None:
-    async with aiohttp.ClientSession() as session:
-        scheduler = Scheduler(session, f"http://{cgroups_cluster.master}")
-        await scheduler.subscribe({"name": "pods-oom"})
-        framework = Framework(scheduler)
-        try:
-            # As Mesos, every task of the group must agree on share_cgroups.
-            own_cgroups = {"type": "MESOS", "linux_info": {"share_cgroups": False}}
-            hog = task(
-                "hog",
-                f"{sys.executable} -c 'x = bytearray(512 * 1024 * 1024)'",
-                container=own_cgroups,
-                limits={"mem": {"value": 64}},
-            )
-            peer = task("peer", "sleep 600", container=own_cgroups)
-            await framework.launch_group(hog, peer)
-            ended = await framework.until_terminal(tid(hog), tid(peer))
-            assert ended[tid(hog)]["state"] == "TASK_FAILED", ended[tid(hog)]
-            assert ended[tid(hog)].get("reason") == "REASON_CONTAINER_LIMITATION_MEMORY", ended[tid(hog)]
-            assert ended[tid(peer)]["state"] == "TASK_KILLED"
-        finally:
-            await scheduler.call("TEARDOWN")
-            await scheduler.close()
+    async with framework_on(cgroups_cluster) as framework:
+        # As Mesos, every task of the group must agree on share_cgroups.
+        own_cgroups = {"type": "MESOS", "linux_info": {"share_cgroups": False}}
+        hog = task(
+            "hog",
+            f"{sys.executable} -c 'x = bytearray(512 * 1024 * 1024)'",
+            container=own_cgroups,
+            limits={"mem": {"value": 64}},
+        )
+        peer = task("peer", "sleep 600", container=own_cgroups)
+        await framework.launch_group(hog, peer)
+        ended = await framework.until_terminal(tid(hog), tid(peer))
+        assert ended[tid(hog)]["state"] == "TASK_FAILED", ended[tid(hog)]
+        assert ended[tid(hog)].get("reason") == "REASON_CONTAINER_LIMITATION_MEMORY", ended[tid(hog)]
+        assert ended[tid(peer)]["state"] == "TASK_KILLED"
+
+
+@pytest.fixture(scope="module")
+def images_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+    # Two images (`docker save` tarballs from Debian's busybox-static), told
+    # apart by the content of /etc/pod-image.
+    images = tmp_path_factory.mktemp("pod-images")
+    for name in ("image-a", "image-b"):
+        image = build_image(extra_files={"etc/pod-image": name.encode()})
+        write_docker_save(image, str(images / f"{name}:latest.tar"), [f"{name}:latest"])
+    work_dir = tmp_path_factory.mktemp("pods-images")
+    flags = [
+        "--isolation=filesystem/linux,docker/runtime",
+        "--image_providers=docker",
+        f"--docker_registry={images}",
+        f"--docker_store_dir={work_dir / 'store'}",
+    ]
+    with LocalCluster(work_dir, extra_flags=flags) as running:
+        yield running
+
+
+def image(name: str) -> Json:
+    return {"type": "MESOS", "mesos": {"image": {"type": "DOCKER", "docker": {"name": name}}}}
+
+
+async def test_two_tasks_of_one_pod_run_different_images(images_cluster: LocalCluster) -> None:
+    async with framework_on(images_cluster) as framework:
+        a = task("a", "grep -qx image-a /etc/pod-image", container=image("image-a:latest"))
+        b = task("b", "grep -qx image-b /etc/pod-image", container=image("image-b:latest"))
+        await framework.launch_group(a, b)
+        ended = await framework.until_terminal(tid(a), tid(b))
+        assert ended[tid(a)]["state"] == "TASK_FINISHED", ended[tid(a)]
+        assert ended[tid(b)]["state"] == "TASK_FINISHED", ended[tid(b)]

@@ -2,16 +2,29 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
+import sys
 from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
 
+from mesilla.agent import main as agent_main
 from mesilla.agent import paths
-from mesilla.v1.internal import AgentEvent, AgentEventType, KillTask, RunTask
-from mesilla.v1.mesos import AgentID, CommandInfo, FrameworkID, FrameworkInfo, TaskID, TaskInfo
+from mesilla.common.flags import parse
+from mesilla.v1.internal import AgentCallType, AgentEvent, AgentEventType, KillTask, RunTask
+from mesilla.v1.mesos import (
+    AgentID,
+    CommandInfo,
+    ExecutorID,
+    ExecutorInfo,
+    FrameworkID,
+    FrameworkInfo,
+    TaskID,
+    TaskInfo,
+)
 
 from tests.conftest import free_port
 from tests.integration.agent_fake_master import AgentProcess, FakeMaster
@@ -125,3 +138,100 @@ async def test_executor_that_died_while_the_agent_was_down(master: FakeMaster, t
     finally:
         await second.stop()
         await first.stop()
+
+
+# A custom executor that runs its task, then, once the agent goes away, stays
+# alive without ever subscribing again: a hung executor, for the agent to destroy.
+HUNG_EXECUTOR = r"""
+import base64, http.client, json, os, time, uuid
+host, port = os.environ["MESOS_AGENT_ENDPOINT"].split(":")
+ids = {"framework_id": {"value": os.environ["MESOS_FRAMEWORK_ID"]},
+       "executor_id": {"value": os.environ["MESOS_EXECUTOR_ID"]}}
+def post(call):
+    conn = http.client.HTTPConnection(host, int(port))
+    conn.request("POST", "/api/v1/executor", json.dumps({**ids, **call}),
+                 {"Content-Type": "application/json"})
+    return conn.getresponse()
+stream = post({"type": "SUBSCRIBE", "subscribe": {}})
+buf = b""
+while True:
+    chunk = stream.read1(65536)
+    if not chunk:
+        break
+    buf += chunk
+    while b"\n" in buf:
+        size, _, rest = buf.partition(b"\n")
+        if len(rest) < int(size):
+            break
+        event, buf = json.loads(rest[: int(size)]), rest[int(size):]
+        if event["type"] == "LAUNCH":
+            task_id = event["launch"]["task"]["task_id"]
+            post({"type": "UPDATE", "update": {"status": {"task_id": task_id, "state": "TASK_RUNNING",
+                  "uuid": base64.b64encode(uuid.uuid4().bytes).decode()}}}).read()
+time.sleep(1000)
+"""
+
+
+async def test_executor_that_does_not_resubscribe_is_destroyed(
+    master: FakeMaster, tmp_path: Any
+) -> None:
+    port = free_port()
+    first, second = (
+        AgentProcess(
+            master, str(tmp_path / "work"), str(tmp_path / "run"),
+            "--executor_reregistration_timeout=1secs", f"--port={port}",
+        )
+        for _ in range(2)
+    )
+    script = tmp_path / "hung.py"
+    script.write_text(HUNG_EXECUTOR)
+    try:
+        await first.start()
+        await master.wait_for(lambda: master.registers)
+        task = TaskInfo(
+            name="h", task_id=TaskID(value="t-hung"), agent_id=AgentID(value=master.agent_id or ""),
+            executor=ExecutorInfo(
+                executor_id=ExecutorID(value="hung"), type="CUSTOM",
+                command=CommandInfo(value=f"{sys.executable} {script}"),
+            ),
+        )
+        await master.send(AgentEvent(
+            type=AgentEventType.RUN_TASK, run_task=RunTask(framework_info=FRAMEWORK, task=task)
+        ))
+        await master.wait_update("t-hung", "TASK_RUNNING")
+        await first.stop(destroy=False)
+        master.drop_stream()
+
+        await second.start()
+        lost = await master.wait_update("t-hung", "TASK_LOST")
+        assert lost.status.reason.value == "REASON_EXECUTOR_REREGISTRATION_TIMEOUT"
+        assert "did not reregister within 1secs" in lost.status.message
+        exited = await master.wait_for(
+            lambda: [c for c in master.calls if c.type is AgentCallType.EXITED_EXECUTOR]
+        )
+        assert os.WIFSIGNALED(exited[0].exited_executor.status)  # type: ignore[index]
+    finally:
+        await second.stop()
+        await first.stop()
+
+
+async def test_recover_cleanup_kills_old_executors_and_exits(master: FakeMaster, tmp_path: Any) -> None:
+    first, _ = _agents(master, tmp_path)
+    try:
+        agent = await first.start()
+        await master.wait_for(lambda: master.registers)
+        await _run(master, "t-clean", "sleep 1000")
+        await master.wait_update("t-clean", "TASK_RUNNING")
+        executor = agent.frameworks["fw-rec"].executors["t-clean"]
+        with open(paths.forked_pid_path(
+            agent.flags.work_dir, master.agent_id or "", "fw-rec", "t-clean", executor.container_id.value
+        )) as f:
+            pid = int(f.read())
+        await first.stop(destroy=False)
+    finally:
+        await first.stop()
+    cleanup = parse(agent_main.AGENT_FLAGS, [*first.argv, "--recover=cleanup"], environ={})
+    cleaned = await asyncio.wait_for(agent_main.run(cleanup), 60)
+    assert cleaned.containerizer.containers() == []
+    with pytest.raises(ProcessLookupError):
+        os.kill(pid, 0)

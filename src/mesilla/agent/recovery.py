@@ -53,7 +53,9 @@ def _rebuild_executor(
         ),
         checkpoint=True,
         command_task=_is_command_executor(state.info),
-        state=ExecutorState.RUNNING,
+        # Until it re-subscribes; it has been sent its tasks before the restart.
+        state=ExecutorState.REGISTERING,
+        ever_sent_task=True,
     )
     for task_state in run.tasks.values():
         task = task_state.task
@@ -68,7 +70,6 @@ def _rebuild_executor(
             run.container_id, task_state.task_id,
         )
         agent.status_updates.recover(fw, task_state.task_id, task_state.records, stream_path)
-        executor.ever_sent_task = True
         if not task.state.terminal:
             executor.launched_tasks[task_state.task_id] = task
         elif agent.status_updates.has_stream(fw, task_state.task_id):
@@ -126,19 +127,23 @@ async def _watch(agent: Agent, executor: Executor) -> None:
 
 async def _await_reregistration(agent: Agent, executors: list[Executor]) -> None:
     """Gives live executors `--executor_reregistration_timeout` to subscribe again."""
-    deadline = asyncio.get_running_loop().time() + float(agent.flags.executor_reregistration_timeout)
-    while asyncio.get_running_loop().time() < deadline:
-        if all(e.stream is not None or e.state is ExecutorState.TERMINATED for e in executors):
+    timeout = float(agent.flags.executor_reregistration_timeout)
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while loop.time() < deadline:
+        if all(e.state is not ExecutorState.REGISTERING for e in executors):
             return
         await asyncio.sleep(0.05)
     for executor in executors:
-        if executor.stream is None and executor.state is not ExecutorState.TERMINATED:
-            log.warning("Executor %s did not re-subscribe in time: destroying it", executor)
-            executor.state = ExecutorState.TERMINATING
-            executor.pending_termination = ContainerTermination(
-                state=TaskState.TASK_FAILED.value,
-                reason=Reason.REASON_EXECUTOR_REREGISTRATION_TIMEOUT,
-                message="Executor did not re-register within "
-                + format_duration(float(agent.flags.executor_reregistration_timeout)),
-            )
-            agent.spawn(agent.containerizer.destroy(executor.container_id), f"destroy {executor}")
+        if executor.state is not ExecutorState.REGISTERING:
+            continue
+        log.warning("Executor %s did not re-subscribe in time: destroying it", executor)
+        framework = agent.frameworks[executor.framework_id.value]
+        gone = TaskState.TASK_GONE if framework.info.has_capability("PARTITION_AWARE") else TaskState.TASK_LOST
+        executor.state = ExecutorState.TERMINATING
+        executor.pending_termination = ContainerTermination(
+            state=gone.value,
+            reason=Reason.REASON_EXECUTOR_REREGISTRATION_TIMEOUT,
+            message=f"Executor did not reregister within {format_duration(timeout)}",
+        )
+        agent.spawn(agent.containerizer.destroy(executor.container_id), f"destroy {executor}")

@@ -152,6 +152,8 @@ async def test_mark_agent_gone_removes_it_and_its_tasks(cluster: Cluster) -> Non
         ({"type": "MARK_AGENT_GONE", "mark_agent_gone": {"agent_id": {"value": "nope"}}}, 404, "nope"),
         ({"type": "UPDATE_WEIGHTS", "update_weights": {"weight_infos": [{"role": "a", "weight": -1}]}}, 400, "weight"),
         ({"type": "UPDATE_WEIGHTS", "update_weights": {"weight_infos": [{"weight": 2}]}}, 400, "role"),
+        ({"type": "UPDATE_WEIGHTS", "update_weights": {"weight_infos": [{"role": "a/../b", "weight": 2}]}}, 400, "'..'"),
+        ({"type": "UPDATE_WEIGHTS", "update_weights": {"weight_infos": [{"role": "-a", "weight": 2}]}}, 400, "-a"),
     ],
 )
 async def test_bad_calls_get_4xx_with_a_reason(cluster: Cluster, body: Json, status: int, reason: str) -> None:

@@ -106,6 +106,7 @@ class HierarchicalDRFAllocator:
         self._offer_callback = offer_callback
         self._weights: dict[str, float] = dict(weights or {})
         self._clock = clock
+        self._random = random.Random()  # its own, so the allocator leaves the global one alone
         self._agents: dict[str, _Agent] = {}
         self._frameworks: dict[str, _Framework] = {}
         # Dominant-resource totals: the cluster, each role, each framework per role.
@@ -540,7 +541,7 @@ class HierarchicalDRFAllocator:
         # Mesos shuffles the agents so that none is always first; a random
         # rotation does that too, at a fraction of a shuffle's cost at 10,000 agents.
         if agents:
-            start = random.randrange(len(agents))
+            start = self._random.randrange(len(agents))
             agents = agents[start:] + agents[:start]
         roles = list(candidates)
         role_share = self._role_share

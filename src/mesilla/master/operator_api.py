@@ -288,8 +288,11 @@ class OperatorApi:
     def _update_weights(self, update: m.UpdateWeights) -> None:
         weights: dict[str, float] = {}
         for info in update.weight_infos:
-            if not info.role or info.role == "*":
-                raise BadRequest("Expecting 'weight_infos[].role' to name a role other than '*'")
+            if info.role is None:
+                raise BadRequest("Expecting 'weight_infos[].role' to be present")
+            error = role_error(info.role)
+            if error is not None:
+                raise BadRequest(f"Invalid 'weight_infos[].role': {error}")
             if not info.weight > 0:
                 raise BadRequest(f"Invalid weight {info.weight} for role '{info.role}': weights must be positive")
             weights[info.role] = info.weight
@@ -371,6 +374,24 @@ class OperatorApi:
 def _gone(request: web.Request, stream: EventStream) -> bool:
     transport = request.transport
     return stream.closed.is_set() or transport is None or transport.is_closing()
+
+
+def role_error(role: str) -> str | None:
+    """Why `role` is not a valid role name (Mesos's rules), or None."""
+    if role == "*":
+        return None
+    if not role:
+        return "a role name cannot be empty"
+    if role.startswith("/") or role.endswith("/") or "//" in role:
+        return f"role '{role}' has an empty path component (leading, trailing or double '/')"
+    for part in role.split("/"):
+        if part in (".", "..", "*"):
+            return f"role '{role}' has '{part}' as a path component"
+        if part.startswith("-"):
+            return f"role component '{part}' starts with '-'"
+        if any(c.isspace() or c in "\b\x7f" for c in part):
+            return f"role component '{part}' contains whitespace or a backspace"
+    return None
 
 
 def _required(value: Any, field: str, call_type: m.CallType) -> Any:

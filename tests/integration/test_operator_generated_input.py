@@ -1,0 +1,130 @@
+"""Generated input at the master's operator API and v0 endpoints never gets a 5xx.
+
+The master runs on its own event loop in a thread, with an agent, a framework
+and a running task so that the state the endpoints render is not empty;
+hypothesis drives it with a blocking client that reads only each response's
+status line (a successful SUBSCRIBE answers a stream that does not end).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import http.client
+import json
+import threading
+import urllib.parse
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from tests.integration.master_harness import (
+    FakeAgent,
+    Scheduler,
+    command_task,
+    running_master,
+)
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+OPERATOR_CALLS = [
+    "GET_HEALTH", "GET_FLAGS", "GET_VERSION", "GET_METRICS", "GET_STATE", "GET_AGENTS",
+    "GET_FRAMEWORKS", "GET_EXECUTORS", "GET_TASKS", "GET_ROLES", "GET_WEIGHTS", "GET_MASTER",
+    "SUBSCRIBE", "UPDATE_WEIGHTS", "TEARDOWN", "MARK_AGENT_GONE", "RESERVE_RESOURCES",
+    "GET_LOGGING_LEVEL", "UNKNOWN", "BOGUS",
+]
+V0_PATHS = [
+    "/state", "/state.json", "/slaves", "/frameworks", "/tasks", "/version", "/health",
+    "/redirect", "/flags", "/metrics/snapshot", "/master/state", "/master/tasks/",
+]
+QUERY_KEYS = ["limit", "offset", "order", "task_id", "framework_id", "slave_id", "jsonp", "timeout"]
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=20),
+    lambda children: st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=10), children, max_size=4),
+    max_leaves=12,
+)
+# Payloads shaped like the calls' own fields, with generated values.
+call_fields = st.dictionaries(
+    st.sampled_from(["framework_id", "agent_id", "weight_infos", "timeout", "value", "role", "weight"]),
+    st.one_of(json_values, st.dictionaries(st.sampled_from(["value", "role", "weight"]), json_values, max_size=2)),
+    max_size=3,
+)
+
+
+def calls() -> st.SearchStrategy[bytes]:
+    return st.builds(
+        lambda type_, fields: json.dumps({"type": type_, type_.lower(): fields}).encode(),
+        st.sampled_from(OPERATOR_CALLS),
+        st.one_of(json_values, call_fields),
+    )
+
+
+@pytest.fixture(scope="module")
+def port(tmp_path_factory: pytest.TempPathFactory) -> Iterator[int]:
+    ready = threading.Event()
+    stop: dict[str, Any] = {}
+
+    async def serve(work_dir: Path) -> None:
+        async with running_master(work_dir) as server, aiohttp.ClientSession() as session:
+            base = f"http://127.0.0.1:{server.port}"
+            agent = FakeAgent(session, base)
+            scheduler = Scheduler(session, base)
+            try:
+                await agent.register()
+                await scheduler.subscribe()
+                offer = await scheduler.offer()
+                await scheduler.launch(offer, command_task("t", offer["agent_id"]))
+                await agent.next_event("RUN_TASK")
+                await agent.send_status(scheduler.framework_id or "", "t", "TASK_RUNNING")
+                stop["port"] = server.port
+                stop["event"] = asyncio.Event()
+                stop["loop"] = asyncio.get_running_loop()
+                ready.set()
+                await stop["event"].wait()
+            finally:
+                await scheduler.close()
+                await agent.disconnect()
+
+    thread = threading.Thread(target=asyncio.run, args=(serve(tmp_path_factory.mktemp("master")),))
+    thread.start()
+    try:
+        assert ready.wait(30), "the master did not start"
+        yield stop["port"]
+    finally:
+        if "loop" in stop:
+            stop["loop"].call_soon_threadsafe(stop["event"].set)
+        thread.join(30)
+
+
+def status_of(port: int, method: str, path: str, body: bytes | None = None) -> int:
+    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    try:
+        headers = {"Content-Type": "application/json"} if body is not None else {}
+        connection.request(method, path, body=body, headers=headers)
+        return connection.getresponse().status
+    finally:
+        connection.close()
+
+
+SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+
+
+@SETTINGS
+@given(body=st.one_of(st.binary(max_size=64), json_values.map(lambda v: json.dumps(v).encode()), calls()))
+def test_operator_api_answers_generated_input_without_5xx(port: int, body: bytes) -> None:
+    assert status_of(port, "POST", "/api/v1", body) < 500, body
+
+
+@SETTINGS
+@given(
+    path=st.sampled_from(V0_PATHS),
+    query=st.dictionaries(st.sampled_from(QUERY_KEYS), st.text(max_size=12), max_size=3),
+)
+def test_v0_endpoints_answer_generated_queries_without_5xx(port: int, path: str, query: dict[str, str]) -> None:
+    target = path + ("?" + urllib.parse.urlencode(query) if query else "")
+    assert status_of(port, "GET", target) < 500, target

@@ -25,6 +25,7 @@ from mesilla.v1.internal import (
     AgentEvent,
     AgentEventType,
     KillTask,
+    ReconcileTasks,
     RunTask,
     ShutdownFramework,
     FrameworkToExecutor,
@@ -370,3 +371,20 @@ async def test_status_updates_are_retried_until_acknowledged(
     assert agent.completed_frameworks[-1].completed_executors[-1].completed_tasks[-1].state.value == (
         "TASK_FINISHED"
     )
+
+
+async def test_reconciling_tasks_unknown_to_the_agent(master: FakeMaster, agent_proc: AgentProcess) -> None:
+    await agent_proc.start()
+    await master.wait_for(lambda: master.registers)
+    await run_task(master, command_task("t-known", "sleep 1000", master.agent_id or ""))
+    await master.wait_update("t-known", "TASK_RUNNING")
+    await master.send(AgentEvent(
+        type=AgentEventType.RECONCILE_TASKS,
+        reconcile_tasks=ReconcileTasks(
+            framework_id=FrameworkID(value="fw-1"),
+            task_ids=[TaskID(value="t-known"), TaskID(value="t-forgotten")],
+        ),
+    ))
+    lost = await master.wait_update("t-forgotten", "TASK_LOST")
+    assert lost.status.reason.value == "REASON_RECONCILIATION"
+    assert [u.status.state.value for u in master.updates("t-known")] == ["TASK_STARTING", "TASK_RUNNING"]

@@ -328,7 +328,7 @@ class Agent:
             state = TaskState.TASK_DROPPED if _partition_aware(framework.info) else TaskState.TASK_LOST
             for task in tasks:
                 self._agent_update(
-                    framework, None, task.task_id.value, state,
+                    framework.id, None, task.task_id.value, state,
                     Reason.REASON_EXECUTOR_TERMINATED, "Executor terminating",
                     executor_id=info.executor_id.value,
                 )
@@ -468,7 +468,7 @@ class Agent:
         if executor is None:
             state = TaskState.TASK_DROPPED if _partition_aware(framework.info) else TaskState.TASK_LOST
             self._agent_update(
-                framework, None, task_id, state,
+                framework.id, None, task_id, state,
                 Reason.REASON_EXECUTOR_TERMINATED, "Cannot find executor",
             )
             return
@@ -485,7 +485,7 @@ class Agent:
             victims = [t.task_id.value for t in group.tasks] if group else [task_id]
             for victim in victims:
                 self._agent_update(
-                    framework, executor, victim, TaskState.TASK_KILLED,
+                    framework.id, executor, victim, TaskState.TASK_KILLED,
                     Reason.REASON_TASK_KILLED_DURING_LAUNCH, message,
                 )
             if (
@@ -557,17 +557,16 @@ class Agent:
             self.meta.framework(info)
 
     def reconcile_tasks(self, msg: internal.ReconcileTasks) -> None:
-        """Tasks the master expects here but the agent does not know end as unknown to it."""
+        """Tasks the master expects here that the agent does not know end LOST (DROPPED)."""
         framework = self.frameworks.get(msg.framework_id.value)
         for task_id in msg.task_ids:
             if framework is not None and framework.executor_of_task(task_id.value) is not None:
                 continue
-            if framework is None:
-                continue
-            state = TaskState.TASK_GONE if _partition_aware(framework.info) else TaskState.TASK_LOST
+            partition_aware = framework is not None and _partition_aware(framework.info)
             self._agent_update(
-                framework, None, task_id.value, state,
-                Reason.REASON_RECONCILIATION, "Task is unknown to the agent",
+                msg.framework_id, None, task_id.value,
+                TaskState.TASK_DROPPED if partition_aware else TaskState.TASK_LOST,
+                Reason.REASON_RECONCILIATION, "Reconciliation: task unknown to the agent",
             )
 
     # -- executor terminated ----------------------------------------------------------
@@ -633,7 +632,7 @@ class Agent:
             messages.append("Abnormal executor termination: unknown container")
         limited = termination.limited_resources if termination else []
         self._agent_update(
-            framework, executor, task_id, state,
+            framework.id, executor, task_id, state,
             reason or Reason.REASON_EXECUTOR_TERMINATED,
             "; ".join(messages) or "Executor terminated",
             limitation=TaskResourceLimitation(resources=limited) if limited else None,
@@ -663,7 +662,7 @@ class Agent:
 
     def _agent_update(
         self,
-        framework: Framework,
+        framework_id: FrameworkID,
         executor: Executor | None,
         task_id: str,
         state: TaskState,
@@ -690,10 +689,10 @@ class Agent:
             container_status=ContainerStatus(container_id=executor.container_id) if executor else None,
             limitation=limitation,
         )
-        self._record_update(framework, executor, status)
+        self._record_update(framework_id, executor, status)
 
     def _record_update(
-        self, framework: Framework, executor: Executor | None, status: TaskStatus
+        self, framework_id: FrameworkID, executor: Executor | None, status: TaskStatus
     ) -> bool:
         if executor is not None:
             try:
@@ -705,11 +704,11 @@ class Agent:
         path = None
         if executor is not None and executor.checkpoint:
             path = self.meta.task_updates_path(
-                framework.id.value, executor.id, executor.container_id.value, status.task_id.value
+                framework_id.value, executor.id, executor.container_id.value, status.task_id.value
             )
         try:
             self.status_updates.update(
-                internal.StatusUpdate(framework_id=framework.id, status=status), path
+                internal.StatusUpdate(framework_id=framework_id, status=status), path
             )
         except StatusUpdateError as exc:
             log.error("Dropping status update: %s", exc)
@@ -733,7 +732,7 @@ class Agent:
                     log.warning("Ignoring update of task %s of a terminating framework", task_id)
                 else:
                     status.container_status = await self._container_status(executor, status)
-                    self._record_update(framework, executor, status)
+                    self._record_update(framework.id, executor, status)
             # Acknowledged once the agent has taken charge, so the executor stops resending.
             self._send(executor, ev.Event(
                 type=ev.EventType.ACKNOWLEDGED,
@@ -851,7 +850,7 @@ class Agent:
             if task.state is TaskState.TASK_STAGING and task.task_id.value not in known:
                 state = TaskState.TASK_DROPPED if _partition_aware(framework.info) else TaskState.TASK_LOST
                 self._agent_update(
-                    framework, executor, task.task_id.value, state,
+                    framework.id, executor, task.task_id.value, state,
                     Reason.REASON_AGENT_RESTARTED, "Task launched during agent restart",
                 )
         if not executor.ever_sent_task and not executor.queued_tasks:

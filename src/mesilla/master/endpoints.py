@@ -33,6 +33,7 @@ from mesilla.v1.mesos import (
     CommandInfo,
     ExecutorInfo,
     Offer,
+    Resource,
     Task,
     TaskStatus,
     ValueType,
@@ -109,10 +110,10 @@ def version() -> dict[str, Any]:
 # --- models --------------------------------------------------------------------------------
 
 
-def resources_json(resources: Resources | Iterable[Any]) -> dict[str, object]:
-    if not isinstance(resources, Resources):
-        resources = Resources.from_list(resources)
-    return resources.to_json_summary()
+def resources_json(resources: Resources | Iterable[Resource]) -> dict[str, object]:
+    if isinstance(resources, Resources):
+        return resources.to_json_summary()
+    return Resources.from_list(resources).to_json_summary()
 
 
 def _value_text(kind: ValueType, ranges: Any, items: Any) -> str:

@@ -14,14 +14,14 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 import msgspec
 from aiohttp import web
 
 from mesilla import MESOS_VERSION
-from mesilla.common.errors import BadRequest, NotFound
+from mesilla.common.errors import BadRequest, NotFound, ServiceUnavailable
 from mesilla.common.http import (
     EventStream,
     Router,
@@ -180,6 +180,37 @@ def get_metrics(master: Master) -> m.GetMetrics:
     )
 
 
+def get_flags(master: Master) -> m.GetFlags:
+    return m.GetFlags(flags=[m.Flag(name=k, value=v) for k, v in master.flags.as_strings().items()])
+
+
+def get_weights(master: Master) -> m.GetWeights:
+    weights = sorted(master.allocator.weights.items())
+    return m.GetWeights(weight_infos=[m.WeightInfo(weight=w, role=r) for r, w in weights])
+
+
+def get_master(master: Master) -> m.GetMaster:
+    return m.GetMaster(master_info=master.master_info, start_time=master.start_time, elected_time=master.elected_time)
+
+
+_READ_ONLY: dict[m.CallType, Callable[[Master], Any]] = {
+    m.CallType.GET_HEALTH: lambda _master: m.GetHealth(healthy=True),
+    m.CallType.GET_FLAGS: get_flags,
+    m.CallType.GET_VERSION: lambda _master: m.GetVersion(version_info=version_info()),
+    m.CallType.GET_METRICS: get_metrics,
+    m.CallType.GET_STATE: get_state,
+    m.CallType.GET_AGENTS: get_agents,
+    m.CallType.GET_FRAMEWORKS: get_frameworks,
+    m.CallType.GET_EXECUTORS: get_executors,
+    m.CallType.GET_TASKS: get_tasks,
+    m.CallType.GET_ROLES: get_roles,
+    m.CallType.GET_WEIGHTS: get_weights,
+    m.CallType.GET_MASTER: get_master,
+}
+# Calls answered before the master has recovered its registry.
+_BEFORE_RECOVERY = {m.CallType.GET_HEALTH, m.CallType.GET_FLAGS, m.CallType.GET_VERSION}
+
+
 def event_for(kind: str, payload: Any) -> m.Event | None:
     """The operator event for one of the master's observer notifications."""
     if kind == "TASK_ADDED":
@@ -226,6 +257,8 @@ class OperatorApi:
 
     async def handle(self, request: web.Request) -> web.StreamResponse:
         call: m.Call = await read_message(request, m.Call)
+        if not self.master.recovered and call.type not in _BEFORE_RECOVERY:
+            raise ServiceUnavailable("Master has not finished recovery")
         if call.type is m.CallType.SUBSCRIBE:
             check_accept(request, streaming=True)
             return await self._subscribe(request)
@@ -236,54 +269,23 @@ class OperatorApi:
         return json_response(response)
 
     async def _answer(self, call: m.Call) -> m.Response | None:
-        master, t = self.master, m.CallType
-        if call.type is t.GET_HEALTH:
-            return m.Response(type=m.ResponseType.GET_HEALTH, get_health=m.GetHealth(healthy=True))
-        if call.type is t.GET_FLAGS:
-            flags = [m.Flag(name=k, value=v) for k, v in master.flags.as_strings().items()]
-            return m.Response(type=m.ResponseType.GET_FLAGS, get_flags=m.GetFlags(flags=flags))
-        if call.type is t.GET_VERSION:
-            return m.Response(
-                type=m.ResponseType.GET_VERSION, get_version=m.GetVersion(version_info=version_info())
-            )
-        if call.type is t.GET_METRICS:
-            return m.Response(type=m.ResponseType.GET_METRICS, get_metrics=get_metrics(master))
-        if call.type is t.GET_STATE:
-            return m.Response(type=m.ResponseType.GET_STATE, get_state=get_state(master))
-        if call.type is t.GET_AGENTS:
-            return m.Response(type=m.ResponseType.GET_AGENTS, get_agents=get_agents(master))
-        if call.type is t.GET_FRAMEWORKS:
-            return m.Response(type=m.ResponseType.GET_FRAMEWORKS, get_frameworks=get_frameworks(master))
-        if call.type is t.GET_EXECUTORS:
-            return m.Response(type=m.ResponseType.GET_EXECUTORS, get_executors=get_executors(master))
-        if call.type is t.GET_TASKS:
-            return m.Response(type=m.ResponseType.GET_TASKS, get_tasks=get_tasks(master))
-        if call.type is t.GET_ROLES:
-            return m.Response(type=m.ResponseType.GET_ROLES, get_roles=get_roles(master))
-        if call.type is t.GET_WEIGHTS:
-            infos = [m.WeightInfo(weight=w, role=r) for r, w in sorted(master.allocator.weights.items())]
-            return m.Response(type=m.ResponseType.GET_WEIGHTS, get_weights=m.GetWeights(weight_infos=infos))
-        if call.type is t.GET_MASTER:
-            return m.Response(
-                type=m.ResponseType.GET_MASTER,
-                get_master=m.GetMaster(
-                    master_info=master.master_info,
-                    start_time=master.start_time,
-                    elected_time=master.elected_time,
-                ),
-            )
-        if call.type is t.UPDATE_WEIGHTS:
-            self._update_weights(_required(call.update_weights, "update_weights", call.type))
-            return None
-        if call.type is t.TEARDOWN:
-            await self._teardown(_required(call.teardown, "teardown", call.type).framework_id.value)
-            return None
-        if call.type is t.MARK_AGENT_GONE:
-            await self._mark_agent_gone(_required(call.mark_agent_gone, "mark_agent_gone", call.type).agent_id.value)
-            return None
-        if call.type is t.UNKNOWN:
+        render = _READ_ONLY.get(call.type)
+        if render is not None:
+            # Each GET_FOO answers a Response of type GET_FOO carrying `get_foo`.
+            name = call.type.value
+            return m.Response(type=m.ResponseType[name], **{name.lower(): render(self.master)})
+        t = call.type
+        if t is m.CallType.UPDATE_WEIGHTS:
+            self._update_weights(_required(call.update_weights, "update_weights", t))
+        elif t is m.CallType.TEARDOWN:
+            await self._teardown(_required(call.teardown, "teardown", t).framework_id.value)
+        elif t is m.CallType.MARK_AGENT_GONE:
+            await self._mark_agent_gone(_required(call.mark_agent_gone, "mark_agent_gone", t).agent_id.value)
+        elif t is m.CallType.UNKNOWN:
             raise BadRequest("Expecting 'type' to be present and known")
-        raise BadRequest(f"Mesilla does not support the master call '{call.type.value}'")
+        else:
+            raise BadRequest(f"Mesilla does not support the master call '{t.value}'")
+        return None
 
     def _update_weights(self, update: m.UpdateWeights) -> None:
         weights: dict[str, float] = {}

@@ -388,3 +388,21 @@ async def test_reconciling_tasks_unknown_to_the_agent(master: FakeMaster, agent_
     lost = await master.wait_update("t-forgotten", "TASK_LOST")
     assert lost.status.reason.value == "REASON_RECONCILIATION"
     assert [u.status.state.value for u in master.updates("t-known")] == ["TASK_STARTING", "TASK_RUNNING"]
+
+
+async def test_ended_sandboxes_are_garbage_collected(master: FakeMaster, tmp_path: Any) -> None:
+    proc = AgentProcess(master, str(tmp_path / "w"), str(tmp_path / "r"), "--gc_delay=1secs")
+    try:
+        agent = await proc.start()
+        await master.wait_for(lambda: master.registers)
+        await run_task(master, command_task("t-gc", "true", master.agent_id or ""))
+        await master.wait_update("t-gc", "TASK_FINISHED")
+        runs = os.path.join(
+            agent.flags.work_dir, "slaves", master.agent_id, "frameworks", "fw-1", "executors", "t-gc", "runs"
+        )
+        run = os.path.realpath(os.path.join(runs, "latest"))
+        assert os.path.isdir(run)
+        await master.wait_for(lambda: not os.path.exists(run))
+        assert agent.gc.succeeded >= 1
+    finally:
+        await proc.stop()

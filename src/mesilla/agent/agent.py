@@ -37,6 +37,7 @@ from mesilla.agent.executors import (
     shutdown_grace_period,
 )
 from mesilla.agent.files import Files
+from mesilla.agent.gc import GarbageCollector
 from mesilla.agent.state import (
     MAX_COMPLETED_FRAMEWORKS,
     Executor,
@@ -105,6 +106,7 @@ class Agent:
     ) -> None:
         self.flags = flags
         self.files = Files()
+        self.gc = GarbageCollector()
         self.containerizer = containerizer
         self.info = info
         self.status = AgentStatus.RECOVERING
@@ -163,6 +165,7 @@ class Agent:
     async def close(self) -> None:
         """Stops the agent's own activity; executors and containers keep running."""
         self.status_updates.close()
+        self.gc.close()
         for framework in self.frameworks.values():
             for executor in framework.executors.values():
                 self._cancel_timers(executor)
@@ -643,9 +646,21 @@ class Agent:
         self._cancel_timers(executor)
         if executor.checkpoint:
             self.meta.sentinel(framework.id.value, executor.id, executor.container_id.value)
+        self.schedule_gc(framework.id.value, executor.id, executor.container_id.value)
         if framework.executors.get(executor.id) is executor:
             del framework.executors[executor.id]
             framework.completed_executors.append(executor)
+
+    def schedule_gc(self, framework_id: str, executor_id: str, container_id: str) -> None:
+        """Deletes a run's sandbox and checkpoints after --gc_delay."""
+        delay = float(self.flags.gc_delay)
+        sandbox = paths.executor_run_dir(
+            self.flags.work_dir, self._id().value, framework_id, executor_id, container_id
+        )
+        self.gc.schedule(delay, sandbox, lambda: self.files.detach(sandbox))
+        self.gc.schedule(delay, paths.run_meta_dir(
+            self.flags.work_dir, self._id().value, framework_id, executor_id, container_id
+        ))
 
     def _remove_framework(self, framework: Framework) -> None:
         log.info("Cleaning up framework %s", framework.id.value)

@@ -149,6 +149,9 @@ def metrics(agent: Agent) -> dict[str, float]:
         "slave/valid_framework_messages": float(agent.metrics["valid_framework_messages"]),
         "slave/invalid_framework_messages": float(agent.metrics["invalid_framework_messages"]),
     }
+    m["gc/path_removals_pending"] = float(agent.gc.pending)
+    m["gc/path_removals_succeeded"] = float(agent.gc.succeeded)
+    m["gc/path_removals_failed"] = float(agent.gc.failed)
     if agent.recovery_time is not None:
         m["slave/recovery_time_secs"] = agent.recovery_time
     for state in ("staging", "starting", "running", "killing", "finished", "failed", "killed", "lost", "gone"):

@@ -100,6 +100,9 @@ async def recover(agent: Agent) -> None:
                 continue
             framework = Framework(fw_state.info)
             for ex_state in fw_state.executors.values():
+                for run in ex_state.runs.values():
+                    if run.completed or run.container_id != ex_state.latest:
+                        agent.schedule_gc(fw_state.framework_id, ex_state.executor_id, run.container_id)
                 executor = _rebuild_executor(agent, framework, ex_state)
                 if executor is not None:
                     framework.executors[executor.id] = executor

@@ -92,6 +92,16 @@ class _Key:
     role: str  # "*" for unreserved
     kind: ValueType
 
+    # Copies and unpickled keys must be the interned instance too.
+    def __copy__(self) -> _Key:
+        return self
+
+    def __deepcopy__(self, _memo: object) -> _Key:
+        return self
+
+    def __reduce__(self) -> tuple[object, tuple[str, str, ValueType]]:
+        return (_key, (self.name, self.role, self.kind))
+
 
 _KEYS: dict[tuple[str, str, ValueType], _Key] = {}
 

@@ -1,0 +1,513 @@
+#!/usr/bin/env python3
+"""Container launch latency and density of the Mesilla containerizer (issue #3).
+
+Part 1, side by side in one run, launch-to-running latency (median, p90 over
+`--runs` launches of each kind, interleaved so that noise hits all alike):
+  (a) Mesilla's Containerizer, linux launcher, no image (host view + sandbox);
+  (b) the same with the busybox image (pulled from a local docker-registry
+      beforehand, overlay backend: each launch mounts a fresh overlay);
+  (c) raw `runc run -d` of an equivalent bundle: the very config.json Mesilla
+      generated for (a) and (b) (same mounts, namespaces, cgroup layout, argv),
+      with the busybox rootfs extracted once for the image case;
+  plus raw `runc create` + `runc start` (what Mesilla does through conmon).
+"Running" is when the launch call returns: the runtime has started the user
+process (`runc start` / `runc run -d` returned), for Mesilla and runc alike.
+
+Part 2: `--count` containers of `sleep 3600` launched on one containerizer with
+at most `--concurrency` launches in flight, then all destroyed: time up, time
+down, and the supervision's memory per container (RSS and PSS of each
+container's conmon monitor).
+
+Needs root, runc, conmon and docker-registry. Everything lives under a fresh
+temporary directory and its own cgroups root, and is removed at the end, also
+after an error, Ctrl-C or SIGTERM (containers by id, monitors by the pid they
+recorded, mounts under our directory, our cgroups).
+
+    python benchmarks/containers.py --runs=5 --count=50      # quick
+    python benchmarks/containers.py                           # defaults: 20 runs, 1,000 containers
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import io
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tarfile
+import tempfile
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from _machine import (
+    Stats,
+    interrupt_on_sigterm,
+    machine_report,
+    pss_kb,
+    ratio,
+    status_kb,
+    verdict,
+)
+
+from mesilla.common.flags import parse
+from mesilla.containerizer.containerizer import (
+    Containerizer,
+    ContainerLaunchError,
+    LaunchResult,
+)
+from mesilla.containerizer.flags import CONTAINERIZER_FLAGS
+from mesilla.containerizer.types import ContainerConfig, ContainerState
+from mesilla.testing.images import build_image, push_image
+from mesilla.testing.registry import Registry, start_registry
+from mesilla.v1.mesos import (
+    CommandInfo,
+    ContainerID,
+    ContainerInfo,
+    Image,
+    ImageDocker,
+    MesosInfo,
+)
+
+CGROUP_MOUNT = "/sys/fs/cgroup"
+COMMAND = "sleep 3600"
+TARGET_RATIO = 1.5
+TARGET_UP_S = 20.0
+TARGET_DOWN_S = 10.0
+TARGET_MONITOR_MB = 3.0
+
+
+@dataclass
+class Workspace:
+    """Everything the benchmark creates, so that `sweep` can remove it whatever happened."""
+
+    root: Path
+    cgroups_root: str  # Mesilla's containers
+    raw_cgroups_root: str  # raw runc's containers
+    registry: Registry | None = None
+
+    @property
+    def runtime_dir(self) -> Path:
+        return self.root / "run"
+
+    @property
+    def raw_root(self) -> Path:
+        """runc's state directory (`--root`) for the raw baseline."""
+        return self.root / "raw" / "state"
+
+    def sandbox(self, name: str) -> str:
+        path = self.root / "sandboxes" / name
+        path.mkdir(parents=True, exist_ok=True)
+        return str(path)
+
+    def runtime_roots(self) -> list[Path]:
+        """Every runc `--root` of ours: the raw one and the linux launcher's."""
+        return [self.raw_root, self.runtime_dir / "runc", self.runtime_dir / "crun"]
+
+    def sweep(self) -> list[str]:
+        """Removes whatever is left; returns what it had to remove (empty after a clean run)."""
+        left: list[str] = []
+        for root in self.runtime_roots():
+            for rid in _runtime_ids(root):
+                left.append(f"runtime container {rid}")
+                subprocess.run([_runtime_binary(root), "--root", str(root), "delete", "--force", rid],
+                               check=False, capture_output=True)  # fmt: skip
+        for pid in _monitor_pids(self.runtime_dir):
+            left.append(f"conmon pid {pid}")
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        for mount in sorted(_mounts_under(self.root), reverse=True):
+            left.append(f"mount {mount}")
+            subprocess.run(["umount", "-l", mount], check=False, capture_output=True)
+        for name in (self.cgroups_root, self.raw_cgroups_root):
+            for directory in _cgroup_dirs(name):
+                with contextlib.suppress(OSError):
+                    os.rmdir(directory)
+        if self.registry is not None:
+            self.registry.stop()
+            self.registry = None
+        shutil.rmtree(self.root, ignore_errors=True)
+        return left
+
+
+def _runtime_binary(root: Path) -> str:
+    return "crun" if root.name == "crun" else "runc"
+
+
+def _runtime_ids(root: Path) -> list[str]:
+    if not root.is_dir():
+        return []
+    done = subprocess.run([_runtime_binary(root), "--root", str(root), "list", "-q"],
+                          check=False, capture_output=True, text=True)  # fmt: skip
+    return done.stdout.split()
+
+
+def _monitor_pids(runtime_dir: Path) -> list[int]:
+    """Live conmon processes that monitor containers of our runtime directory.
+
+    Found by the pid files the launcher keeps, then confirmed by the process's
+    command line naming our runtime directory (pids get reused).
+    """
+    found = []
+    for pid_file in runtime_dir.glob("containers/**/monitor/pid"):
+        try:
+            pid = int(pid_file.read_text().strip())
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                argv = f.read().split(b"\0")
+        except (OSError, ValueError):
+            continue
+        if os.path.basename(argv[0]) == b"conmon" and any(str(runtime_dir).encode() in a for a in argv):
+            found.append(pid)
+    return found
+
+
+def _mounts_under(root: Path) -> list[str]:
+    prefix = str(root) + "/"
+    with open("/proc/self/mountinfo") as f:
+        return [line.split()[4] for line in f if line.split()[4].startswith(prefix)]
+
+
+def _cgroup_dirs(name: str) -> list[str]:
+    """Our cgroup directories in every hierarchy, deepest first."""
+    found = []
+    for hierarchy in os.listdir(CGROUP_MOUNT):
+        base = os.path.join(CGROUP_MOUNT, hierarchy)
+        top = os.path.join(base, name)
+        if os.path.islink(base) or not os.path.isdir(top):
+            continue
+        for directory, _, _ in os.walk(top, topdown=False):
+            found.append(directory)
+    return found
+
+
+# --- part 1: launch latency -------------------------------------------------------
+
+
+def image_info(name: str) -> ContainerInfo:
+    return ContainerInfo(type="MESOS", mesos=MesosInfo(image=Image(type="DOCKER", docker=ImageDocker(name=name))))
+
+
+class MesillaKind:
+    """Launches through the Containerizer; (a) without image, (b) with one."""
+
+    def __init__(self, containerizer: Containerizer, ws: Workspace, image: str | None) -> None:
+        self.containerizer = containerizer
+        self.ws = ws
+        self.image = image
+
+    def config(self, name: str) -> ContainerConfig:
+        return ContainerConfig(
+            command=CommandInfo(value=COMMAND),
+            sandbox=self.ws.sandbox(name),
+            container_info=image_info(self.image) if self.image else None,
+        )
+
+    async def launch(self, name: str) -> float:
+        container_id = ContainerID(value=name)
+        config = self.config(name)
+        start = time.perf_counter()
+        result = await self.containerizer.launch(container_id, config)
+        elapsed = time.perf_counter() - start
+        if result != LaunchResult.SUCCESS or self.containerizer.state(container_id) != ContainerState.RUNNING:
+            raise RuntimeError(f"container {name}: launch answered {result}, state "
+                               f"{self.containerizer.state(container_id)}")  # fmt: skip
+        return elapsed
+
+    def bundle_config(self, name: str) -> dict[str, Any]:
+        """The OCI config Mesilla generated for a running container (the raw baseline's model)."""
+        directory = self.containerizer.launcher.directory(ContainerID(value=name))  # type: ignore[attr-defined]
+        with open(os.path.join(directory, "bundle", "config.json")) as f:
+            config: dict[str, Any] = json.load(f)
+        return config
+
+    async def destroy(self, name: str) -> None:
+        await self.containerizer.destroy(ContainerID(value=name))
+
+
+class RawRuncKind:
+    """`runc run -d` (or create + start) of a bundle made from Mesilla's own config."""
+
+    def __init__(self, ws: Workspace, model: dict[str, Any], model_sandbox: str, rootfs: str,
+                 create_start: bool = False) -> None:  # fmt: skip
+        self.ws = ws
+        self.model = model
+        self.model_sandbox = model_sandbox
+        self.rootfs = rootfs
+        self.create_start = create_start
+
+    def _bundle(self, name: str) -> tuple[str, str]:
+        sandbox = self.ws.sandbox(name)
+        bundle = self.ws.root / "raw" / "bundles" / name
+        bundle.mkdir(parents=True)
+        text = json.dumps(self.model).replace(self.model_sandbox, sandbox)
+        config = json.loads(text)
+        config["root"]["path"] = self.rootfs
+        config["linux"]["cgroupsPath"] = f"/{self.ws.raw_cgroups_root}/{name}"
+        (bundle / "config.json").write_text(json.dumps(config))
+        return str(bundle), sandbox
+
+    def _runc(self, *args: str, stdout: Any = subprocess.DEVNULL, stderr: Any = subprocess.PIPE) -> str:
+        done = subprocess.run(["runc", "--root", str(self.ws.raw_root), *args], check=False,
+                              stdin=subprocess.DEVNULL, stdout=stdout, stderr=stderr)  # fmt: skip
+        if done.returncode != 0:
+            error = done.stderr.decode(errors="replace").strip() if isinstance(done.stderr, bytes) else ""
+            raise RuntimeError(f"runc {args[0]} failed ({done.returncode}): {error}")
+        return done.stdout.decode() if isinstance(done.stdout, bytes) else ""
+
+    async def launch(self, name: str) -> float:
+        # In a thread: plain blocking calls are the least overhead the baseline can have.
+        return await asyncio.to_thread(self._launch, name)
+
+    def _launch(self, name: str) -> float:
+        bundle, sandbox = self._bundle(name)
+        with open(os.path.join(sandbox, "stdout"), "wb") as out, open(os.path.join(sandbox, "stderr"), "wb") as err:
+            start = time.perf_counter()
+            if self.create_start:
+                self._runc("create", "--bundle", bundle, name, stdout=out, stderr=err)
+                self._runc("start", name)
+            else:
+                self._runc("run", "-d", "--bundle", bundle, name, stdout=out, stderr=err)
+            elapsed = time.perf_counter() - start
+        status = json.loads(self._runc("state", name, stdout=subprocess.PIPE)).get("status")
+        if status != "running":
+            raise RuntimeError(f"raw runc container {name} is not running: {status}; "
+                               f"stderr: {Path(sandbox, 'stderr').read_text()[-500:]}")  # fmt: skip
+        return elapsed
+
+    async def destroy(self, name: str) -> None:
+        await asyncio.to_thread(self._runc, "delete", "--force", name)
+        shutil.rmtree(self.ws.root / "raw" / "bundles" / name, ignore_errors=True)
+
+
+def extract_rootfs(image: Any, directory: Path) -> str:
+    """The image's layers unpacked in order, as a prepared bundle's rootfs (whiteouts not needed:
+    the benchmark image has a single layer)."""
+    directory.mkdir(parents=True)
+    for layer in image.layers:
+        with tarfile.open(fileobj=io.BytesIO(layer.tar)) as tar:
+            tar.extractall(directory, filter="tar")
+    return str(directory)
+
+
+def copy_host_view(rootfs: str, directory: Path) -> str:
+    """The no-image rootfs Mesilla made (top-level symlinks; the rest is bind mounts in config)."""
+    shutil.copytree(rootfs, directory, symlinks=True)
+    return str(directory)
+
+
+async def latency(containerizer: Containerizer, ws: Workspace, image_name: str, image: Any,
+                  runs: int) -> dict[str, list[float]]:  # fmt: skip
+    no_image = MesillaKind(containerizer, ws, None)
+    with_image = MesillaKind(containerizer, ws, image_name)
+
+    # Warm-up: pulls the image, loads code paths, and gives the raw baseline its model configs.
+    models = {}
+    for kind, name in ((no_image, "warm-a"), (with_image, "warm-b")):
+        await kind.launch(name)
+        models[name] = (kind.bundle_config(name), ws.sandbox(name))
+    host_view = copy_host_view(models["warm-a"][0]["root"]["path"], ws.root / "raw" / "rootfs-host")
+    for kind, name in ((no_image, "warm-a"), (with_image, "warm-b")):
+        await kind.destroy(name)
+    busybox = extract_rootfs(image, ws.root / "raw" / "rootfs-busybox")
+
+    kinds: dict[str, Any] = {
+        "(a) mesilla, no image": no_image,
+        "(c) runc run -d, no image": RawRuncKind(ws, *models["warm-a"], host_view),
+        "(c') runc create+start, no image": RawRuncKind(ws, *models["warm-a"], host_view, create_start=True),
+        "(b) mesilla, busybox/overlay": with_image,
+        "(c) runc run -d, busybox": RawRuncKind(ws, *models["warm-b"], busybox),
+    }
+    for kind in list(kinds.values())[1:]:  # one unmeasured launch each
+        if isinstance(kind, RawRuncKind):
+            name = f"warm-{uuid.uuid4().hex[:6]}"
+            await kind.launch(name)
+            await kind.destroy(name)
+    samples: dict[str, list[float]] = {label: [] for label in kinds}
+    for i in range(runs):
+        for n, (label, kind) in enumerate(kinds.items()):
+            name = f"lat-{n}-{i}"
+            samples[label].append(await kind.launch(name) * 1000)
+            await kind.destroy(name)
+        print(f"  run {i + 1}/{runs}", end="\r", flush=True)
+    print()
+    return samples
+
+
+def report_latency(samples: dict[str, list[float]]) -> None:
+    stats = {label: Stats.of(values) for label, values in samples.items()}
+    print(f"\nLaunch-to-running latency, {next(iter(stats.values())).n} launches each (ms):")
+    width = max(len(label) for label in stats)
+    for label, s in stats.items():
+        print(f"  {label:<{width}}  p50 {s.p50:7.1f}  p90 {s.p90:7.1f}  p99 {s.p99:7.1f}  "
+              f"min {s.min:7.1f}  max {s.max:7.1f}")  # fmt: skip
+    pairs = [
+        ("(a) mesilla, no image", "(c) runc run -d, no image"),
+        ("(a) mesilla, no image", "(c') runc create+start, no image"),
+        ("(b) mesilla, busybox/overlay", "(c) runc run -d, busybox"),
+    ]
+    print(f"\nRatios (median / median; target <= {TARGET_RATIO}x raw runc):")
+    for mine, raw in pairs:
+        value = stats[mine].p50 / stats[raw].p50
+        print(f"  {mine} vs {raw}: {ratio(stats[mine].p50, stats[raw].p50)} "
+              f"(p90 {ratio(stats[mine].p90, stats[raw].p90)}) -> {verdict(value, TARGET_RATIO)}")  # fmt: skip
+
+
+# --- part 2: many containers ------------------------------------------------------
+
+
+async def many(containerizer: Containerizer, ws: Workspace, count: int, concurrency: int) -> None:
+    kind = MesillaKind(containerizer, ws, None)
+    gate = asyncio.Semaphore(concurrency)
+    names = [f"many-{i:05d}" for i in range(count)]
+    launched: list[str] = []
+    failures: list[str] = []
+    latencies: list[float] = []
+    own_before = status_kb(os.getpid()) or 0
+
+    async def up(name: str) -> None:
+        async with gate:
+            try:
+                latencies.append(await kind.launch(name) * 1000)
+                launched.append(name)
+            except (ContainerLaunchError, RuntimeError, OSError) as exc:  # measured, not asserted: counted
+                failures.append(f"{name}: {exc}")
+            if len(launched) % 50 == 0:
+                print(f"  up {len(launched)}/{count}", end="\r", flush=True)
+
+    print(f"\n{count} containers of `{COMMAND}`, at most {concurrency} launches in flight:")
+    start = time.perf_counter()
+    await asyncio.gather(*(up(name) for name in names))
+    up_s = time.perf_counter() - start
+    print(f"  up:   {len(launched)} running in {up_s:.2f} s ({len(launched) / up_s:.0f}/s){per_thousand(up_s, count)}; "
+          f"target < {TARGET_UP_S:.0f} s for 1,000 -> {verdict(up_s * 1000 / max(count, 1), TARGET_UP_S)}")  # fmt: skip
+    if failures:
+        print(f"  {len(failures)} launches failed, first: {failures[0]}")
+    if latencies:
+        print(f"  per launch under load: {Stats.of(latencies).line()}")
+
+    rss, pss, monitors = memory_of_monitors(containerizer, launched)
+    own_after = status_kb(os.getpid()) or 0
+    if monitors:
+        per_rss = rss / monitors / 1024
+        print(f"  supervision: {monitors} conmon monitors, RSS {rss / 1024:.0f} MB in all, "
+              f"{per_rss:.2f} MB per container (target < {TARGET_MONITOR_MB:.0f} MB -> "
+              f"{verdict(per_rss, TARGET_MONITOR_MB)}); PSS {pss / monitors / 1024:.2f} MB per container")  # fmt: skip
+    if launched:
+        print(f"  the containerizer's own process grew by {(own_after - own_before) / 1024:.0f} MB "
+              f"({(own_after - own_before) / len(launched):.0f} kB per container)")  # fmt: skip
+
+    start = time.perf_counter()
+
+    async def down(name: str) -> None:
+        async with gate:
+            await kind.destroy(name)
+
+    await asyncio.gather(*(down(name) for name in launched))
+    down_s = time.perf_counter() - start
+    print(f"  down: {len(launched)} destroyed in {down_s:.2f} s{per_thousand(down_s, count)}; target < "
+          f"{TARGET_DOWN_S:.0f} s for 1,000 -> {verdict(down_s * 1000 / max(count, 1), TARGET_DOWN_S)}")  # fmt: skip
+
+
+def per_thousand(seconds: float, count: int) -> str:
+    """Linear extrapolation to 1,000 containers, shown only for other counts."""
+    return "" if count == 1000 or count == 0 else f" (linearly {seconds * 1000 / count:.1f} s for 1,000)"
+
+
+def memory_of_monitors(containerizer: Containerizer, names: list[str]) -> tuple[int, int, int]:
+    """Sum of VmRSS and PSS (kB) of each container's conmon, and how many were read."""
+    rss = pss = counted = 0
+    launcher: Any = containerizer.launcher
+    for name in names:
+        pid_file = os.path.join(launcher.directory(ContainerID(value=name)), "monitor", "pid")
+        try:
+            pid = int(Path(pid_file).read_text().strip())
+        except (OSError, ValueError):
+            continue
+        r, p = status_kb(pid), pss_kb(pid)
+        if r is not None and p is not None:
+            rss, pss, counted = rss + r, pss + p, counted + 1
+    return rss, pss, counted
+
+
+# --- the run ------------------------------------------------------------------------
+
+
+async def run(args: argparse.Namespace, ws: Workspace) -> None:
+    ws.registry = start_registry()
+    image = build_image()
+    push_image(ws.registry.url, "library/busybox", "latest", image)
+    image_name = f"{ws.registry.host}/library/busybox:latest"
+    flags = parse(
+        CONTAINERIZER_FLAGS,
+        [
+            f"--runtime_dir={ws.runtime_dir}",
+            "--launcher=linux",
+            "--oci_runtime=runc",
+            f"--isolation={args.isolation}",
+            "--image_providers=docker",
+            f"--docker_store_dir={ws.root / 'store'}",
+            f"--docker_registry={ws.registry.url}",
+            f"--image_provisioner_backend={args.backend}",
+            f"--cgroups_root={ws.cgroups_root}",
+        ],
+        environ={},
+    )
+    containerizer = await Containerizer.create(flags)
+    await containerizer.recover(set())
+    print(f"Containerizer: launcher linux (runc + conmon), isolation {args.isolation}, "
+          f"backend {args.backend}, registry {ws.registry.url}")  # fmt: skip
+    try:
+        if args.runs > 0:
+            report_latency(await latency(containerizer, ws, image_name, image, args.runs))
+        if args.count > 0:
+            await many(containerizer, ws, args.count, args.concurrency)
+    finally:
+        await asyncio.gather(*(containerizer.destroy(c) for c in containerizer.containers()),
+                             return_exceptions=True)  # fmt: skip
+        await containerizer.close()
+        # Containerizer.close leaves the provisioner's HTTP session open (reported); close it here.
+        provisioner = getattr(containerizer, "_provisioner", None)
+        if provisioner is not None:
+            await provisioner.close()
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=20, help="launches per kind for the latency table (0 skips)")
+    parser.add_argument("--count", type=int, default=1000, help="containers launched at once (0 skips)")
+    parser.add_argument("--concurrency", type=int, default=16, help="launches (and destroys) in flight")
+    parser.add_argument("--isolation", default="filesystem/linux,docker/runtime",
+                        help="Mesilla isolators (Mesos names)")  # fmt: skip
+    parser.add_argument("--backend", default="overlay", help="image provisioner backend")
+    args = parser.parse_args()
+    if os.geteuid() != 0:
+        print("containers.py needs root (runc, cgroups, mounts)", file=sys.stderr)
+        return 2
+    print(machine_report())
+    interrupt_on_sigterm()
+    tag = uuid.uuid4().hex[:8]
+    ws = Workspace(Path(tempfile.mkdtemp(prefix="mesilla-bench-containers-")),
+                   f"mesilla-bench-{tag}", f"mesilla-bench-raw-{tag}")  # fmt: skip
+    try:
+        asyncio.run(run(args, ws))
+    except KeyboardInterrupt:
+        print("\ninterrupted: cleaning up", file=sys.stderr)
+        return 130
+    finally:
+        left = ws.sweep()
+        if left:
+            print(f"cleanup removed {len(left)} leftovers, e.g. {left[:3]}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

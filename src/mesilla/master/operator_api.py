@@ -34,9 +34,9 @@ from mesilla.master import metrics
 from mesilla.master.agent import Agent
 from mesilla.master.endpoints import version_info
 from mesilla.master.framework import Framework
-from mesilla.v1 import codec, internal
+from mesilla.v1 import codec
 from mesilla.v1 import master as m
-from mesilla.v1.mesos import AgentID, FrameworkID, Reason, Task, TaskState, TimeInfo
+from mesilla.v1.mesos import AgentID, FrameworkID, Task, TimeInfo
 
 if TYPE_CHECKING:
     from mesilla.master.master import Master
@@ -312,20 +312,7 @@ class OperatorApi:
             return
         if agent_id not in master.agents and agent_id not in master.recovered_agents and agent_id not in master.unreachable_agents:
             raise NotFound(f"Agent '{agent_id}' not found")
-        now = time.time()
-        await master.registry.mark_agent_gone(agent_id, now)
-        master.gone_agents[agent_id] = now
-        master.recovered_agents.pop(agent_id, None)
-        master.unreachable_agents.pop(agent_id, None)
-        agent = master.agents.get(agent_id)
-        if agent is None:
-            return
-        message = f"Agent {agent_id} was marked gone by the operator"
-        await agent.send(
-            internal.AgentEvent(type=internal.AgentEventType.SHUTDOWN, shutdown=internal.Shutdown(message=message))
-        )
-        # The master's own removal path: tasks, offers, allocator and observers as for any removal.
-        await master._remove_agent(agent, TaskState.TASK_GONE_BY_OPERATOR, Reason.REASON_AGENT_REMOVED_BY_OPERATOR, message)
+        await master.mark_agent_gone(agent_id)
 
     # --- SUBSCRIBE ---------------------------------------------------------------------------
 

@@ -27,6 +27,7 @@ from mesilla.v1.internal import (
     KillTask,
     ReconcileTasks,
     RunTask,
+    Shutdown,
     ShutdownFramework,
     FrameworkToExecutor,
 )
@@ -406,3 +407,15 @@ async def test_ended_sandboxes_are_garbage_collected(master: FakeMaster, tmp_pat
         assert agent.gc.succeeded >= 1
     finally:
         await proc.stop()
+
+
+async def test_master_shutdown_ends_executors_and_the_agent(master: FakeMaster, agent_proc: AgentProcess) -> None:
+    agent = await agent_proc.start()
+    await master.wait_for(lambda: master.registers)
+    await run_task(master, command_task("t-down", "sleep 1000", master.agent_id or ""))
+    await master.wait_update("t-down", "TASK_RUNNING")
+    await master.send(AgentEvent(type=AgentEventType.SHUTDOWN, shutdown=Shutdown(message="removed")))
+    assert agent_proc.task is not None
+    await asyncio.wait_for(agent_proc.task, 30)  # run() returns once everything has ended
+    assert agent.containerizer.containers() == []
+    assert not os.path.lexists(os.path.join(agent.flags.work_dir, "meta", "slaves", "latest"))

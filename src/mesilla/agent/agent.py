@@ -55,6 +55,8 @@ from mesilla.agent.status_update_manager import (
 from mesilla.common.durations import format_duration
 from mesilla.common.flags import Flags
 from mesilla.containerizer.types import ContainerTermination
+from mesilla.common.errors import BadRequest
+from mesilla.v1 import codec
 from mesilla.v1 import executor as ev
 from mesilla.v1 import internal
 from mesilla.v1.mesos import (
@@ -62,7 +64,6 @@ from mesilla.v1.mesos import (
     AgentInfo,
     ContainerID,
     ContainerStatus,
-    CgroupInfo,
     ExecutorID,
     ExecutorInfo,
     FrameworkID,
@@ -545,10 +546,29 @@ class Agent:
             self._remove_framework(framework)
 
     def shutdown(self) -> None:
-        """The master told the agent to go: end every framework, then stop."""
+        """The master told the agent to go: end every framework, then stop.
+
+        As Mesos, the agent forgets its id (the master has removed it), so
+        that it registers as a new agent when started again.
+        """
+        if self.status is AgentStatus.TERMINATING:
+            return
         self.status = AgentStatus.TERMINATING
         for framework_id in list(self.frameworks):
             self.shutdown_framework(framework_id)
+        self.spawn(self._finish_shutdown(), "agent shutdown")
+
+    async def _finish_shutdown(self) -> None:
+        grace = float(self.flags.executor_shutdown_grace_period)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + grace + 5.0
+        while self.frameworks and loop.time() < deadline:
+            await asyncio.sleep(0.1)
+        for container_id in list(self.containerizer.containers()):
+            await self.containerizer.destroy(container_id)
+        latest = paths.latest_agent_path(self.flags.work_dir)
+        if os.path.islink(latest):
+            os.unlink(latest)
         self.shutdown_requested.set()
 
     def update_framework(self, info: FrameworkInfo) -> None:
@@ -762,18 +782,23 @@ class Agent:
         except Exception as exc:
             log.debug("No status for container %s: %s", container_id, exc)
             fields = {}
-        network_infos = given.network_infos or [
-            NetworkInfo(**_network_info(n)) for n in fields.get("network_infos", [])
-        ]
+        try:
+            # The containerizer reports ContainerStatus fields as JSON.
+            reported = codec.convert(
+                {k: v for k, v in fields.items() if k != "container_id"}, ContainerStatus
+            )
+        except BadRequest as exc:
+            log.warning("Ignoring a malformed status of container %s: %s", container_id, exc.reason)
+            reported = ContainerStatus()
+        network_infos = given.network_infos or reported.network_infos
         if not network_infos:
             # As Mesos, the agent's address stands in for a container without its own network.
             network_infos = [NetworkInfo(ip_addresses=[{"ip_address": _agent_ip(self.flags.ip)}])]
-        cgroup = fields.get("cgroup_info")
         return ContainerStatus(
             container_id=container_id,
             network_infos=network_infos,
-            cgroup_info=given.cgroup_info or (CgroupInfo(**cgroup) if isinstance(cgroup, dict) else None),
-            executor_pid=given.executor_pid or fields.get("executor_pid"),
+            cgroup_info=given.cgroup_info or reported.cgroup_info,
+            executor_pid=given.executor_pid or reported.executor_pid,
         )
 
     def _forward(self, update: internal.StatusUpdate) -> None:
@@ -895,10 +920,6 @@ class Agent:
         if framework is None or executor is None:
             return None
         return framework, executor
-
-
-def _network_info(fields: dict[str, Any]) -> dict[str, Any]:
-    return {k: v for k, v in fields.items() if k in ("ip_addresses", "name", "groups", "port_mappings")}
 
 
 def _agent_ip(ip: str) -> str:

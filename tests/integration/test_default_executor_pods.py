@@ -81,6 +81,13 @@ class Framework:
                 ended[status["task_id"]["value"]] = status
         return ended
 
+    async def kill(self, *tasks: Json) -> dict[str, Json]:
+        """Kills the tasks and waits for their ends (so no executor is left shutting down)."""
+        for task_info in tasks:
+            response = await self.scheduler.call("KILL", {"task_id": task_info["task_id"]})
+            assert response.status == 202, await response.text()
+        return await self.until_terminal(*(t["task_id"]["value"] for t in tasks))
+
     def states(self, task_id: str) -> list[str]:
         return [u["state"] for u in self.updates if u["task_id"]["value"] == task_id]
 
@@ -157,9 +164,7 @@ async def test_one_task_reaches_the_server_of_another_on_localhost(framework: Fr
     await framework.launch_group(server, client)
     ended = await framework.until_terminal(tid(client))
     assert ended[tid(client)]["state"] == "TASK_FINISHED", ended[tid(client)].get("message")
-    response = await framework.scheduler.call("KILL", {"task_id": server["task_id"]})
-    assert response.status == 202
-    ended = await framework.until_terminal(tid(server))
+    ended = await framework.kill(server)
     assert ended[tid(server)]["state"] == "TASK_KILLED"
 
 
@@ -269,3 +274,32 @@ async def test_two_tasks_of_one_pod_run_different_images(images_cluster: LocalCl
         ended = await framework.until_terminal(tid(a), tid(b))
         assert ended[tid(a)]["state"] == "TASK_FINISHED", ended[tid(a)]
         assert ended[tid(b)]["state"] == "TASK_FINISHED", ended[tid(b)]
+
+
+async def test_checks_of_every_kind_through_the_agent(framework: Framework) -> None:
+    port = free_port()
+    fast = {"delay_seconds": 0, "interval_seconds": 0.2, "timeout_seconds": 10}
+    health = {"type": "TCP", "tcp": {"port": port}, "grace_period_seconds": 30, **fast}
+    http_check = {"type": "HTTP", "http": {"port": port, "path": "/"}, **fast}
+    # COMMAND checks run as check-<uuid> containers nested in the task's.
+    command_health = {"type": "COMMAND", "command": {"value": "test -d ."}, "grace_period_seconds": 30, **fast}
+    command_check = {"type": "COMMAND", "command": {"command": {"value": "exit 3"}}, **fast}
+    server = task("server", f"exec {sys.executable} -m http.server {port} --bind 127.0.0.1",
+                  health_check=health, check=http_check)
+    checked = task("checked", "sleep 600", health_check=command_health, check=command_check)
+    await framework.launch_group(server, checked)
+
+    def seen(task_info: Json, predicate: Any) -> bool:
+        return any(u["task_id"] == task_info["task_id"] and predicate(u) for u in framework.updates)
+
+    wanted = [
+        (server, lambda u: u.get("healthy") is True),
+        (server, lambda u: u.get("check_status", {}).get("http", {}).get("status_code") == 200),
+        (checked, lambda u: u.get("healthy") is True),
+        (checked, lambda u: u.get("check_status", {}).get("command", {}).get("exit_code") == 3),
+    ]
+    while not all(seen(t, p) for t, p in wanted):
+        status = await framework.next_update()
+        assert status["state"] not in TERMINAL, status
+    ended = await framework.kill(server, checked)
+    assert {status["state"] for status in ended.values()} == {"TASK_KILLED"}

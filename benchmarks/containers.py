@@ -31,12 +31,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import io
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import tarfile
@@ -49,6 +47,7 @@ from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
+from _cleanup import sweep
 from _machine import (
     Stats,
     interrupt_on_sigterm,
@@ -78,7 +77,6 @@ from mesilla.v1.mesos import (
     MesosInfo,
 )
 
-CGROUP_MOUNT = "/sys/fs/cgroup"
 COMMAND = "sleep 3600"
 TARGET_RATIO = 1.5
 TARGET_UP_S = 20.0
@@ -109,84 +107,13 @@ class Workspace:
         path.mkdir(parents=True, exist_ok=True)
         return str(path)
 
-    def runtime_roots(self) -> list[Path]:
-        """Every runc `--root` of ours: the raw one and the linux launcher's."""
-        return [self.raw_root, self.runtime_dir / "runc", self.runtime_dir / "crun"]
-
     def sweep(self) -> list[str]:
         """Removes whatever is left; returns what it had to remove (empty after a clean run)."""
-        left: list[str] = []
-        for root in self.runtime_roots():
-            for rid in _runtime_ids(root):
-                left.append(f"runtime container {rid}")
-                subprocess.run([_runtime_binary(root), "--root", str(root), "delete", "--force", rid],
-                               check=False, capture_output=True)  # fmt: skip
-        for pid in _monitor_pids(self.runtime_dir):
-            left.append(f"conmon pid {pid}")
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
-        for mount in sorted(_mounts_under(self.root), reverse=True):
-            left.append(f"mount {mount}")
-            subprocess.run(["umount", "-l", mount], check=False, capture_output=True)
-        for name in (self.cgroups_root, self.raw_cgroups_root):
-            for directory in _cgroup_dirs(name):
-                with contextlib.suppress(OSError):
-                    os.rmdir(directory)
         if self.registry is not None:
             self.registry.stop()
             self.registry = None
-        shutil.rmtree(self.root, ignore_errors=True)
-        return left
-
-
-def _runtime_binary(root: Path) -> str:
-    return "crun" if root.name == "crun" else "runc"
-
-
-def _runtime_ids(root: Path) -> list[str]:
-    if not root.is_dir():
-        return []
-    done = subprocess.run([_runtime_binary(root), "--root", str(root), "list", "-q"],
-                          check=False, capture_output=True, text=True)  # fmt: skip
-    return done.stdout.split()
-
-
-def _monitor_pids(runtime_dir: Path) -> list[int]:
-    """Live conmon processes that monitor containers of our runtime directory.
-
-    Found by the pid files the launcher keeps, then confirmed by the process's
-    command line naming our runtime directory (pids get reused).
-    """
-    found = []
-    for pid_file in runtime_dir.glob("containers/**/monitor/pid"):
-        try:
-            pid = int(pid_file.read_text().strip())
-            with open(f"/proc/{pid}/cmdline", "rb") as f:
-                argv = f.read().split(b"\0")
-        except (OSError, ValueError):
-            continue
-        if os.path.basename(argv[0]) == b"conmon" and any(str(runtime_dir).encode() in a for a in argv):
-            found.append(pid)
-    return found
-
-
-def _mounts_under(root: Path) -> list[str]:
-    prefix = str(root) + "/"
-    with open("/proc/self/mountinfo") as f:
-        return [line.split()[4] for line in f if line.split()[4].startswith(prefix)]
-
-
-def _cgroup_dirs(name: str) -> list[str]:
-    """Our cgroup directories in every hierarchy, deepest first."""
-    found = []
-    for hierarchy in os.listdir(CGROUP_MOUNT):
-        base = os.path.join(CGROUP_MOUNT, hierarchy)
-        top = os.path.join(base, name)
-        if os.path.islink(base) or not os.path.isdir(top):
-            continue
-        for directory, _, _ in os.walk(top, topdown=False):
-            found.append(directory)
-    return found
+        return sweep(self.root, [self.cgroups_root, self.raw_cgroups_root], [self.runtime_dir],
+                     (self.raw_root,))  # fmt: skip
 
 
 # --- part 1: launch latency -------------------------------------------------------

@@ -88,10 +88,6 @@ MAX_RESTART_DELAY = 300.0
 # starts the backoff over (as Kubernetes does).
 BACKOFF_RESET_AFTER = 600.0
 
-TERMINAL_STATES = frozenset(
-    {"TASK_FINISHED", "TASK_FAILED", "TASK_KILLED", "TASK_ERROR", "TASK_LOST", "TASK_DROPPED"}
-)
-
 
 # --- per-task state ------------------------------------------------------------------------
 

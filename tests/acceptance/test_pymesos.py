@@ -51,3 +51,8 @@ def test_pymesos_launch(cluster: LocalCluster, args: tuple[str, ...]) -> None:
 
 def test_pymesos_custom_executor(cluster: LocalCluster) -> None:
     run_check(cluster, "pymesos_custom.py")
+
+
+@pytest.mark.parametrize("args", [(), ("--kill",), ("--fail",)], ids=["plain", "kill", "fail"])
+def test_pymesos_group_strict(cluster: LocalCluster, args: tuple[str, ...]) -> None:
+    run_check(cluster, "pymesos_group.py", *args, env={"STRICT": "1"})

@@ -117,3 +117,15 @@ async def test_recover_reports_orphans_and_reattaches(tmp_path: Any) -> None:
         for cid in (known, orphan):
             await second.destroy(cid)
             await first.destroy(cid)
+
+
+async def test_environment_is_exactly_the_containers(
+    launcher: PosixLauncher, tmp_path: Any
+) -> None:
+    cid = ContainerID(value="env")
+    cfg = config(tmp_path)
+    cfg.environment = {"ONLY": "this"}  # no locale: the supervisor's Python must not add one
+    await launcher.fork(cid, ["/usr/bin/env"], cfg, ContainerLaunchInfo())
+    await launcher.start(cid)
+    assert await launcher.wait(cid) == 0
+    assert (tmp_path / "sandbox" / "stdout").read_text() == "ONLY=this\n"

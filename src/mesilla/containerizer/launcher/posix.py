@@ -125,6 +125,7 @@ class PosixLauncher(Launcher):
             launch_info.working_directory or config.sandbox,
             user or "-",
             _rlimit_spec(launch_info.rlimits),
+            "1" if "LC_CTYPE" in env else "0",
             "--",
             *argv,
         ]  # fmt: skip

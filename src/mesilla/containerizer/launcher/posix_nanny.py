@@ -1,6 +1,6 @@
 """The posix launcher's per-container supervisor ("nanny"); a standalone script.
 
-Run as `python -I -S posix_nanny.py STATUS PID_FILE STDOUT STDERR CWD USER RLIMITS -- ARGV...`
+Run as `python -s -S posix_nanny.py STATUS PID_FILE STDOUT STDERR CWD USER RLIMITS LC_CTYPE -- ARGV`
 with the container's environment, fd 0 the start gate and fd 1 a pipe to the
 launcher. It imports nothing beyond what the interpreter has already loaded, so
 it stays a few megabytes: it must outlive the agent, so it is paid per container.
@@ -62,8 +62,11 @@ def switch_user(name):
     os.environ.setdefault("USER", name)
 
 
-def child(stdout, stderr, cwd, user, rlimits, argv):
+def child(stdout, stderr, cwd, user, rlimits, keep_lc_ctype, argv):
     os.setsid()
+    if keep_lc_ctype != "1":
+        # Python's C-locale coercion added it to our environment, not the container's.
+        os.environ.pop("LC_CTYPE", None)
     flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND
     os.dup2(os.open(stdout, flags, 0o644), 1)
     os.dup2(os.open(stderr, flags, 0o644), 2)
@@ -91,12 +94,12 @@ def child(stdout, stderr, cwd, user, rlimits, argv):
 def main():
     args = sys.argv[1:]
     separator = args.index("--")
-    status_path, pid_path, stdout, stderr, cwd, user, rlimits = args[:separator]
+    status_path, pid_path, stdout, stderr, cwd, user, rlimits, keep_lc_ctype = args[:separator]
     argv = args[separator + 1 :]
 
     pid = os.fork()
     if pid == 0:
-        child(stdout, stderr, cwd, user, rlimits, argv)
+        child(stdout, stderr, cwd, user, rlimits, keep_lc_ctype, argv)
     # The gate belongs to the child alone: its EOF must follow the launcher's end.
     null = os.open("/dev/null", os.O_RDWR)
     os.dup2(null, 0)

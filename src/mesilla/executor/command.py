@@ -15,15 +15,26 @@ once its terminal update is acknowledged (or after a bounded wait).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import os
 import signal
 import subprocess
 import sys
+from asyncio.subprocess import Process
 from dataclasses import dataclass
 from typing import Any
 
+from mesilla.executor.checks import (
+    Checker,
+    CheckSpec,
+    InvalidCheck,
+    ProbeResult,
+    http_probe,
+    parse_check,
+    tcp_probe,
+)
 from mesilla.executor.driver import Executor, ExecutorDriver
 
 log = logging.getLogger("mesilla.executor.command")
@@ -101,6 +112,8 @@ class CommandExecutor(Executor):
         self.killing = False
         self.shutting_down = False
         self.terminal_uuid: str | None = None
+        self.checkers: list[Checker] = []
+        self.killed_by_health_check = False
         self.done = asyncio.Event()  # the executor may exit
         self._background: set[asyncio.Task[Any]] = set()
 
@@ -130,31 +143,9 @@ class CommandExecutor(Executor):
             return
         self.task = task
         await driver.update(self._status(driver, "TASK_STARTING"))
-        options = self.options
-        command = options.task_command or task.get("command") or {}
-        env = dict(os.environ)
-        env.update(_variables(options.task_environment))
-        env.update(_variables(command.get("environment")))
-        sandbox = os.environ.get("MESOS_DIRECTORY") or os.getcwd()
+        command = self.options.task_command or task.get("command") or {}
         try:
-            program, argv = task_argv(command)
-            if options.rootfs:
-                from mesilla.executor.task_rootfs import enter_rootfs
-
-                env["MESOS_SANDBOX"] = options.sandbox_directory
-                self.process = await asyncio.create_subprocess_exec(
-                    *argv, executable=program, env=env, stdin=asyncio.subprocess.DEVNULL,
-                    process_group=0,
-                    preexec_fn=enter_rootfs(
-                        options.rootfs, sandbox, options.sandbox_directory,
-                        options.working_directory, options.user,
-                    ),
-                )  # fmt: skip
-            else:
-                self.process = await asyncio.create_subprocess_exec(
-                    *argv, executable=program, env=env, stdin=asyncio.subprocess.DEVNULL,
-                    process_group=0, cwd=sandbox, user=options.user,
-                )  # fmt: skip
+            self.process = await self._exec(command, stdout=None)
         except (OSError, ValueError, subprocess.SubprocessError, KeyError) as exc:
             await self._finish(driver, "TASK_FAILED", f"Failed to launch the task: {exc}")
             return
@@ -165,10 +156,112 @@ class CommandExecutor(Executor):
             )
         )  # fmt: skip
         self._spawn(self._reap(driver))
+        self._start_checks(driver)
+
+    async def _exec(self, command: dict[str, Any], stdout: int | None) -> Process:
+        """Starts `command` where the task runs (environment, sandbox, rootfs, user),
+        in a process group of its own."""
+        options = self.options
+        program, argv = task_argv(command)
+        env = dict(os.environ)
+        env.update(_variables(options.task_environment))
+        env.update(_variables(command.get("environment")))
+        sandbox = os.environ.get("MESOS_DIRECTORY") or os.getcwd()
+        common: dict[str, Any] = {
+            "executable": program, "env": env, "stdin": asyncio.subprocess.DEVNULL,
+            "stdout": stdout, "stderr": stdout, "process_group": 0,
+        }  # fmt: skip
+        if not options.rootfs:
+            return await asyncio.create_subprocess_exec(
+                *argv, cwd=sandbox, user=options.user, **common
+            )
+        from mesilla.executor.task_rootfs import enter_rootfs
+
+        env["MESOS_SANDBOX"] = options.sandbox_directory
+        enter = enter_rootfs(
+            options.rootfs, sandbox, options.sandbox_directory,
+            options.working_directory, options.user,
+        )  # fmt: skip
+        return await asyncio.create_subprocess_exec(*argv, preexec_fn=enter, **common)
+
+    # --- checks and health checks (Mesos's `src/checks/`, run from the executor) ---
+
+    def _start_checks(self, driver: ExecutorDriver) -> None:
+        assert self.task is not None
+        for field, health in (("check", False), ("health_check", True)):
+            if not self.task.get(field):
+                continue
+            try:
+                spec = parse_check(self.task[field], health=health)
+            except InvalidCheck as exc:
+                log.warning("Not running the task's %s: %s", field, exc)
+                continue
+            if health:
+                checker = Checker(
+                    spec, self._probe, on_health=lambda ok, kill: self._on_health(driver, ok, kill)
+                )
+            else:
+                checker = Checker(
+                    spec, self._probe,
+                    on_check=lambda status: self._spawn(self._check_updated(driver, status)),
+                )  # fmt: skip
+            checker.start()
+            self.checkers.append(checker)
+
+    async def _probe(self, spec: CheckSpec) -> ProbeResult:
+        timeout = spec.timeout or None
+        if spec.kind == "TCP":
+            assert spec.port is not None
+            return await tcp_probe(spec.port, timeout)
+        if spec.kind == "HTTP":
+            assert spec.port is not None
+            return await http_probe(spec.port, spec.path, timeout)
+        assert spec.command is not None
+        try:
+            process = await self._exec(spec.command, stdout=asyncio.subprocess.DEVNULL)
+        except (OSError, ValueError, subprocess.SubprocessError, KeyError) as exc:
+            return ProbeResult(None, f"COMMAND check could not run: {exc}")
+        try:
+            returncode = await asyncio.wait_for(process.wait(), timeout)
+        except TimeoutError:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.pid, signal.SIGKILL)
+            await process.wait()
+            return ProbeResult(None, f"COMMAND check did not return within {timeout:g}s")
+        if returncode < 0:
+            return ProbeResult(None, f"COMMAND check {termination_message(returncode)}")
+        return ProbeResult(returncode)
+
+    async def _check_updated(self, driver: ExecutorDriver, check_status: dict[str, Any]) -> None:
+        if not self.killing and self.terminal_uuid is None:
+            await driver.update(self._status(
+                driver, "TASK_RUNNING", reason="REASON_TASK_CHECK_STATUS_UPDATED",
+                check_status=check_status,
+            ))  # fmt: skip
+
+    def _on_health(self, driver: ExecutorDriver, healthy: bool, kill: bool) -> None:
+        # Decided here, not in the spawned update: later reports must see a kill coming.
+        if self.killing or self.killed_by_health_check or self.terminal_uuid is not None:
+            return
+        self.killed_by_health_check = kill
+        self._spawn(self._health_updated(driver, healthy, kill))
+
+    async def _health_updated(self, driver: ExecutorDriver, healthy: bool, kill: bool) -> None:
+        await driver.update(self._status(
+            driver, "TASK_RUNNING", reason="REASON_TASK_HEALTH_CHECK_STATUS_UPDATED",
+            healthy=healthy,
+        ))  # fmt: skip
+        if kill:
+            log.warning("Task failed its health check too often: killing it")
+            assert self.task is not None
+            grace = grace_period(self.task.get("kill_policy"))
+            await self._kill(driver, DEFAULT_GRACE_PERIOD if grace is None else grace)
 
     async def _reap(self, driver: ExecutorDriver) -> None:
         assert self.process is not None
         returncode = await self.process.wait()
+        for checker in self.checkers:
+            await checker.stop()
         if self.killing:
             state = "TASK_KILLED"
         else:
@@ -176,7 +269,10 @@ class CommandExecutor(Executor):
         await self._finish(driver, state, termination_message(returncode))
 
     async def _finish(self, driver: ExecutorDriver, state: str, message: str) -> None:
-        self.terminal_uuid = await driver.update(self._status(driver, state, message=message))
+        extra: dict[str, Any] = {"healthy": False} if self.killed_by_health_check else {}
+        self.terminal_uuid = await driver.update(
+            self._status(driver, state, message=message, **extra)
+        )
         if driver.is_acknowledged(self.terminal_uuid):  # the ack beat the call's response
             self.done.set()
         else:

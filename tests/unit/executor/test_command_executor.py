@@ -240,3 +240,63 @@ async def test_acknowledgement_before_the_call_returns(
     # The terminal update's acknowledgement came before its 202: the executor
     # still exits on it, not after its bounded wait (longer than exit_code's).
     assert await executor.exit_code() == 0
+
+
+async def test_failing_health_check_kills_the_task(agent: FakeAgent, start_executor: Any) -> None:
+    executor = await start_executor(agent)
+    health_check = {
+        "type": "COMMAND",
+        "command": {"value": "test -e healthy"},
+        "delay_seconds": 0,
+        "interval_seconds": 0.1,
+        "grace_period_seconds": 0,
+        "consecutive_failures": 2,
+    }
+    agent.send(launch_event("t1", {"value": "exec sleep 1000"}, health_check=health_check))
+    got = await updates(agent, 6)
+    assert states(got) == ["TASK_STARTING", "TASK_RUNNING", "TASK_RUNNING", "TASK_RUNNING",
+                           "TASK_KILLING", "TASK_KILLED"]  # fmt: skip
+    for status in got[2:4]:
+        assert status["healthy"] is False
+        assert status["reason"] == "REASON_TASK_HEALTH_CHECK_STATUS_UPDATED"
+    assert got[5]["healthy"] is False
+    assert await executor.exit_code() == 0
+
+
+async def test_passing_tcp_health_check(agent: FakeAgent, start_executor: Any) -> None:
+    server = await asyncio.start_server(lambda r, w: w.close(), "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    try:
+        await start_executor(agent)
+        health_check = {"type": "TCP", "tcp": {"port": port}, "delay_seconds": 0,
+                        "interval_seconds": 0.1}  # fmt: skip
+        agent.send(launch_event("t1", {"value": "exec sleep 1000"}, health_check=health_check))
+        got = await updates(agent, 3)
+        assert got[2]["state"] == "TASK_RUNNING"
+        assert got[2]["healthy"] is True
+        agent.send(kill_event("t1"))
+        assert states(await updates(agent, 2)) == ["TASK_KILLING", "TASK_KILLED"]
+    finally:
+        server.close()
+        await server.wait_closed()
+
+
+async def test_command_check_reports_its_exit_code_on_change(
+    agent: FakeAgent, start_executor: Any
+) -> None:
+    await start_executor(agent)
+    check = {
+        "type": "COMMAND",
+        "command": {"command": {"value": "if [ -e two ]; then exit 2; fi; touch two; exit 1"}},
+        "delay_seconds": 0,
+        "interval_seconds": 0.1,
+    }
+    agent.send(launch_event("t1", {"value": "exec sleep 1000"}, check=check))
+    got = await updates(agent, 4)
+    assert [s.get("check_status") for s in got[2:]] == [
+        {"type": "COMMAND", "command": {"exit_code": 1}},
+        {"type": "COMMAND", "command": {"exit_code": 2}},
+    ]
+    assert {s["reason"] for s in got[2:]} == {"REASON_TASK_CHECK_STATUS_UPDATED"}
+    agent.send(kill_event("t1"))
+    assert states(await updates(agent, 2)) == ["TASK_KILLING", "TASK_KILLED"]

@@ -10,6 +10,10 @@ messages; KILL sends SIGTERM to the task's group and SIGKILL after the grace
 period (KILL's kill_policy, else the task's, else 3 s), with TASK_KILLING first
 when the framework has the TASK_KILLING_STATE capability. The executor exits
 once its terminal update is acknowledged (or after a bounded wait).
+
+The task's check and health check run from here (COMMAND where the task runs,
+HTTP and TCP against 127.0.0.1); a task with an image runs chrooted into it
+(`Options`, `task_rootfs`) while the executor stays on the host, as in Mesos.
 """
 
 from __future__ import annotations

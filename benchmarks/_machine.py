@@ -72,6 +72,8 @@ def machine_details() -> dict[str, str]:
         "conmon": _first_line(["conmon", "--version"]),
         "podman": _first_line(["podman", "--version"]),
         "cgroups": cgroup_version(),
+        # Other work on the host skews every figure: shown so that a reader can tell.
+        "load average": load_average(),
     }
 
 
@@ -84,6 +86,10 @@ def _os_release() -> str:
     except OSError:
         pass
     return "unknown"
+
+
+def load_average() -> str:
+    return " ".join(f"{x:.2f}" for x in os.getloadavg()) + " (1, 5, 15 min)"
 
 
 def machine_report() -> str:

@@ -51,6 +51,7 @@ from _cleanup import sweep
 from _machine import (
     Stats,
     interrupt_on_sigterm,
+    load_average,
     machine_report,
     pss_kb,
     ratio,
@@ -430,6 +431,7 @@ def main() -> int:
         print("\ninterrupted: cleaning up", file=sys.stderr)
         return 130
     finally:
+        print(f"Load average at the end: {load_average()}")
         left = ws.sweep()
         if left:
             print(f"cleanup removed {len(left)} leftovers, e.g. {left[:3]}", file=sys.stderr)

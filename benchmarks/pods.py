@@ -56,6 +56,7 @@ from _framework import TERMINAL, Framework, FrameworkError, scalar
 from _machine import (
     Stats,
     interrupt_on_sigterm,
+    load_average,
     machine_report,
     process_start_seconds,
     ratio,
@@ -421,6 +422,7 @@ def main() -> int:
     finally:
         for p in podman:
             p.cleanup()
+        print(f"Load average at the end: {load_average()}")
         left = sweep(root, [cgroups_root], [root / "cluster" / "agent-0" / "run"])
         if left:
             print(f"cleanup removed {len(left)} leftovers, e.g. {left[:3]}", file=sys.stderr)

@@ -13,7 +13,7 @@ import asyncio
 import base64
 import json
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -39,6 +39,19 @@ async def running_master(work_dir: Path, *extra: str) -> AsyncIterator[MasterSer
     )
     async with serve(flags) as server:
         yield server
+
+
+async def until(predicate: Callable[[], bool], what: str) -> None:
+    """Waits (bounded) for state that changes in the background."""
+
+    async def poll() -> None:
+        while not predicate():
+            await asyncio.sleep(0.02)
+
+    try:
+        await asyncio.wait_for(poll(), EVENT_TIMEOUT)
+    except TimeoutError:
+        raise AssertionError(f"timed out waiting for {what}") from None
 
 
 def scalar(name: str, value: float) -> Json:

@@ -3,7 +3,6 @@ disconnect, become unreachable and re-register, and a master restart that recove
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -11,11 +10,11 @@ import aiohttp
 import pytest
 
 from tests.integration.master_harness import (
-    EVENT_TIMEOUT,
     FakeAgent,
     Scheduler,
     command_task,
     running_master,
+    until,
 )
 
 pytestmark = pytest.mark.integration
@@ -25,19 +24,6 @@ pytestmark = pytest.mark.integration
 async def session() -> AsyncIterator[aiohttp.ClientSession]:
     async with aiohttp.ClientSession() as s:
         yield s
-
-
-async def _until(predicate, what: str) -> None:  # type: ignore[no-untyped-def]
-    """Waits (bounded) for state that changes in the background."""
-
-    async def poll() -> None:
-        while not predicate():
-            await asyncio.sleep(0.02)
-
-    try:
-        await asyncio.wait_for(poll(), EVENT_TIMEOUT)
-    except TimeoutError:
-        raise AssertionError(f"timed out waiting for {what}") from None
 
 
 async def _running_task(
@@ -215,7 +201,7 @@ async def test_reregistering_agent_reconciles_tasks_it_does_not_know(
         await scheduler.subscribe()
         await _running_task(scheduler, agent)
         await agent.disconnect()
-        await _until(
+        await until(
             lambda: not server.master.agents[agent.agent_id["value"]].connected,
             "disconnection",
         )  # type: ignore[index]
@@ -350,7 +336,7 @@ async def test_agents_that_do_not_reregister_become_unreachable(
         await agent.disconnect()
     agent_id = agent.agent_id["value"]  # type: ignore[index]
     async with running_master(tmp_path, "--agent_reregister_timeout=100ms") as server:
-        await _until(
+        await until(
             lambda: agent_id in server.master.unreachable_agents,
             "the agent to be unreachable",
         )

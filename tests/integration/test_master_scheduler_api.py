@@ -16,6 +16,7 @@ from tests.integration.master_harness import (
     Scheduler,
     command_task,
     running_master,
+    until,
 )
 
 pytestmark = pytest.mark.integration
@@ -185,8 +186,9 @@ async def test_calls_of_a_disconnected_framework_are_forbidden(
     stream_id = scheduler.stream.stream_id if scheduler.stream else None
     await scheduler.close()
     framework = master.master.frameworks[scheduler.framework_id or ""]
-    while framework.connected:
-        await asyncio.sleep(0.05)
+    await until(
+        lambda: not framework.connected, "the master to notice the disconnection"
+    )
     call = {"type": "REVIVE", "framework_id": {"value": scheduler.framework_id}}
     async with session.post(
         scheduler.url, json=call, headers={"Mesos-Stream-Id": stream_id or ""}

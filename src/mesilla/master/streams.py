@@ -8,7 +8,6 @@ master closes the stream or a write fails).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 
 from aiohttp import web
 
@@ -20,10 +19,14 @@ _POLL_SECONDS = 0.5
 
 async def hold(request: web.Request, stream: EventStream) -> None:
     """Returns when the stream is closed by the master or the peer disconnects."""
-    while not stream.closed.is_set():
-        transport = request.transport
-        if transport is None or transport.is_closing():
-            break
-        with contextlib.suppress(asyncio.TimeoutError):
-            await asyncio.wait_for(stream.closed.wait(), _POLL_SECONDS)
-    stream.close()
+    # asyncio.wait, unlike wait_for on Python 3.11, never swallows a cancellation.
+    closed = asyncio.ensure_future(stream.closed.wait())
+    try:
+        while not closed.done():
+            transport = request.transport
+            if transport is None or transport.is_closing():
+                break
+            await asyncio.wait({closed}, timeout=_POLL_SECONDS)
+    finally:
+        closed.cancel()
+        stream.close()

@@ -1,15 +1,18 @@
 """The master: frameworks, agents, tasks and offers (Mesos's `src/master/master.cpp`).
 
 `Master` owns the cluster state and the allocator; the HTTP modules
-(`scheduler_api`, `agent_api`, A2's `operator_api` and `endpoints`) turn
-requests into calls on it. Frameworks are handled in `frameworks.py`, agents
-in `agents.py`, offers and launches in `offers.py` and `launch.py`; each is a
-mixin of `Master` so that all state stays in one object.
+(`scheduler_api`, `agent_api`, `operator_api` and `endpoints`) turn requests
+into calls on it. Frameworks are handled in `frameworks.py`, agents in
+`agents.py`, offers and launches in `offers.py` and `launch.py`, task state in
+`status_updates.py`; each is a mixin of `Master` so all state is in one object.
+
+Operator actions: `teardown(framework)`, `mark_agent_gone(agent_id)`.
 
 State readable by the operator surfaces (all documented on the attributes):
 `master_info`, `start_time`, `elected_time`, `flags`, `frameworks`,
 `completed_frameworks`, `agents`, `recovered_agents`, `unreachable_agents`,
-`gone_agents`, `offers`, `tasks()`, `counters`, `allocator`.
+`gone_agents`, `offers`, `tasks()`, `counters`, `allocator`; per framework
+see `mesilla.master.framework.Framework`, per agent `mesilla.master.agent.Agent`.
 
 Observers (`add_observer`) receive the operator API's events, synchronously:
 ("TASK_ADDED", Task), ("TASK_UPDATED", (framework_id, TaskStatus, TaskState)),

@@ -71,7 +71,7 @@ class ContainerLaunchError(Exception):
 
 
 class ContainerNotRemovable(Exception):
-    """`remove` was asked for a container that is still running or is not nested."""
+    """`remove` was asked for a container that is still running."""
 
 
 @dataclass
@@ -107,7 +107,8 @@ class Containerizer:
         self._provisioner = provisioner
         self._runtime = RuntimeDir(flags.runtime_dir)
         self._containers: dict[ContainerID, _Container] = {}
-        # Ended nested containers, kept (and checkpointed) for WAIT until `remove`.
+        # Ended nested and standalone containers, kept (and checkpointed) for WAIT
+        # until `remove`, as Mesos does for the agent API's WAIT_(NESTED_)CONTAINER.
         self._terminated: dict[ContainerID, ContainerTermination] = {}
 
     @classmethod
@@ -129,7 +130,11 @@ class Containerizer:
     # --- recovery -------------------------------------------------------------
 
     async def recover(self, checkpointed: set[ContainerID]) -> None:
-        roots = {cid.root() for cid in checkpointed}
+        # Standalone containers (no executor) are the containerizer's own to recover.
+        roots = {cid.root() for cid in checkpointed} | {
+            cid for cid in self._runtime.containers()
+            if cid.parent is None and self._runtime.is_standalone(cid)
+        }  # fmt: skip
         states: list[ContainerRuntimeState] = []
         # Not the agent's, whether still alive or not: destroyed below, so that
         # isolators release what they hold for them too.
@@ -137,7 +142,7 @@ class Containerizer:
         for container_id in self._runtime.containers():
             termination = self._runtime.read_termination(container_id)
             if termination is not None:
-                if container_id.parent is not None and container_id.root() in roots:
+                if container_id.root() in roots:
                     self._terminated[container_id] = termination
                 continue
             if container_id.root() not in roots:
@@ -239,6 +244,8 @@ class Containerizer:
         container_id, config = container.id, container.config
         try:
             self._runtime.write_config(container_id, config)
+            if container_id.parent is None and config.executor_info is None:
+                self._runtime.mark_standalone(container_id)
             if self._has_image(config):
                 container.state = ContainerState.PROVISIONING
                 assert self._provisioner is not None and config.container_info is not None
@@ -402,7 +409,7 @@ class Containerizer:
             except Exception:
                 log.exception("Provisioner failed to destroy the rootfs of %s", container_id)
 
-        if container_id.parent is not None:
+        if container_id.parent is not None or self._runtime.is_standalone(container_id):
             self._runtime.write_termination(container_id, termination)
             self._terminated[container_id] = termination
         else:

@@ -6,6 +6,7 @@
         termination    the ContainerTermination the containerizer decided (JSON)
         config         the ContainerConfig it was launched with (JSON)
         launch_info    the merged ContainerLaunchInfo (JSON)
+        standalone.marker   present for a standalone container (no executor)
         containers/<child>/...   the same, recursively, for nested containers
 
 Every file is written atomically (temporary file, fsync, rename), so a crash
@@ -28,6 +29,7 @@ STATUS_FILE = "status"
 TERMINATION_FILE = "termination"
 CONFIG_FILE = "config"
 LAUNCH_INFO_FILE = "launch_info"
+STANDALONE_MARKER = "standalone.marker"
 CONTAINERS_DIR = "containers"
 
 
@@ -90,6 +92,12 @@ class RuntimeDir:
 
     def read_pid(self, container_id: ContainerID) -> int | None:
         return read_int(self.path(container_id, PID_FILE))
+
+    def mark_standalone(self, container_id: ContainerID) -> None:
+        write_atomically(self.path(container_id, STANDALONE_MARKER), b"")
+
+    def is_standalone(self, container_id: ContainerID) -> bool:
+        return os.path.exists(self.path(container_id, STANDALONE_MARKER))
 
     def read_status(self, container_id: ContainerID) -> int | None:
         return read_int(self.path(container_id, STATUS_FILE))

@@ -29,7 +29,14 @@ from mesilla.containerizer.types import (
     ContainerLimitation,
     ContainerState,
 )
-from mesilla.v1.mesos import CommandInfo, CommandURI, ContainerID, Reason
+from mesilla.v1.mesos import (
+    CommandInfo,
+    CommandURI,
+    ContainerID,
+    ExecutorID,
+    ExecutorInfo,
+    Reason,
+)
 
 
 def make_flags(tmp_path: Any, *extra: str) -> Any:
@@ -40,9 +47,15 @@ def make_flags(tmp_path: Any, *extra: str) -> Any:
     )
 
 
+EXECUTOR = ExecutorInfo(executor_id=ExecutorID(value="executor"))
+
+
 def shell(tmp_path: Any, script: str, name: str = "sandbox", **kwargs: Any) -> ContainerConfig:
+    """An executor's container (a standalone one has no `executor_info`)."""
     return ContainerConfig(
-        command=CommandInfo(value=script, **kwargs), sandbox=str(tmp_path / name)
+        command=CommandInfo(value=script, **kwargs),
+        sandbox=str(tmp_path / name),
+        executor_info=EXECUTOR,
     )
 
 
@@ -418,3 +431,26 @@ async def test_runs_as_the_configured_user(containerizer: Containerizer, tmp_pat
     assert (sandbox / "whoami").read_text() == f"{nobody}\n"
     assert sandbox.stat().st_uid == nobody
     assert (sandbox / "stdout").stat().st_uid == nobody
+
+
+async def test_standalone_container_keeps_its_termination_until_removed(tmp_path: Any) -> None:
+    flags = make_flags(tmp_path)
+    first = await Containerizer.create(flags)
+    cid = ContainerID(value="standalone")
+    config = shell(tmp_path, "exit 6")
+    config.executor_info = None  # launched through the agent API, not for an executor
+    await first.launch(cid, config)
+    termination = await first.wait(cid)
+    assert termination is not None and termination.status is not None
+    assert os.WEXITSTATUS(termination.status) == 6
+    assert await first.wait(cid) == termination
+    await first.close()
+
+    # Not among the agent's executors, yet not an orphan: still there after recovery.
+    second = await Containerizer.create(flags)
+    await second.recover(set())
+    assert await second.wait(cid) == termination
+    await second.remove(cid)
+    assert await second.wait(cid) is None
+    assert not (tmp_path / "runtime" / "containers" / "standalone").exists()
+    await second.close()

@@ -25,7 +25,6 @@ from mesilla.containerizer.runtime_paths import (
     STATUS_FILE,
     RuntimeDir,
     read_int,
-    write_atomically,
 )
 from mesilla.containerizer.types import (
     ContainerConfig,
@@ -35,7 +34,7 @@ from mesilla.containerizer.types import (
 from mesilla.v1.mesos import ContainerID
 
 NANNY_SCRIPT = os.path.join(os.path.dirname(__file__), "posix_nanny.py")
-NANNY_PID_FILE = "nanny.pid"
+NANNY_PID_FILE = "nanny.pid"  # written by the nanny itself
 
 
 @dataclass
@@ -149,7 +148,6 @@ class PosixLauncher(Launcher):
         finally:
             os.close(gate_r)
             os.close(report_w)
-        write_atomically(os.path.join(directory, NANNY_PID_FILE), b"%d\n" % nanny_pid)
         container = _Container(pid=0, nanny_pid=nanny_pid, gate=gate_w)
         self._containers[container_id] = container
         self._watch(container_id, container)

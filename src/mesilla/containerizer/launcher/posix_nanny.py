@@ -8,14 +8,15 @@ it stays a few megabytes: it must outlive the agent, so it is paid per container
 It forks the container's first process, which becomes a session (and process
 group) leader, opens its stdout/stderr, applies cwd, user and rlimits, and then
 waits on the gate: one byte "1" lets it exec; EOF (the launcher went away
-before `start`) makes it exit 1 without running anything. The nanny writes the
-child's pid file, reports the pid on fd 1, reaps the child and writes its raw
+before `start`) makes it exit 1 without running anything. The nanny writes its own
+and the child's pid files, reports the pid on fd 1, reaps the child and writes its raw
 wait status to STATUS atomically, so the status survives an agent restart.
 """
 
 import os
 import sys
 
+NANNY_PID_FILE = "nanny.pid"
 ABORTED_EXIT_CODE = 1
 EXEC_FAILED_EXIT_CODE = 127
 
@@ -96,6 +97,10 @@ def main():
     separator = args.index("--")
     status_path, pid_path, stdout, stderr, cwd, user, rlimits, keep_lc_ctype = args[:separator]
     argv = args[separator + 1 :]
+    # Written here, not by the launcher: it exists even if the agent dies right now.
+    write_atomically(
+        os.path.join(os.path.dirname(status_path), NANNY_PID_FILE), b"%d\n" % os.getpid()
+    )
 
     pid = os.fork()
     if pid == 0:

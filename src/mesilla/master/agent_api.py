@@ -16,7 +16,6 @@ from mesilla.common.errors import BadRequest, Forbidden, ServiceUnavailable
 from mesilla.common.http import EventStream, Router, read_message
 from mesilla.common.resources import Resources, ResourcesError
 from mesilla.master.scheduler_api import STREAM_ID_HEADER
-from mesilla.master.streams import hold
 from mesilla.v1 import internal
 
 if TYPE_CHECKING:
@@ -94,6 +93,6 @@ async def _register(
         stream, stream_id, call, request.remote or "127.0.0.1"
     )
     if agent is not None:
-        await hold(request, stream)
+        await master.streams.hold(request, stream)
         master.agent_disconnected(agent, stream_id)
     return stream.response

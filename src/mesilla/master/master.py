@@ -43,6 +43,7 @@ from mesilla.master.launch import LaunchMixin
 from mesilla.master.offers import OffersMixin
 from mesilla.master.registry import Registry
 from mesilla.master.status_updates import StatusUpdatesMixin
+from mesilla.master.streams import StreamWatch
 from mesilla.v1.mesos import Address, AgentInfo, MasterInfo, Offer, Task
 
 log = logging.getLogger(__name__)
@@ -96,6 +97,8 @@ class Master(
             offer_callback=self._on_allocations,
             weights=parse_weights(flags.get("weights")),
         )
+        #: Holds the SUBSCRIBE / REGISTER streams open and notices departed peers.
+        self.streams = StreamWatch()
         self._observers: list[Observer] = []
         self._background: set[asyncio.Task[Any]] = set()
         self._offer_timers: dict[str, asyncio.TimerHandle] = {}
@@ -135,6 +138,7 @@ class Master(
                 self.flags.agent_reregister_timeout,
                 lambda: self.spawn(self._expire_recovered_agents()),
             )
+        self.streams.start()
         self.recovered = True
         self.elected_time = time.time()
         await self.allocator.start()
@@ -168,6 +172,7 @@ class Master(
             if agent.unreachable_timer is not None:
                 agent.unreachable_timer.cancel()
             self._close_agent_stream(agent)
+        await self.streams.stop()
         for task in list(self._background):
             task.cancel()
         await asyncio.gather(*self._background, return_exceptions=True)

@@ -17,7 +17,6 @@ from aiohttp import web
 
 from mesilla.common.errors import BadRequest, Forbidden, ServiceUnavailable
 from mesilla.common.http import EventStream, Router, check_accept, read_message
-from mesilla.master.streams import hold
 from mesilla.master.validation import validate_call
 from mesilla.v1 import scheduler as sched
 
@@ -84,7 +83,7 @@ async def _subscribe(
     stream = await EventStream.open(request, headers={STREAM_ID_HEADER: stream_id})
     framework = await master.subscribe(stream, stream_id, call)
     if framework is not None:
-        await hold(request, stream)
+        await master.streams.hold(request, stream)
         master.framework_disconnected(framework, stream_id)
     return stream.response
 

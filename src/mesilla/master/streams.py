@@ -1,8 +1,10 @@
-"""Holding a streaming response open until either side ends it.
+"""Holding streaming responses open until either side ends them.
 
-aiohttp does not cancel a handler when its client goes away, so a stream
-handler watches its transport as well as `EventStream.closed` (set when the
-master closes the stream or a write fails).
+aiohttp does not cancel a handler when its client goes away, so the master
+watches the transports of all its held streams (schedulers' and agents'
+subscriptions) with one periodic check, rather than a timer per stream, and
+closes the streams whose peer has left. A stream also ends when the master
+closes it or a write to it fails (`EventStream.closed`).
 """
 
 from __future__ import annotations
@@ -13,20 +15,40 @@ from aiohttp import web
 
 from mesilla.common.http import EventStream
 
-# How often a held stream checks that its client is still connected.
-_POLL_SECONDS = 0.5
 
+class StreamWatch:
+    def __init__(self, interval: float = 0.5) -> None:
+        self.interval = interval
+        self._held: dict[EventStream, web.Request] = {}
+        self._task: asyncio.Task[None] | None = None
 
-async def hold(request: web.Request, stream: EventStream) -> None:
-    """Returns when the stream is closed by the master or the peer disconnects."""
-    # asyncio.wait, unlike wait_for on Python 3.11, never swallows a cancellation.
-    closed = asyncio.ensure_future(stream.closed.wait())
-    try:
-        while not closed.done():
-            transport = request.transport
-            if transport is None or transport.is_closing():
-                break
-            await asyncio.wait({closed}, timeout=_POLL_SECONDS)
-    finally:
-        closed.cancel()
-        stream.close()
+    def start(self) -> None:
+        if self._task is None:
+            self._task = asyncio.get_running_loop().create_task(
+                self._run(), name="stream-watch"
+            )
+
+    async def stop(self) -> None:
+        task, self._task = self._task, None
+        if task is not None:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+        for stream in list(self._held):
+            stream.close()
+
+    async def _run(self) -> None:
+        while True:
+            await asyncio.sleep(self.interval)
+            for stream, request in list(self._held.items()):
+                transport = request.transport
+                if transport is None or transport.is_closing():
+                    stream.close()
+
+    async def hold(self, request: web.Request, stream: EventStream) -> None:
+        """Returns when the stream is closed by the master or the peer disconnects."""
+        self._held[stream] = request
+        try:
+            await stream.closed.wait()
+        finally:
+            self._held.pop(stream, None)
+            stream.close()

@@ -413,3 +413,31 @@ async def test_roles_flag_limits_the_roles_frameworks_may_use(
         assert (await allowed.subscribe({"role": "web"}))["type"] == "SUBSCRIBED"
         await allowed.close()
         await denied.close()
+
+
+async def test_unregistering_agent_takes_its_tasks_with_it(
+    tmp_path: Path, session: aiohttp.ClientSession
+) -> None:
+    async with running_master(tmp_path) as server:
+        base = f"http://127.0.0.1:{server.port}"
+        agent = FakeAgent(session, base)
+        await agent.register()
+        scheduler = Scheduler(session, base)
+        await scheduler.subscribe({"capabilities": [{"type": "PARTITION_AWARE"}]})
+        await _running_task(scheduler, agent)
+        response = await agent.session.post(
+            agent.url,
+            json={"type": "UNREGISTER", "agent_id": agent.agent_id},
+            headers={"Mesos-Stream-Id": agent.stream.stream_id if agent.stream else ""},
+        )
+        assert response.status == 202
+        status = await scheduler.update("t")
+        assert (
+            status["state"] == "TASK_LOST"
+            and status["reason"] == "REASON_AGENT_REMOVED"
+        )
+        agent_id = agent.agent_id["value"]  # type: ignore[index]
+        assert agent_id not in server.master.agents
+        assert agent_id not in (await server.master.registry.recover()).agents
+        assert agent.stream is not None and await agent.stream.ended()
+        await scheduler.close()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
 import sys
@@ -11,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from mesilla.containerizer.isolators.posix.procfs import session_processes
 from tests.unit.executor.fake_agent import CONTAINER_ID, FakeAgent, kill_event, launch_event
 
 
@@ -52,9 +54,11 @@ async def start_executor(tmp_path: Any) -> AsyncIterator[Any]:
 
     yield start
     for process in started:
-        if process.returncode is None:
-            os.killpg(process.pid, signal.SIGKILL)  # the executor and its task's group
-            await process.wait()
+        # The executor leads its session; its task has a process group of its own in it.
+        for leftover in session_processes(process.pid):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(leftover.pid, signal.SIGKILL)
+        await process.wait()
 
 
 async def updates(agent: FakeAgent, count: int) -> list[dict[str, Any]]:

@@ -10,7 +10,7 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from mesilla.master.main import MasterServer
+from mesilla.master.main import MasterServer, MasterStartError
 from tests.integration.master_harness import (
     FakeAgent,
     Scheduler,
@@ -285,3 +285,11 @@ async def test_calls_before_recovery_get_503(
         ) as response:
             assert response.status == 503
         server.master.recovered = True
+
+
+async def test_a_taken_port_is_a_clear_start_error(
+    master: MasterServer, tmp_path: Path
+) -> None:
+    with pytest.raises(MasterStartError, match="choose another --ip or --port"):
+        async with running_master(tmp_path / "second", f"--port={master.port}"):
+            pass

@@ -90,6 +90,10 @@ def make_registry(flags: Flags) -> Registry:
     )
 
 
+class MasterStartError(RuntimeError):
+    """The master cannot start (e.g. its port is taken); the message says what to change."""
+
+
 @dataclass
 class MasterServer:
     master: Master
@@ -118,7 +122,13 @@ async def serve(flags: Flags) -> AsyncIterator[MasterServer]:
     await runner.setup()
     try:
         site = web.TCPSite(runner, flags.ip, flags.port, reuse_address=True)
-        await site.start()
+        try:
+            await site.start()
+        except OSError as exc:
+            raise MasterStartError(
+                f"Cannot listen on {flags.ip}:{flags.port} ({exc.strerror}): "
+                "choose another --ip or --port"
+            ) from None
         port = runner.addresses[0][1]
         advertised = flags.get("advertise_ip") or flags.ip
         if advertised == "0.0.0.0":
@@ -134,5 +144,9 @@ async def serve(flags: Flags) -> AsyncIterator[MasterServer]:
 
 async def run(flags: Flags) -> None:
     """The daemon: serves until cancelled, then closes every stream and stops cleanly."""
-    async with serve(flags):
-        await asyncio.Event().wait()
+    try:
+        async with serve(flags):
+            await asyncio.Event().wait()
+    except MasterStartError as exc:
+        log.error("%s", exc)
+        raise SystemExit(1) from None

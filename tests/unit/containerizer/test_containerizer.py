@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import pwd
 import signal
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import pytest
@@ -66,6 +67,17 @@ async def until(predicate: Any) -> None:
             return
         await asyncio.sleep(0.01)
     raise AssertionError("condition never became true")
+
+
+@pytest.fixture
+def leftovers(tmp_path: Any) -> Iterator[None]:
+    """Safety net for tests that drop a Containerizer: kills every checkpointed
+    container's session at teardown, even if the test failed half-way."""
+    yield
+    for pid_file in (tmp_path / "runtime").rglob("pid"):
+        for process in session_processes(int(pid_file.read_text())):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(process.pid, signal.SIGKILL)
 
 
 @pytest.fixture
@@ -322,6 +334,7 @@ async def test_usage_and_status(containerizer: Containerizer, tmp_path: Any) -> 
     assert os.getsid(status["executor_pid"]) == status["executor_pid"]
 
 
+@pytest.mark.usefixtures("leftovers")
 async def test_recover_reattaches_and_reads_status_of_ended(tmp_path: Any) -> None:
     flags = make_flags(tmp_path)
     first = await Containerizer.create(flags)
@@ -395,6 +408,7 @@ async def test_destroy_during_fetch_aborts_the_launch(
         await server.wait_closed()
 
 
+@pytest.mark.usefixtures("leftovers")
 async def test_recover_keeps_ended_nested_terminations(tmp_path: Any) -> None:
     flags = make_flags(tmp_path)
     first = await Containerizer.create(flags)
@@ -433,6 +447,7 @@ async def test_runs_as_the_configured_user(containerizer: Containerizer, tmp_pat
     assert (sandbox / "stdout").stat().st_uid == nobody
 
 
+@pytest.mark.usefixtures("leftovers")
 async def test_standalone_container_keeps_its_termination_until_removed(tmp_path: Any) -> None:
     flags = make_flags(tmp_path)
     first = await Containerizer.create(flags)

@@ -170,11 +170,28 @@ class MesillaPods:
         print(f"  (executor {executor_id} still there after {timeout}s)")
 
 
-async def executor_startup(runs: int, directory: Path) -> tuple[list[float], list[int]]:
+@dataclass
+class Startup:
+    executor_ms: list[float] = field(default_factory=list)  # spawn to SUBSCRIBE
+    executor_rss_kb: list[int] = field(default_factory=list)  # at SUBSCRIBE
+    python_ms: list[float] = field(default_factory=list)  # baseline: spawn to exit of a bare interpreter
+
+
+async def python_baseline() -> float:
+    """Spawn to exit of `python -c 'import asyncio, json, http.client'` (ms): the floor of any
+    asyncio executor in Python, measured next to the executor so that load hits both alike."""
+    start = time.perf_counter()
+    process = await asyncio.create_subprocess_exec(sys.executable, "-c", "import asyncio, json, http.client")
+    await process.wait()
+    return (time.perf_counter() - start) * 1000
+
+
+async def executor_startup(runs: int, directory: Path) -> Startup:
     """Spawn-to-SUBSCRIBE time (ms) and RSS then (kB) of the default executor on its own."""
-    times: list[float] = []
-    rss: list[int] = []
+    result = Startup()
+    times, rss = result.executor_ms, result.executor_rss_kb
     for i in range(runs):
+        result.python_ms.append(await python_baseline())
         subscribed: asyncio.Future[float] = asyncio.get_running_loop().create_future()
 
         async def on_connect(reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
@@ -211,7 +228,7 @@ async def executor_startup(runs: int, directory: Path) -> tuple[list[float], lis
                 process.kill()
             await process.wait()
             server.close()
-    return times, rss
+    return result
 
 
 # --- podman ------------------------------------------------------------------------
@@ -295,7 +312,7 @@ def install_podman() -> None:
 # --- the run -------------------------------------------------------------------------
 
 
-def report(results: Results, startup: tuple[list[float], list[int]]) -> None:
+def report(results: Results, startup: Startup) -> None:
     print("\nPod launch latency, ACCEPT to every task TASK_RUNNING (Mesilla) and `podman kube play` (ms):")
     print(f"  {'containers':>10}  {'Mesilla p50':>11}  {'p90':>7}  {'podman p50':>10}  {'p90':>7}  "
           f"{'Mesilla/podman':>14}  {'podman ref.':>11}")  # fmt: skip
@@ -313,10 +330,13 @@ def report(results: Results, startup: tuple[list[float], list[int]]) -> None:
     if results.podman_error:
         print(f"  podman: {results.podman_error}")
 
-    times, rss = startup
+    times, rss = startup.executor_ms, startup.executor_rss_kb
     print("\nThe default executor:")
     if times:
         print(f"  start-up, spawn to SUBSCRIBE (alone, no container): {Stats.of(times).line()}")
+        python = Stats.of(startup.python_ms)
+        print(f"  baseline, a bare `python -c 'import asyncio, json, http.client'`, spawn to exit: "
+              f"{python.line()}; executor/baseline {ratio(Stats.of(times).p50, python.p50)}")  # fmt: skip
     if rss:
         print(f"  RSS at SUBSCRIBE: {Stats.of([r / 1024 for r in rss]).line('MB')}")
     in_pods = [s for samples in results.mesilla.values() for s in samples]
@@ -334,7 +354,7 @@ def report(results: Results, startup: tuple[list[float], list[int]]) -> None:
 
 
 async def run(args: argparse.Namespace, root: Path, cgroups_root: str, results: Results,
-              podman_ref: list[Podman]) -> tuple[list[float], list[int]]:  # fmt: skip
+              podman_ref: list[Podman]) -> Startup:  # fmt: skip
     registry: Registry = start_registry()
     try:
         push_image(registry.url, "library/busybox", "latest", build_image())

@@ -15,7 +15,12 @@ from mesilla.common.flags import Flag, FlagError, Flags
 from mesilla.common.http import Router, make_app
 from mesilla.master import agent_api, endpoints, operator_api, scheduler_api
 from mesilla.master.master import Master, parse_weights
-from mesilla.master.registry import InMemoryRegistry, Registry, SqliteRegistry
+from mesilla.master.registry import (
+    InMemoryRegistry,
+    Registry,
+    RegistryError,
+    SqliteRegistry,
+)
 
 log = logging.getLogger(__name__)
 
@@ -134,7 +139,10 @@ async def serve(flags: Flags) -> AsyncIterator[MasterServer]:
         if advertised == "0.0.0.0":
             advertised = socket.gethostbyname(socket.gethostname())
         master.set_address(advertised, port, flags.get("hostname"))
-        await master.start()
+        try:
+            await master.start()
+        except RegistryError as exc:
+            raise MasterStartError(str(exc)) from None
         log.info("master %s listening on %s:%d", master.id, flags.ip, port)
         yield MasterServer(master, runner, port)
     finally:

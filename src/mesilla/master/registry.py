@@ -22,6 +22,10 @@ import msgspec
 from mesilla.v1.mesos import AgentInfo, FrameworkInfo
 
 
+class RegistryError(RuntimeError):
+    """The registry cannot be read or written; the message names the file and the way out."""
+
+
 class AgentMark(enum.Enum):
     ADMITTED = "ADMITTED"
     UNREACHABLE = "UNREACHABLE"
@@ -173,7 +177,11 @@ class SqliteRegistry:
                 await self._run(
                     self._write, [(sql, params) for sql, params, _ in batch]
                 )
-            except (sqlite3.Error, OSError, RuntimeError) as exc:  # every waiter learns it failed
+            except (
+                sqlite3.Error,
+                OSError,
+                RuntimeError,
+            ) as exc:  # every waiter learns it failed
                 for _, _, done in batch:
                     if not done.done():
                         done.set_exception(exc)
@@ -198,7 +206,13 @@ class SqliteRegistry:
         return state
 
     async def recover(self) -> RegistryState:
-        return await self._run(self._recover)
+        try:
+            return await self._run(self._recover)
+        except (sqlite3.DatabaseError, msgspec.DecodeError) as exc:
+            raise RegistryError(
+                f"Cannot read the registry {self.path}: {exc}. Restore it, or move it "
+                "away to start with an empty registry (agents and frameworks register anew)"
+            ) from None
 
     async def admit_agent(self, info: AgentInfo) -> None:
         await self._mutate(

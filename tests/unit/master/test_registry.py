@@ -12,6 +12,7 @@ from mesilla.master.registry import (
     AgentMark,
     InMemoryRegistry,
     Registry,
+    RegistryError,
     SqliteRegistry,
 )
 from mesilla.v1.mesos import AgentID, AgentInfo, FrameworkID, FrameworkInfo
@@ -103,3 +104,11 @@ async def test_concurrent_sqlite_mutations_commit_together_in_order(
     assert len(state.agents) == 200
     # Applied in call order: the mark comes after a7's admission.
     assert state.agents["a7"].mark is AgentMark.UNREACHABLE
+
+
+async def test_a_corrupt_registry_is_a_clear_error(tmp_path: Path) -> None:
+    (tmp_path / "registry.db").write_bytes(b"this is not a database" * 100)
+    registry = SqliteRegistry.in_work_dir(str(tmp_path))
+    with pytest.raises(RegistryError, match="move it away"):
+        await registry.recover()
+    await registry.close()

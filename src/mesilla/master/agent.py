@@ -105,3 +105,14 @@ class Agent:
         if self.stream is None:
             return False
         return await self.stream.send(event)
+
+    async def shutdown_framework(self, framework_id: str) -> None:
+        """Tells the agent to shut the framework's executors down (its tasks end killed)."""
+        await self.send(
+            internal.AgentEvent(
+                type=internal.AgentEventType.SHUTDOWN_FRAMEWORK,
+                shutdown_framework=internal.ShutdownFramework(
+                    framework_id=internal.FrameworkID(value=framework_id)
+                ),
+            )
+        )

@@ -148,14 +148,7 @@ class AgentsMixin(MasterBase):
         }
         for framework_id in sorted(reported):
             if self.is_completed_framework(framework_id):
-                await agent.send(
-                    internal.AgentEvent(
-                        type=internal.AgentEventType.SHUTDOWN_FRAMEWORK,
-                        shutdown_framework=internal.ShutdownFramework(
-                            framework_id=FrameworkID(value=framework_id)
-                        ),
-                    )
-                )
+                await agent.shutdown_framework(framework_id)
 
     def _framework_for(
         self, framework_id: str, reported: dict[str, internal.FrameworkInfo]

@@ -212,14 +212,7 @@ class FrameworksMixin(MasterBase):
             if agent is None:
                 continue
             agent.executors.pop(framework.id, None)
-            await agent.send(
-                internal.AgentEvent(
-                    type=internal.AgentEventType.SHUTDOWN_FRAMEWORK,
-                    shutdown_framework=internal.ShutdownFramework(
-                        framework_id=FrameworkID(value=framework.id)
-                    ),
-                )
-            )
+            await agent.shutdown_framework(framework.id)
         framework.executors.clear()
         self.allocator.remove_framework(framework.id)
         del self.frameworks[framework.id]

@@ -19,7 +19,7 @@ from mesilla.common.resources import Resources
 from mesilla.master.agent import Agent
 from mesilla.master.base import MasterBase
 from mesilla.master.framework import Framework
-from mesilla.master.status_updates import master_status
+from mesilla.master.status_updates import master_status, task_state_metric
 from mesilla.master.validation import (
     LaunchContext,
     task_consumption,
@@ -156,9 +156,7 @@ class LaunchMixin(MasterBase):
             TaskState.TASK_DROPPED if framework.partition_aware else TaskState.TASK_LOST
         )
         for task in _tasks_of(operations):
-            self.counters[
-                "master/tasks_" + state.value.removeprefix("TASK_").lower()
-            ] += 1
+            self.counters[task_state_metric(state)] += 1
             await self.forward_update(
                 framework,
                 master_status(
@@ -173,7 +171,7 @@ class LaunchMixin(MasterBase):
     async def _task_error(
         self, framework: Framework, task: TaskInfo, reason: Reason, error: str
     ) -> None:
-        self.counters["master/tasks_error"] += 1
+        self.counters[task_state_metric(TaskState.TASK_ERROR)] += 1
         await self.forward_update(
             framework,
             master_status(

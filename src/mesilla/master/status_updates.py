@@ -63,6 +63,11 @@ def master_status(
     )
 
 
+def task_state_metric(state: TaskState) -> str:
+    """Mesos's counter of tasks that reached `state`, e.g. ``master/tasks_finished``."""
+    return "master/tasks_" + state.value.removeprefix("TASK_").lower()
+
+
 def _without_data(status: TaskStatus) -> TaskStatus:
     """Statuses kept in `Task.statuses` drop `data`, which may be large, as Mesos does."""
     return msgspec.structs.replace(status, data=None)
@@ -87,9 +92,7 @@ class StatusUpdatesMixin(MasterBase):
         if status.uuid is None or all(s.uuid != status.uuid for s in task.statuses):
             task.statuses.append(_without_data(status))
         if task.state.terminal and not was_terminal:
-            self.counters[
-                "master/tasks_" + task.state.value.removeprefix("TASK_").lower()
-            ] += 1
+            self.counters[task_state_metric(task.state)] += 1
             if recover:
                 self.allocator.recover_resources(
                     task.framework_id.value,

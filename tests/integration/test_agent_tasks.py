@@ -19,6 +19,7 @@ from typing import Any
 import aiohttp
 import pytest
 
+from mesilla.common.resources import Resources
 from mesilla.v1.internal import (
     Acknowledge,
     AgentCallType,
@@ -27,6 +28,7 @@ from mesilla.v1.internal import (
     KillTask,
     ReconcileTasks,
     RunTask,
+    RunTaskGroup,
     Shutdown,
     ShutdownFramework,
     FrameworkToExecutor,
@@ -40,6 +42,7 @@ from mesilla.v1.mesos import (
     FrameworkID,
     FrameworkInfo,
     KillPolicy,
+    TaskGroupInfo,
     TaskID,
     TaskInfo,
 )
@@ -419,3 +422,36 @@ async def test_master_shutdown_ends_executors_and_the_agent(master: FakeMaster, 
     await asyncio.wait_for(agent_proc.task, 30)  # run() returns once everything has ended
     assert agent.containerizer.containers() == []
     assert not os.path.lexists(os.path.join(agent.flags.work_dir, "meta", "slaves", "latest"))
+
+
+async def test_task_groups_go_to_one_default_executor(master: FakeMaster, agent_proc: AgentProcess) -> None:
+    agent = await agent_proc.start()
+    await master.wait_for(lambda: master.registers)
+    agent_id = AgentID(value=master.agent_id or "")
+    executor = ExecutorInfo(
+        executor_id=ExecutorID(value="pod"), type="DEFAULT",
+        resources=Resources.parse("cpus:0.1;mem:32").to_list(),
+    )
+
+    def group(*names: str) -> TaskGroupInfo:
+        return TaskGroupInfo(tasks=[
+            TaskInfo(name=n, task_id=TaskID(value=n), agent_id=agent_id, executor=executor,
+                     command=CommandInfo(value="sleep 0.5"),
+                     resources=Resources.parse("cpus:0.1;mem:16").to_list())
+            for n in names
+        ])
+
+    for names in (("g1-a", "g1-b"), ("g2-a",)):
+        await master.send(AgentEvent(
+            type=AgentEventType.RUN_TASK_GROUP,
+            run_task_group=RunTaskGroup(framework_info=FRAMEWORK, executor_info=executor, task_group=group(*names)),
+        ))
+        if names[0] == "g1-a":
+            await master.wait_update("g1-a", "TASK_RUNNING")
+            # The second group goes to the executor already running; its container grows.
+            pod = agent.frameworks["fw-1"].executors["pod"]
+            assert pod.state.value == "RUNNING"
+    for name in ("g1-a", "g1-b", "g2-a"):
+        finished = await master.wait_update(name, "TASK_FINISHED")
+        assert finished.status.container_status.container_id.parent == pod.container_id
+    assert len({u.status.container_status.container_id.parent for u in master.updates() if u.status.container_status}) == 1

@@ -321,13 +321,12 @@ class Agent:
                 executor.add_launched(task)
                 self._checkpoint_task(executor, executor.launched_tasks[task.task_id.value])
             if group is not None:
-                self._send(executor, ev.Event(
+                event = ev.Event(
                     type=ev.EventType.LAUNCH_GROUP, launch_group=ev.LaunchGroup(task_group=group)
-                ))
+                )
             else:
-                self._send(executor, ev.Event(
-                    type=ev.EventType.LAUNCH, launch=ev.Launch(task=tasks[0])
-                ))
+                event = ev.Event(type=ev.EventType.LAUNCH, launch=ev.Launch(task=tasks[0]))
+            self.spawn(self._grow_and_deliver(executor, event), f"deliver to {executor}")
         else:
             state = TaskState.TASK_DROPPED if _partition_aware(framework.info) else TaskState.TASK_LOST
             for task in tasks:
@@ -336,6 +335,21 @@ class Agent:
                     Reason.REASON_EXECUTOR_TERMINATED, "Executor terminating",
                     executor_id=info.executor_id.value,
                 )
+
+    async def _grow_and_deliver(self, executor: Executor, event: ev.Event) -> None:
+        """As Mesos: the container gets the new tasks' resources before the tasks."""
+        await self._update_resources(executor)
+        if executor.stream is not None:
+            await executor.stream.send(event)
+
+    async def _update_resources(self, executor: Executor) -> None:
+        """Sizes the executor's container to the executor plus its live tasks."""
+        try:
+            await self.containerizer.update(
+                executor.container_id, executor.allocated_resources(), {}
+            )
+        except Exception as exc:  # the container may be gone already
+            log.warning("Failed to update the resources of executor %s: %s", executor, exc)
 
     def _queue(self, executor: Executor, tasks: list[TaskInfo], group: TaskGroupInfo | None) -> None:
         if group is not None:
@@ -750,6 +764,8 @@ class Agent:
             self.metrics["invalid_status_updates"] += 1
             return False
         self.metrics["valid_status_updates"] += 1
+        if executor is not None and status.state.terminal and executor.state is ExecutorState.RUNNING:
+            self.spawn(self._update_resources(executor), f"resize {executor}")
         return True
 
     async def executor_update(self, framework: Framework, executor: Executor, status: TaskStatus) -> None:

@@ -15,7 +15,14 @@ from dataclasses import dataclass, field
 from mesilla.common.http import EventStream
 from mesilla.common.resources import Resources
 from mesilla.v1 import internal
-from mesilla.v1.mesos import AgentCapability, AgentInfo, ExecutorInfo, Offer, Task
+from mesilla.v1.mesos import (
+    AgentCapability,
+    AgentInfo,
+    ExecutorInfo,
+    Offer,
+    Task,
+    TaskID,
+)
 
 
 @dataclass
@@ -105,6 +112,23 @@ class Agent:
         if self.stream is None:
             return False
         return await self.stream.send(event)
+
+    async def acknowledge(
+        self, framework_id: str, task_id: TaskID, uuid: bytes | None
+    ) -> None:
+        """Relays a framework's acknowledgement of a status update (none without a uuid)."""
+        if uuid is None:
+            return
+        await self.send(
+            internal.AgentEvent(
+                type=internal.AgentEventType.ACKNOWLEDGE,
+                acknowledge=internal.Acknowledge(
+                    framework_id=internal.FrameworkID(value=framework_id),
+                    task_id=task_id,
+                    uuid=uuid,
+                ),
+            )
+        )
 
     async def shutdown_framework(self, framework_id: str) -> None:
         """Tells the agent to shut the framework's executors down (its tasks end killed)."""

@@ -151,8 +151,8 @@ class StatusUpdatesMixin(MasterBase):
                 f.id == update.framework_id.value for f in self.completed_frameworks
             ):
                 # The framework is gone for good: acknowledge so the agent stops retrying.
-                await self._acknowledge_to_agent(
-                    agent, update.framework_id.value, status
+                await agent.acknowledge(
+                    update.framework_id.value, status.task_id, status.uuid
                 )
             log.warning(
                 "dropping status update for task %s of unknown framework %s",
@@ -166,22 +166,6 @@ class StatusUpdatesMixin(MasterBase):
             self.update_task(task, status, update.latest_state)
         self.counters["master/valid_status_updates"] += 1
         await self.forward_update(framework, status)
-
-    async def _acknowledge_to_agent(
-        self, agent: Agent, framework_id: str, status: TaskStatus
-    ) -> None:
-        if status.uuid is None:
-            return
-        await agent.send(
-            internal.AgentEvent(
-                type=internal.AgentEventType.ACKNOWLEDGE,
-                acknowledge=internal.Acknowledge(
-                    framework_id=_fid(framework_id),
-                    task_id=status.task_id,
-                    uuid=status.uuid,
-                ),
-            )
-        )
 
     # --- from frameworks ----------------------------------------------------------------
 
@@ -206,14 +190,7 @@ class StatusUpdatesMixin(MasterBase):
         ):
             self.remove_task(task)
         self.counters["master/valid_status_update_acknowledgements"] += 1
-        await agent.send(
-            internal.AgentEvent(
-                type=internal.AgentEventType.ACKNOWLEDGE,
-                acknowledge=internal.Acknowledge(
-                    framework_id=_fid(framework.id), task_id=ack.task_id, uuid=ack.uuid
-                ),
-            )
-        )
+        await agent.acknowledge(framework.id, ack.task_id, ack.uuid)
 
     async def kill(self, framework: Framework, kill: sched.Kill) -> None:
         """KILL: to the task's agent; an unknown task is answered by reconciliation."""

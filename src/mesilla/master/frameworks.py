@@ -53,6 +53,7 @@ class FrameworksMixin(MasterBase):
             framework = self._new_framework(framework_id, info)
             framework.recovered = True
             self.allocator.add_framework(framework_id, framework.roles, active=False)
+            self.notify("FRAMEWORK_ADDED", framework)
         return framework
 
     def _check_allowed_roles(self, info: FrameworkInfo) -> str | None:

@@ -15,9 +15,8 @@ from aiohttp import web
 
 from mesilla.agent import main as agent_main
 from mesilla.agent.agent import Agent
-from mesilla.common.flags import parse
-
 from mesilla.common import recordio
+from mesilla.common.flags import parse
 from mesilla.v1 import codec
 from mesilla.v1.internal import (
     Acknowledge,
@@ -113,7 +112,7 @@ class FakeMaster:
         while not stop.is_set():
             try:
                 await asyncio.wait_for(stop.wait(), self.heartbeat_interval)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 if self.heartbeats:
                     await self.send(AgentEvent(type=AgentEventType.HEARTBEAT))
         return response
@@ -140,7 +139,7 @@ class FakeMaster:
                     # Also re-check now and then: some predicates look at the agent.
                     try:
                         await asyncio.wait_for(self._changed.wait(), 0.1)
-                    except asyncio.TimeoutError:
+                    except TimeoutError:
                         pass
 
         return await asyncio.wait_for(waiter(), timeout)

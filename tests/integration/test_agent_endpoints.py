@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -10,8 +9,14 @@ import aiohttp
 import pytest
 
 from mesilla.v1.internal import AgentEvent, AgentEventType, RunTask
-from mesilla.v1.mesos import AgentID, CommandInfo, FrameworkID, FrameworkInfo, TaskID, TaskInfo
-
+from mesilla.v1.mesos import (
+    AgentID,
+    CommandInfo,
+    FrameworkID,
+    FrameworkInfo,
+    TaskID,
+    TaskInfo,
+)
 from tests.integration.agent_fake_master import AgentProcess, FakeMaster
 
 pytestmark = [pytest.mark.integration]

@@ -23,8 +23,14 @@ from hypothesis import strategies as st
 
 from mesilla.v1 import agent as agent_api
 from mesilla.v1.internal import AgentEvent, AgentEventType, RunTask
-from mesilla.v1.mesos import AgentID, CommandInfo, FrameworkID, FrameworkInfo, TaskID, TaskInfo
-
+from mesilla.v1.mesos import (
+    AgentID,
+    CommandInfo,
+    FrameworkID,
+    FrameworkInfo,
+    TaskID,
+    TaskInfo,
+)
 from tests.integration.agent_fake_master import AgentProcess, FakeMaster
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]

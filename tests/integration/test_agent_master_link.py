@@ -8,8 +8,14 @@ from typing import Any
 import pytest
 
 from mesilla.v1.internal import AgentEvent, AgentEventType, RunTask
-from mesilla.v1.mesos import AgentID, CommandInfo, FrameworkID, FrameworkInfo, TaskID, TaskInfo
-
+from mesilla.v1.mesos import (
+    AgentID,
+    CommandInfo,
+    FrameworkID,
+    FrameworkInfo,
+    TaskID,
+    TaskInfo,
+)
 from tests.integration.agent_fake_master import AgentProcess, FakeMaster
 
 pytestmark = [pytest.mark.integration]

@@ -25,7 +25,6 @@ from mesilla.v1.mesos import (
     TaskID,
     TaskInfo,
 )
-
 from tests.conftest import free_port
 from tests.integration.agent_fake_master import AgentProcess, FakeMaster
 

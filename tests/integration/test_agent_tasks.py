@@ -25,13 +25,13 @@ from mesilla.v1.internal import (
     AgentCallType,
     AgentEvent,
     AgentEventType,
+    FrameworkToExecutor,
     KillTask,
     ReconcileTasks,
     RunTask,
     RunTaskGroup,
     Shutdown,
     ShutdownFramework,
-    FrameworkToExecutor,
 )
 from mesilla.v1.mesos import (
     AgentID,
@@ -46,7 +46,6 @@ from mesilla.v1.mesos import (
     TaskID,
     TaskInfo,
 )
-
 from tests.integration.agent_fake_master import AgentProcess, FakeMaster
 
 pytestmark = [pytest.mark.integration]
@@ -367,7 +366,9 @@ async def test_status_updates_are_retried_until_acknowledged(
         ))
         if current.status.state.terminal:
             break
-        await master.wait_for(lambda: master.updates("t-retry")[-1].status.uuid != current.status.uuid)
+        await master.wait_for(
+            lambda sent=current: master.updates("t-retry")[-1].status.uuid != sent.status.uuid
+        )
     assert acked[-1] == "TASK_FINISHED"
     assert acked[:2] == ["TASK_STARTING", "TASK_RUNNING"]
     # Once acknowledged, the task is completed and its executor and framework are cleaned up.

@@ -53,12 +53,11 @@ from mesilla.agent.status_update_manager import (
     StatusUpdateManager,
 )
 from mesilla.common.durations import format_duration
+from mesilla.common.errors import BadRequest
 from mesilla.common.flags import Flags
 from mesilla.containerizer.types import ContainerTermination
-from mesilla.common.errors import BadRequest
-from mesilla.v1 import codec
+from mesilla.v1 import codec, internal
 from mesilla.v1 import executor as ev
-from mesilla.v1 import internal
 from mesilla.v1.mesos import (
     AgentID,
     AgentInfo,

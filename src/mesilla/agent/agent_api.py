@@ -23,7 +23,13 @@ from mesilla.agent.agent import Agent, AgentStatus
 from mesilla.agent.host import attributes_json
 from mesilla.agent.state import Executor, ExecutorState, Framework, make_task
 from mesilla.common.errors import BadRequest, HttpError, ServiceUnavailable
-from mesilla.common.http import Router, check_accept, json_response, jsonp_response, read_message
+from mesilla.common.http import (
+    Router,
+    check_accept,
+    json_response,
+    jsonp_response,
+    read_message,
+)
 from mesilla.common.resources import Resources, ResourcesError
 from mesilla.v1 import agent as api
 from mesilla.v1 import codec

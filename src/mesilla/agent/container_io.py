@@ -235,7 +235,7 @@ async def _stream(
             return False
         try:
             record = await asyncio.wait_for(queue.get(), 1.0)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             if loop.time() - quiet_since < HEARTBEAT_INTERVAL:
                 continue
             record = _heartbeat()

@@ -122,7 +122,7 @@ async def _serve_stream(request: web.Request, stream: EventStream) -> None:
             return
         try:
             await asyncio.wait_for(stream.closed.wait(), timeout=1.0)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             pass
         if loop.time() >= next_heartbeat:
             next_heartbeat = loop.time() + HEARTBEAT_INTERVAL

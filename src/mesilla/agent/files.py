@@ -157,12 +157,13 @@ def install(router: Router, files: Files) -> None:
             raise BadRequest("Cannot download a directory.")
         name = os.path.basename(real)
         mime = mimetypes.guess_type(name)[0] or "application/octet-stream"
-        with open(real, "rb") as f:
-            body = f.read()
-        return web.Response(
-            body=body,
-            content_type=mime,
-            headers={"Content-Disposition": f'attachment; filename="{name}"'},
+        # Streamed from the file, so a large log does not stall the agent.
+        return web.FileResponse(
+            real,
+            headers={
+                "Content-Type": mime,
+                "Content-Disposition": f'attachment; filename="{name}"',
+            },
         )
 
     async def debug_handler(request: web.Request) -> web.StreamResponse:

@@ -65,7 +65,7 @@ class MasterLink:
         while True:
             try:
                 registered = await self._session_once(session)
-            except (aiohttp.ClientError, OSError, asyncio.TimeoutError, BadRequest) as exc:
+            except (TimeoutError, aiohttp.ClientError, OSError, BadRequest) as exc:
                 log.info("Connection to the master at %s failed: %s", self.url, exc)
                 registered = False
             finally:
@@ -105,7 +105,7 @@ class MasterLink:
                 read_timeout = None if interval is None else interval * MISSED_HEARTBEATS
                 try:
                     chunk = await asyncio.wait_for(response.content.readany(), read_timeout)
-                except asyncio.TimeoutError:
+                except TimeoutError:
                     log.warning("Missed %d heartbeats from the master: re-registering", MISSED_HEARTBEATS)
                     return registered
                 if not chunk:

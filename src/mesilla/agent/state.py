@@ -21,6 +21,7 @@ import msgspec
 from mesilla.common.http import EventStream
 from mesilla.containerizer.types import ContainerTermination
 from mesilla.v1.mesos import (
+    AgentID,
     ContainerID,
     ExecutorInfo,
     FrameworkID,
@@ -31,7 +32,6 @@ from mesilla.v1.mesos import (
     TaskInfo,
     TaskState,
     TaskStatus,
-    AgentID,
 )
 
 MAX_COMPLETED_TASKS_PER_EXECUTOR = 200

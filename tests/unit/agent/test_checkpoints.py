@@ -29,7 +29,8 @@ def test_write_atomic_replaces_content(tmp_path: Any) -> None:
     path = str(tmp_path / "a" / "b" / "file.info")
     checkpoints.write_atomic(path, b"one")
     checkpoints.write_atomic(path, b"two")
-    assert open(path, "rb").read() == b"two"
+    with open(path, "rb") as f:
+        assert f.read() == b"two"
     assert os.listdir(os.path.dirname(path)) == ["file.info"]  # no temporary left behind
 
 

@@ -7,7 +7,12 @@ from typing import Any
 
 import pytest
 
-from mesilla.agent.host import AttributesError, attributes_json, detect_resources, parse_attributes
+from mesilla.agent.host import (
+    AttributesError,
+    attributes_json,
+    detect_resources,
+    parse_attributes,
+)
 from mesilla.common.resources import ResourcesError
 from mesilla.v1.mesos import ValueType
 

@@ -144,7 +144,9 @@ class LinuxLauncher(Launcher):
             os.makedirs(monitor_dir)
             os.makedirs(config.sandbox, exist_ok=True)
             spec = self._spec(container_id, argv, config, launch_info, bundle)
-            write_atomically(os.path.join(bundle, "config.json"), json.dumps(spec).encode())
+            # Input of one `create`, not state: no fsync (recovery reads the runtime's state).
+            with open(os.path.join(bundle, "config.json"), "w") as f:
+                json.dump(spec, f)
             spawn = asyncio.ensure_future(
                 monitor.spawn(
                     self._runtime,

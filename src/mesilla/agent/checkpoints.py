@@ -355,7 +355,9 @@ class MetaDir:
         os.makedirs(run, exist_ok=True)
         paths.update_latest_symlink(os.path.join(os.path.dirname(run), paths.LATEST), run)
 
-    def _run(self, framework_id: str, executor_id: str, container_id: str) -> tuple[str, ...]:
+    def _run(
+        self, framework_id: str, executor_id: str, container_id: str
+    ) -> tuple[str, str, str, str, str]:
         return (self.work_dir, self.agent_id, framework_id, executor_id, container_id)
 
     def task(self, executor_id: str, container_id: str, task: Task) -> None:

@@ -85,11 +85,9 @@ async def start_server(agent: Agent) -> web.AppRunner:
     await runner.setup()
     site = web.TCPSite(runner, agent.flags.ip, agent.flags.port)
     await site.start()
-    server = site._server  # aiohttp exposes the bound sockets only here
-    if server is not None and server.sockets:
-        port = server.sockets[0].getsockname()[1]
-        agent.info.port = port
-        agent.endpoint = f"{agent.flags.ip}:{port}"
+    port = runner.addresses[0][1]
+    agent.info.port = port
+    agent.endpoint = f"{agent.flags.ip}:{port}"
     return runner
 
 

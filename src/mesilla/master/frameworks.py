@@ -26,6 +26,9 @@ from mesilla.v1.mesos import FrameworkID, FrameworkInfo, Reason, TaskState
 
 log = logging.getLogger(__name__)
 
+# Longer failover timeouts (even infinite ones) mean "wait as good as forever".
+_MAX_FAILOVER_TIMEOUT = 10 * 365 * 86400.0
+
 
 async def _send_error(stream: EventStream, message: str) -> None:
     await stream.send(
@@ -164,7 +167,8 @@ class FrameworksMixin(MasterBase):
             "framework %s disconnected; failover timeout %ss", framework.id, timeout
         )
         framework.failover_timer = asyncio.get_running_loop().call_later(
-            max(timeout, 0.0), lambda: self.spawn(self._failover_expired(framework))
+            min(max(timeout, 0.0), _MAX_FAILOVER_TIMEOUT),
+            lambda: self.spawn(self._failover_expired(framework)),
         )
         self.notify("FRAMEWORK_UPDATED", framework)
 

@@ -46,10 +46,10 @@ class Update:
     reason: str | None
     uuid: str | None
     status: Json
-
-    @property
-    def reconciliation(self) -> bool:
-        return self.reason == "REASON_RECONCILIATION"
+    # An answer to our explicit RECONCILE (no uuid, REASON_RECONCILIATION), not news.
+    # The master sends terminal updates with that reason of its own too (a task an
+    # agent no longer knows): those are real ends.
+    reconciliation: bool = False
 
 
 def scalar(name: str, value: float) -> Json:
@@ -80,6 +80,7 @@ class Framework:
         self.offers: list[Json] = []
         self.updates: list[Update] = []
         self.events: list[Json] = []  # every event but HEARTBEAT, OFFERS and UPDATE
+        self._reconciling: set[str] = set()  # task ids of RECONCILE calls not answered yet
         self.error: BaseException | None = None
         self._changed = asyncio.Condition()
         self._session: aiohttp.ClientSession | None = None
@@ -152,8 +153,11 @@ class Framework:
             self.offers.extend(event["offers"]["offers"])
         elif kind == "UPDATE":
             status = event["update"]["status"]
-            update = Update(status["task_id"]["value"], status["state"], status.get("reason"),
-                            status.get("uuid"), status)  # fmt: skip
+            task_id, reason = status["task_id"]["value"], status.get("reason")
+            answer = task_id in self._reconciling and reason == "REASON_RECONCILIATION" and "uuid" not in status
+            if answer:
+                self._reconciling.discard(task_id)
+            update = Update(task_id, status["state"], reason, status.get("uuid"), status, answer)
             self.updates.append(update)
             if self.acknowledge and update.uuid is not None:
                 self._spawn_ack(status)
@@ -236,9 +240,11 @@ class Framework:
             payload["kill_policy"] = {"grace_period": {"nanoseconds": int(grace_seconds * 1e9)}}
         await self.call("KILL", payload)
 
-    async def reconcile(self, task_ids: Iterable[str] = ()) -> None:
-        """Explicit reconciliation of `task_ids`, or implicit (every task) if none given."""
-        await self.call("RECONCILE", {"tasks": [{"task_id": {"value": t}} for t in task_ids]})
+    async def reconcile(self, task_ids: Iterable[str]) -> None:
+        """Explicit reconciliation of `task_ids`; each answer is marked `reconciliation`."""
+        ids = list(task_ids)
+        self._reconciling.update(ids)
+        await self.call("RECONCILE", {"tasks": [{"task_id": {"value": t}} for t in ids]})
 
     # --- what the framework saw --------------------------------------------------------
 
@@ -291,5 +297,7 @@ class Framework:
     def summary(self) -> dict[str, list[str]]:
         out: dict[str, list[str]] = {}
         for u in self.updates:
-            out.setdefault(u.task_id, []).append(u.state + (" (reconciliation)" if u.reconciliation else ""))
+            detail = ", ".join(filter(None, [u.reason, u.status.get("source"), u.status.get("message"),
+                                             "reconciliation answer" if u.reconciliation else None]))
+            out.setdefault(u.task_id, []).append(f"{u.state} ({detail})" if detail else u.state)
         return out

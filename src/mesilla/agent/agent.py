@@ -59,6 +59,7 @@ from mesilla.containerizer.types import ContainerTermination
 from mesilla.v1 import codec, internal
 from mesilla.v1 import executor as ev
 from mesilla.v1.mesos import (
+    AgentCapability,
     AgentID,
     AgentInfo,
     ContainerID,
@@ -82,6 +83,10 @@ from mesilla.v1.mesos import (
 )
 
 log = logging.getLogger(__name__)
+
+
+# What this agent supports, by Mesos's AgentInfo.Capability names.
+CAPABILITIES = ("MULTI_ROLE", "HIERARCHICAL_ROLE", "RESERVATION_REFINEMENT", "TASK_RESOURCE_LIMITS")
 
 
 class AgentStatus(enum.Enum):
@@ -196,7 +201,7 @@ class Agent:
         return internal.Register(
             agent_info=self.info,
             version=MESOS_VERSION,
-            capabilities=[],
+            capabilities=[AgentCapability(type=name) for name in CAPABILITIES],
             tasks=tasks,
             executor_infos=executors,
             frameworks=frameworks,

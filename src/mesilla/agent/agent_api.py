@@ -19,7 +19,7 @@ from aiohttp import web
 
 from mesilla import MESOS_VERSION
 from mesilla.agent import files as files_mod
-from mesilla.agent.agent import Agent, AgentStatus
+from mesilla.agent.agent import CAPABILITIES, Agent, AgentStatus
 from mesilla.agent.host import attributes_json
 from mesilla.agent.state import Executor, ExecutorState, Framework, make_task
 from mesilla.common.errors import BadRequest, HttpError, ServiceUnavailable
@@ -244,7 +244,7 @@ def state_json(agent: Agent) -> dict[str, Any]:
         "id": info.id.value if info.id else "",
         "pid": agent.pid,
         "hostname": info.hostname,
-        "capabilities": [],
+        "capabilities": list(CAPABILITIES),
         "resources": _summary(info.resources),
         "reserved_resources": {},
         "unreserved_resources": _summary(info.resources),

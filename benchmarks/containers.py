@@ -16,7 +16,9 @@ process (`runc start` / `runc run -d` returned), for Mesilla and runc alike.
 Part 2: `--count` containers of `sleep 3600` launched on one containerizer with
 at most `--concurrency` launches in flight, then all destroyed: time up, time
 down, and the supervision's memory per container (RSS and PSS of each
-container's conmon monitor).
+container's conmon monitor). The baseline, right after: `--baseline-count`
+raw `runc run -d` of the same bundle with as many in flight, then `runc delete
+--force` of each; the ratios compare the time per container.
 
 Needs root, runc, conmon and docker-registry. Everything lives under a fresh
 temporary directory and its own cgroups root, and is removed at the end, also
@@ -41,6 +43,7 @@ import tarfile
 import tempfile
 import time
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -232,33 +235,47 @@ def copy_host_view(rootfs: str, directory: Path) -> str:
     return str(directory)
 
 
-async def latency(containerizer: Containerizer, ws: Workspace, image_name: str, image: Any,
-                  runs: int) -> dict[str, list[float]]:  # fmt: skip
-    no_image = MesillaKind(containerizer, ws, None)
-    with_image = MesillaKind(containerizer, ws, image_name)
+@dataclass
+class Baselines:
+    """Raw runc kinds built from the configs Mesilla generated for one container of each kind."""
 
-    # Warm-up: pulls the image, loads code paths, and gives the raw baseline its model configs.
+    no_image: RawRuncKind
+    no_image_create_start: RawRuncKind
+    busybox: RawRuncKind
+
+
+async def prepare_baselines(containerizer: Containerizer, ws: Workspace, image_name: str, image: Any) -> Baselines:
+    # Also the warm-up: pulls the image and loads Mesilla's code paths.
     models = {}
-    for kind, name in ((no_image, "warm-a"), (with_image, "warm-b")):
+    for kind, name in ((MesillaKind(containerizer, ws, None), "warm-a"),
+                       (MesillaKind(containerizer, ws, image_name), "warm-b")):  # fmt: skip
         await kind.launch(name)
         models[name] = (kind.bundle_config(name), ws.sandbox(name))
-    host_view = copy_host_view(models["warm-a"][0]["root"]["path"], ws.root / "raw" / "rootfs-host")
-    for kind, name in ((no_image, "warm-a"), (with_image, "warm-b")):
+        if name == "warm-a":
+            host_view = copy_host_view(models[name][0]["root"]["path"], ws.root / "raw" / "rootfs-host")
         await kind.destroy(name)
     busybox = extract_rootfs(image, ws.root / "raw" / "rootfs-busybox")
+    baselines = Baselines(
+        RawRuncKind(ws, *models["warm-a"], host_view),
+        RawRuncKind(ws, *models["warm-a"], host_view, create_start=True),
+        RawRuncKind(ws, *models["warm-b"], busybox),
+    )
+    for raw in (baselines.no_image, baselines.no_image_create_start, baselines.busybox):
+        name = f"warm-{uuid.uuid4().hex[:6]}"
+        await raw.launch(name)
+        await raw.destroy(name)
+    return baselines
 
-    kinds: dict[str, Any] = {
-        "(a) mesilla, no image": no_image,
-        "(c) runc run -d, no image": RawRuncKind(ws, *models["warm-a"], host_view),
-        "(c') runc create+start, no image": RawRuncKind(ws, *models["warm-a"], host_view, create_start=True),
-        "(b) mesilla, busybox/overlay": with_image,
-        "(c) runc run -d, busybox": RawRuncKind(ws, *models["warm-b"], busybox),
+
+async def latency(containerizer: Containerizer, ws: Workspace, image_name: str, baselines: Baselines,
+                  runs: int) -> dict[str, list[float]]:  # fmt: skip
+    kinds: dict[str, MesillaKind | RawRuncKind] = {
+        "(a) mesilla, no image": MesillaKind(containerizer, ws, None),
+        "(c) runc run -d, no image": baselines.no_image,
+        "(c') runc create+start, no image": baselines.no_image_create_start,
+        "(b) mesilla, busybox/overlay": MesillaKind(containerizer, ws, image_name),
+        "(c) runc run -d, busybox": baselines.busybox,
     }
-    for kind in list(kinds.values())[1:]:  # one unmeasured launch each
-        if isinstance(kind, RawRuncKind):
-            name = f"warm-{uuid.uuid4().hex[:6]}"
-            await kind.launch(name)
-            await kind.destroy(name)
     samples: dict[str, list[float]] = {label: [] for label in kinds}
     for i in range(runs):
         for n, (label, kind) in enumerate(kinds.items()):
@@ -292,57 +309,88 @@ def report_latency(samples: dict[str, list[float]]) -> None:
 # --- part 2: many containers ------------------------------------------------------
 
 
-async def many(containerizer: Containerizer, ws: Workspace, count: int, concurrency: int) -> None:
-    kind = MesillaKind(containerizer, ws, None)
+@dataclass
+class UpDown:
+    launched: list[str]
+    failures: list[str]
+    latencies_ms: list[float]
+    up_s: float
+    down_s: float = 0.0
+
+
+async def bring_up(kind: MesillaKind | RawRuncKind, names: list[str], concurrency: int, label: str) -> UpDown:
     gate = asyncio.Semaphore(concurrency)
-    names = [f"many-{i:05d}" for i in range(count)]
-    launched: list[str] = []
-    failures: list[str] = []
-    latencies: list[float] = []
-    own_before = status_kb(os.getpid()) or 0
+    result = UpDown([], [], [], 0.0)
 
     async def up(name: str) -> None:
         async with gate:
             try:
-                latencies.append(await kind.launch(name) * 1000)
-                launched.append(name)
+                result.latencies_ms.append(await kind.launch(name) * 1000)
+                result.launched.append(name)
             except (ContainerLaunchError, RuntimeError, OSError) as exc:  # measured, not asserted: counted
-                failures.append(f"{name}: {exc}")
-            if len(launched) % 50 == 0:
-                print(f"  up {len(launched)}/{count}", end="\r", flush=True)
+                result.failures.append(f"{name}: {exc}")
+            if len(result.launched) % 50 == 0:
+                print(f"  {label}: up {len(result.launched)}/{len(names)}", end="\r", flush=True)
 
-    print(f"\n{count} containers of `{COMMAND}`, at most {concurrency} launches in flight:")
     start = time.perf_counter()
     await asyncio.gather(*(up(name) for name in names))
-    up_s = time.perf_counter() - start
-    print(f"  up:   {len(launched)} running in {up_s:.2f} s ({len(launched) / up_s:.0f}/s){per_thousand(up_s, count)}; "
-          f"target < {TARGET_UP_S:.0f} s for 1,000 -> {verdict(up_s * 1000 / max(count, 1), TARGET_UP_S)}")  # fmt: skip
-    if failures:
-        print(f"  {len(failures)} launches failed, first: {failures[0]}")
-    if latencies:
-        print(f"  per launch under load: {Stats.of(latencies).line()}")
+    result.up_s = time.perf_counter() - start
+    print()
+    return result
 
-    rss, pss, monitors = memory_of_monitors(containerizer, launched)
-    own_after = status_kb(os.getpid()) or 0
-    if monitors:
-        per_rss = rss / monitors / 1024
-        print(f"  supervision: {monitors} conmon monitors, RSS {rss / 1024:.0f} MB in all, "
-              f"{per_rss:.2f} MB per container (target < {TARGET_MONITOR_MB:.0f} MB -> "
-              f"{verdict(per_rss, TARGET_MONITOR_MB)}); PSS {pss / monitors / 1024:.2f} MB per container")  # fmt: skip
-    if launched:
-        print(f"  the containerizer's own process grew by {(own_after - own_before) / 1024:.0f} MB "
-              f"({(own_after - own_before) / len(launched):.0f} kB per container)")  # fmt: skip
 
-    start = time.perf_counter()
+async def bring_down(kind: MesillaKind | RawRuncKind, result: UpDown, concurrency: int) -> None:
+    gate = asyncio.Semaphore(concurrency)
 
     async def down(name: str) -> None:
         async with gate:
             await kind.destroy(name)
 
-    await asyncio.gather(*(down(name) for name in launched))
-    down_s = time.perf_counter() - start
-    print(f"  down: {len(launched)} destroyed in {down_s:.2f} s{per_thousand(down_s, count)}; target < "
-          f"{TARGET_DOWN_S:.0f} s for 1,000 -> {verdict(down_s * 1000 / max(count, 1), TARGET_DOWN_S)}")  # fmt: skip
+    start = time.perf_counter()
+    await asyncio.gather(*(down(name) for name in result.launched))
+    result.down_s = time.perf_counter() - start
+
+
+async def many(containerizer: Containerizer, ws: Workspace, raw: RawRuncKind, count: int, baseline_count: int,
+               concurrency: int) -> None:  # fmt: skip
+    kind = MesillaKind(containerizer, ws, None)
+    print(f"\n{count} containers of `{COMMAND}` (no image), at most {concurrency} launches in flight:")
+    own_before = status_kb(os.getpid()) or 0
+    mine = await bring_up(kind, [f"many-{i:05d}" for i in range(count)], concurrency, "mesilla")
+    rss, pss, monitors = memory_of_monitors(containerizer, mine.launched)
+    own_after = status_kb(os.getpid()) or 0
+    await bring_down(kind, mine, concurrency)
+
+    # The baseline: raw `runc run -d` of the same bundle, as many in flight, then `runc delete --force`.
+    theirs = await bring_up(raw, [f"raw-{i:05d}" for i in range(baseline_count)], concurrency, "runc")
+    await bring_down(raw, theirs, concurrency)
+
+    n, m = len(mine.launched), len(theirs.launched)
+    print(f"  mesilla up:   {n} running in {mine.up_s:.2f} s ({n / mine.up_s:.1f}/s){per_thousand(mine.up_s, n)}; "
+          f"target < {TARGET_UP_S:.0f} s for 1,000 -> {verdict(mine.up_s * 1000 / max(n, 1), TARGET_UP_S)}")  # fmt: skip
+    print(f"  mesilla down: {n} destroyed in {mine.down_s:.2f} s ({n / mine.down_s:.1f}/s)"
+          f"{per_thousand(mine.down_s, n)}; target < {TARGET_DOWN_S:.0f} s for 1,000 -> "
+          f"{verdict(mine.down_s * 1000 / max(n, 1), TARGET_DOWN_S)}")  # fmt: skip
+    if m:
+        print(f"  runc up:      {m} running in {theirs.up_s:.2f} s ({m / theirs.up_s:.1f}/s)"
+              f"{per_thousand(theirs.up_s, m)}; mesilla/runc per container "
+              f"{ratio(mine.up_s / max(n, 1), theirs.up_s / m)}")  # fmt: skip
+        print(f"  runc down:    {m} deleted in {theirs.down_s:.2f} s ({m / theirs.down_s:.1f}/s)"
+              f"{per_thousand(theirs.down_s, m)}; mesilla/runc per container "
+              f"{ratio(mine.down_s / max(n, 1), theirs.down_s / m)}")  # fmt: skip
+    for label, result in (("mesilla", mine), ("runc", theirs)):
+        if result.failures:
+            print(f"  {label}: {len(result.failures)} launches failed, first: {result.failures[0]}")
+        if result.latencies_ms:
+            print(f"  {label}: per launch with {concurrency} in flight: {Stats.of(result.latencies_ms).line()}")
+    if monitors:
+        per_rss = rss / monitors / 1024
+        print(f"  supervision: {monitors} conmon monitors, RSS {rss / 1024:.0f} MB in all, "
+              f"{per_rss:.2f} MB per container (target < {TARGET_MONITOR_MB:.0f} MB -> "
+              f"{verdict(per_rss, TARGET_MONITOR_MB)}); PSS {pss / monitors / 1024:.2f} MB per container")  # fmt: skip
+    if n:
+        print(f"  the containerizer's own process grew by {(own_after - own_before) / 1024:.0f} MB "
+              f"({(own_after - own_before) / n:.0f} kB per container)")  # fmt: skip
 
 
 def per_thousand(seconds: float, count: int) -> str:
@@ -394,10 +442,14 @@ async def run(args: argparse.Namespace, ws: Workspace) -> None:
     print(f"Containerizer: launcher linux (runc + conmon), isolation {args.isolation}, "
           f"backend {args.backend}, registry {ws.registry.url}")  # fmt: skip
     try:
+        # Threads for the raw runc baseline's blocking calls, as many as launches in flight.
+        asyncio.get_running_loop().set_default_executor(ThreadPoolExecutor(max_workers=args.concurrency + 4))
+        baselines = await prepare_baselines(containerizer, ws, image_name, image)
         if args.runs > 0:
-            report_latency(await latency(containerizer, ws, image_name, image, args.runs))
+            report_latency(await latency(containerizer, ws, image_name, baselines, args.runs))
         if args.count > 0:
-            await many(containerizer, ws, args.count, args.concurrency)
+            baseline_count = min(args.count, args.baseline_count) if args.baseline_count else args.count
+            await many(containerizer, ws, baselines.no_image, args.count, baseline_count, args.concurrency)
     finally:
         await asyncio.gather(*(containerizer.destroy(c) for c in containerizer.containers()),
                              return_exceptions=True)  # fmt: skip
@@ -412,6 +464,8 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=20, help="launches per kind for the latency table (0 skips)")
     parser.add_argument("--count", type=int, default=1000, help="containers launched at once (0 skips)")
+    parser.add_argument("--baseline-count", type=int, default=250,
+                        help="raw runc containers for the up/down baseline (0: as many as --count)")  # fmt: skip
     parser.add_argument("--concurrency", type=int, default=16, help="launches (and destroys) in flight")
     parser.add_argument("--isolation", default="filesystem/linux,docker/runtime",
                         help="Mesilla isolators (Mesos names)")  # fmt: skip

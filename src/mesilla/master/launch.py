@@ -21,11 +21,11 @@ from mesilla.master.base import MasterBase
 from mesilla.master.framework import Framework
 from mesilla.master.status_updates import master_status, task_state_metric
 from mesilla.master.validation import (
+    InvalidTask,
     LaunchContext,
-    task_consumption,
+    check_task,
+    check_task_group,
     validate_offers,
-    validate_task,
-    validate_task_group,
 )
 from mesilla.v1 import internal
 from mesilla.v1 import scheduler as sched
@@ -215,17 +215,20 @@ class LaunchMixin(MasterBase):
                 task.executor, framework_id=FrameworkID(value=framework.id)
             )
             task = msgspec.structs.replace(task, executor=executor)
-        error = validate_task(task, ctx)
-        if error is not None:
+        try:
+            needed = check_task(task, ctx)
+        except InvalidTask as exc:
             log.info(
                 "task %s of framework %s is invalid: %s",
                 task.task_id.value,
                 framework.id,
-                error,
+                exc,
             )
-            await self._task_error(framework, task, Reason.REASON_TASK_INVALID, error)
+            await self._task_error(
+                framework, task, Reason.REASON_TASK_INVALID, str(exc)
+            )
             return
-        ctx.available = ctx.available - task_consumption(task, ctx)
+        ctx.available = ctx.available - needed
         if task.executor is not None:
             self._add_executor(framework, agent, task.executor, ctx)
         self._add_task(framework, agent, task, ctx)
@@ -242,22 +245,18 @@ class LaunchMixin(MasterBase):
         executor = msgspec.structs.replace(
             op.executor, framework_id=FrameworkID(value=framework.id)
         )
-        error = validate_task_group(executor, op.task_group, ctx)
-        if error is not None:
-            log.info("task group of framework %s is invalid: %s", framework.id, error)
+        try:
+            needed = check_task_group(executor, op.task_group, ctx)
+        except InvalidTask as exc:
+            log.info("task group of framework %s is invalid: %s", framework.id, exc)
             for task in op.task_group.tasks:
                 await self._task_error(
-                    framework, task, Reason.REASON_TASK_GROUP_INVALID, error
+                    framework, task, Reason.REASON_TASK_GROUP_INVALID, str(exc)
                 )
             return
         tasks = [
             msgspec.structs.replace(t, executor=executor) for t in op.task_group.tasks
         ]
-        needed = Resources()
-        for task in tasks:
-            needed = needed + Resources.from_list(task.resources)
-        if executor.executor_id.value not in ctx.executors:
-            needed = needed + Resources.from_list(executor.resources)
         ctx.available = ctx.available - needed
         self._add_executor(framework, agent, executor, ctx)
         for task in tasks:

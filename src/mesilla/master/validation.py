@@ -248,7 +248,12 @@ def _comparable(executor: ExecutorInfo) -> ExecutorInfo:
     return msgspec.structs.replace(executor, framework_id=None)
 
 
-def _validate_task_basics(task: TaskInfo, ctx: LaunchContext) -> str | None:
+class InvalidTask(ValueError):
+    """A task (or task group) that cannot be launched; the message says why."""
+
+
+def _validate_task_basics(task: TaskInfo, ctx: LaunchContext) -> str | Resources:
+    """An error, or the task's resources."""
     error = validate_id("TaskID", task.task_id.value)
     if error is not None:
         return error
@@ -281,46 +286,75 @@ def _validate_task_basics(task: TaskInfo, ctx: LaunchContext) -> str | None:
         return resources
     if not resources:
         return "Task uses no resources"
-    return None
+    return resources
 
 
-def task_consumption(task: TaskInfo, ctx: LaunchContext) -> Resources:
-    """What launching `task` takes from the offer: its resources plus a new executor's."""
-    total = Resources.from_list(task.resources)
-    if (
-        task.executor is not None
-        and task.executor.executor_id.value not in ctx.executors
-    ):
-        total = total + Resources.from_list(task.executor.resources)
-    return total
-
-
-def validate_task(task: TaskInfo, ctx: LaunchContext) -> str | None:
-    """A task of a LAUNCH operation."""
-    error = _validate_task_basics(task, ctx)
-    if error is not None:
-        return error
+def check_task(task: TaskInfo, ctx: LaunchContext) -> Resources:
+    """A task of a LAUNCH operation: what it takes from the offer (its resources plus a
+    new executor's), or `InvalidTask`."""
+    resources = _validate_task_basics(task, ctx)
+    if isinstance(resources, str):
+        raise InvalidTask(resources)
     if (task.executor is None) == (task.command is None):
-        return "Task should have at least one (but not both) of CommandInfo or ExecutorInfo present"
+        raise InvalidTask(
+            "Task should have at least one (but not both) of CommandInfo or ExecutorInfo present"
+        )
+    needed = resources
     if task.executor is not None:
         error = _validate_executor(task.executor, ctx)
         if error is not None:
-            return error
+            raise InvalidTask(error)
         # A DEFAULT executor runs task groups only (LAUNCH_GROUP).
         if task.executor.type not in ("CUSTOM", "UNKNOWN"):
-            return "'ExecutorInfo.type' must be 'CUSTOM' in a LAUNCH operation: use LAUNCH_GROUP"
+            raise InvalidTask(
+                "'ExecutorInfo.type' must be 'CUSTOM' in a LAUNCH operation: use LAUNCH_GROUP"
+            )
         if task.executor.command is None:
-            return "'ExecutorInfo.command' must be set"
-    needed = task_consumption(task, ctx)
+            raise InvalidTask("'ExecutorInfo.command' must be set")
+        if task.executor.executor_id.value not in ctx.executors:
+            needed = needed + Resources.from_list(task.executor.resources)
     if not ctx.available.contains(needed):
-        return f"Task uses more resources {needed} than available {ctx.available}"
+        raise InvalidTask(
+            f"Task uses more resources {needed} than available {ctx.available}"
+        )
+    return needed
+
+
+def validate_task(task: TaskInfo, ctx: LaunchContext) -> str | None:
+    """`check_task` as a message (None when valid)."""
+    try:
+        check_task(task, ctx)
+    except InvalidTask as exc:
+        return str(exc)
     return None
+
+
+def check_task_group(
+    executor: ExecutorInfo, group: TaskGroupInfo, ctx: LaunchContext
+) -> Resources:
+    """A LAUNCH_GROUP operation, whole: what the group and a new executor take from the
+    offer, or `InvalidTask`."""
+    error = _task_group_error(executor, group, ctx)
+    if isinstance(error, str):
+        raise InvalidTask(error)
+    return error
 
 
 def validate_task_group(
     executor: ExecutorInfo, group: TaskGroupInfo, ctx: LaunchContext
 ) -> str | None:
-    """A LAUNCH_GROUP operation, whole: its executor and every task (given with the executor copied in)."""
+    """`check_task_group` as a message (None when valid)."""
+    try:
+        check_task_group(executor, group, ctx)
+    except InvalidTask as exc:
+        return str(exc)
+    return None
+
+
+def _task_group_error(
+    executor: ExecutorInfo, group: TaskGroupInfo, ctx: LaunchContext
+) -> str | Resources:
+    """An error, or what the group (and a new executor) needs."""
     if not group.tasks:
         return "Task group must not be empty"
     if executor.type not in ("DEFAULT", "CUSTOM"):
@@ -340,9 +374,9 @@ def validate_task_group(
     share_cgroups: set[bool] = set()
     needed = Resources()
     for task in group.tasks:
-        error = _validate_task_basics(task, ctx)
-        if error is not None:
-            return f"Task {task.task_id.value}: {error}"
+        resources = _validate_task_basics(task, ctx)
+        if isinstance(resources, str):
+            return f"Task {task.task_id.value}: {resources}"
         if task.task_id.value in seen:
             return f"Task group has duplicate task ID: {task.task_id.value}"
         seen.add(task.task_id.value)
@@ -378,11 +412,11 @@ def validate_task_group(
                 f"Task {task.task_id.value} sets 'limits', which needs "
                 "'container.linux_info.share_cgroups' to be false"
             )
-        needed = needed + Resources.from_list(task.resources)
+        needed = needed + resources
     if len(share_cgroups) > 1:
         return "All tasks of a group must use the same 'container.linux_info.share_cgroups'"
     if executor.executor_id.value not in ctx.executors:
         needed = needed + executor_resources
     if not ctx.available.contains(needed):
         return f"Task group and executor use more resources {needed} than available {ctx.available}"
-    return None
+    return needed

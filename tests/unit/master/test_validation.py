@@ -9,7 +9,10 @@ import pytest
 
 from mesilla.common.resources import Resources
 from mesilla.master.validation import (
+    InvalidTask,
     LaunchContext,
+    check_task,
+    check_task_group,
     validate_call,
     validate_framework_info,
     validate_framework_update,
@@ -407,3 +410,20 @@ def test_limits_need_share_cgroups_false() -> None:
     assert validate_task_group(ex, group(isolated), context()) is None
     mixed = group(isolated, task("b"))
     assert "same" in (validate_task_group(ex, mixed, context()) or "")
+
+
+def test_checks_return_what_the_launch_takes_from_the_offer() -> None:
+    assert check_task(task(), context()) == Resources.parse("cpus:0.5")
+    assert check_task(custom_task(), context()) == Resources.parse("cpus:0.6;mem:32")
+    running = custom_task().executor
+    assert running is not None
+    assert check_task(
+        custom_task(), context(executors={"e": running})
+    ) == Resources.parse("cpus:0.5")
+    assert check_task_group(executor(), group(), context()) == Resources.parse(
+        "cpus:1.1;mem:32;disk:10"
+    )
+    with pytest.raises(InvalidTask, match="more resources"):
+        check_task(task(), context("cpus:0.1"))
+    with pytest.raises(InvalidTask, match="empty"):
+        check_task_group(executor(), TaskGroupInfo(tasks=[]), context())

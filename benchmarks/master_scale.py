@@ -45,6 +45,7 @@ import uuid
 from collections import deque
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import aiohttp
@@ -150,17 +151,25 @@ def _free_port() -> int:
 async def master_process(work_dir: str, registry: str) -> AsyncIterator[str]:
     """A real master in its own process; yields its base URL, stops it with SIGTERM."""
     port = _free_port()
-    process = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "mesilla", "master", "--ip=127.0.0.1", f"--port={port}",
-        f"--work_dir={work_dir}", f"--registry={registry}", "--logging_level=WARNING",
-    )
+    # The master's log goes to the work_dir; it is shown only if the master fails.
+    log_path = Path(work_dir, "master.log")
+    log = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        process = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "mesilla", "master", "--ip=127.0.0.1", f"--port={port}",
+            f"--work_dir={work_dir}", f"--registry={registry}", "--logging_level=WARNING",
+            stdout=log, stderr=log,
+        )
+    finally:
+        os.close(log)
     base = f"http://127.0.0.1:{port}"
     try:
         async with aiohttp.ClientSession() as session:
             deadline = time.monotonic() + READY_TIMEOUT
             while True:
                 if process.returncode is not None:
-                    raise RuntimeError(f"the master exited with {process.returncode}")
+                    tail = log_path.read_text(errors="replace")[-2000:]
+                    raise RuntimeError(f"the master exited with {process.returncode}:\n{tail}")
                 with contextlib.suppress(aiohttp.ClientError):
                     async with session.get(base + "/health") as response:
                         if response.status == 200:
@@ -480,10 +489,11 @@ async def bench_cluster(agents: int, frameworks: int, duration: float, in_flight
                 async with streams.get(base + "/metrics/snapshot") as response:
                     metrics = await response.json()
             finally:
+                # Agents first, so no update arrives for a framework already gone.
+                await sim.stop()
                 for task in runners:
                     task.cancel()
                 await asyncio.gather(*runners, return_exceptions=True)
-                await sim.stop()
                 await calls.close()
     launched = len(stats.latencies)
     elapsed = (stats.last_running or 0) - (stats.first_accept or 0)

@@ -46,7 +46,6 @@ log = logging.getLogger(__name__)
 # Mesos's operator event stream heartbeat (`DEFAULT_HEARTBEAT_INTERVAL`).
 HEARTBEAT_INTERVAL = 15.0
 SUBSCRIBERS_METRIC = "master/operator_event_stream_subscribers"
-_POLL_SECONDS = 0.5
 
 
 def install(router: Router, master: Master) -> None:
@@ -341,28 +340,37 @@ class OperatorApi:
             heartbeat = m.Event(type=m.EventType.HEARTBEAT)
             if not await stream.send(heartbeat):
                 return stream.response
-            deadline = time.monotonic() + self.heartbeat_interval
-            while not _gone(request, stream):
-                # Short waits, so a client that went away is noticed without an event to send.
-                wait = min(_POLL_SECONDS, max(0.0, deadline - time.monotonic()))
-                try:
-                    event: Any = await asyncio.wait_for(queue.get(), wait)
-                except TimeoutError:
-                    if time.monotonic() < deadline:
-                        continue
-                    event = heartbeat
-                    deadline = time.monotonic() + self.heartbeat_interval
-                if not await stream.send(event):
-                    break
+            await self._stream_events(stream, queue, heartbeat)
         finally:
             master.remove_observer(observe)
             master.counters[SUBSCRIBERS_METRIC] -= 1
         return stream.response
 
-
-def _gone(request: web.Request, stream: EventStream) -> bool:
-    transport = request.transport
-    return stream.closed.is_set() or transport is None or transport.is_closing()
+    async def _stream_events(self, stream: EventStream, queue: asyncio.Queue[msgspec.Raw], heartbeat: m.Event) -> None:
+        """Sends queued events, and a HEARTBEAT every interval, until the stream closes."""
+        closed = asyncio.create_task(stream.wait_closed())
+        deadline = time.monotonic() + self.heartbeat_interval
+        try:
+            while True:
+                next_event = asyncio.ensure_future(queue.get())
+                done, _ = await asyncio.wait(
+                    {next_event, closed},
+                    timeout=max(0.0, deadline - time.monotonic()),
+                    return_when=asyncio.FIRST_COMPLETED,
+                )
+                if next_event not in done:
+                    next_event.cancel()
+                if closed in done:
+                    return
+                if next_event in done:
+                    event: Any = next_event.result()
+                else:
+                    event = heartbeat
+                    deadline = time.monotonic() + self.heartbeat_interval
+                if not await stream.send(event):
+                    return
+        finally:
+            closed.cancel()
 
 
 def role_error(role: str) -> str | None:

@@ -64,6 +64,7 @@ AGENT_RESOURCES = "cpus:8;mem:16384;disk:100000;ports:[31000-32000]"
 TASK_CPUS, TASK_MEM = 0.1, 32.0
 REGISTER_CONCURRENCY = 200
 READY_TIMEOUT = 60.0
+REGISTER_TIMEOUT = 600.0  # keeps a run bounded even when the master cannot keep up
 
 
 # --- the machine ---------------------------------------------------------------------
@@ -275,7 +276,11 @@ class SimulatedAgents:
         ready = [asyncio.get_running_loop().create_future() for _ in range(count)]
         for i in range(count):
             self.tasks.append(asyncio.create_task(self._agent(i, gate, ready[i])))
-        await asyncio.gather(*ready)
+        try:
+            await asyncio.wait_for(asyncio.gather(*ready), REGISTER_TIMEOUT)
+        except TimeoutError:
+            registered = sum(f.done() for f in ready)
+            raise RuntimeError(f"only {registered} of {count} agents registered in {REGISTER_TIMEOUT:g}s") from None
         return time.perf_counter() - started
 
     async def _agent(self, index: int, gate: asyncio.Semaphore, ready: asyncio.Future[None]) -> None:

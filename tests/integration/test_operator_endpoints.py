@@ -156,3 +156,37 @@ async def test_jsonp_wraps_the_body(cluster: Cluster) -> None:
 async def test_v0_endpoints_refuse_post(cluster: Cluster) -> None:
     async with cluster.session.post(cluster.base + "/state", json={}) as response:
         assert response.status == 405
+
+
+async def test_state_summary_counts_tasks_per_agent_and_framework(cluster: Cluster) -> None:
+    agent, scheduler = await running_task(cluster)
+
+    summary = await cluster.get("/state-summary")
+
+    assert summary["hostname"] == "127.0.0.1"
+    [slave] = summary["slaves"]
+    assert slave["id"] == agent_id(agent)
+    assert slave["TASK_RUNNING"] == 1 and slave["TASK_STAGING"] == 0
+    assert slave["framework_ids"] == [scheduler.framework_id]
+    [framework] = summary["frameworks"]
+    assert framework["id"] == scheduler.framework_id
+    assert framework["TASK_RUNNING"] == 1
+    assert framework["slave_ids"] == [agent_id(agent)]
+    assert "tasks" not in framework  # a summary, not the full framework
+
+
+async def test_roles_show_weight_frameworks_and_allocation(cluster: Cluster) -> None:
+    _agent, scheduler = await running_task(cluster)
+    await cluster.post(
+        "/api/v1", {"type": "UPDATE_WEIGHTS", "update_weights": {"weight_infos": [{"role": "batch", "weight": 3}]}}
+    )
+
+    roles = {r["name"]: r for r in (await cluster.get("/roles"))["roles"]}
+
+    assert roles["batch"]["weight"] == 3.0
+    assert roles["batch"]["frameworks"] == []
+    star = roles["*"]
+    assert star["frameworks"] == [scheduler.framework_id]
+    assert star["allocated"]["cpus"] + star["offered"].get("cpus", 0.0) == star["resources"]["cpus"]
+    assert star["resources"]["cpus"] >= 1
+    assert star["quota"]["role"] == "*"

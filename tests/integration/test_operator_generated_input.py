@@ -39,7 +39,7 @@ OPERATOR_CALLS = [
 ]
 V0_PATHS = [
     "/state", "/state.json", "/slaves", "/frameworks", "/tasks", "/version", "/health",
-    "/redirect", "/flags", "/metrics/snapshot", "/master/state", "/master/tasks/",
+    "/redirect", "/flags", "/metrics/snapshot", "/master/state", "/master/tasks/", "/state-summary", "/roles",
 ]
 QUERY_KEYS = ["limit", "offset", "order", "task_id", "framework_id", "slave_id", "jsonp", "timeout"]
 

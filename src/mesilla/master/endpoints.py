@@ -62,6 +62,8 @@ def install(router: Router, master: Master) -> None:
     router.add("/slaves", view(slaves), methods=get, realm=READONLY)
     router.add("/frameworks", view(frameworks), methods=get, realm=READONLY)
     router.add("/tasks", view(tasks), methods=get, realm=READONLY)
+    router.add("/state-summary", view(state_summary), methods=get, realm=READONLY)
+    router.add("/roles", view(roles), methods=get, realm=READONLY)
     router.add("/flags", view(lambda master, _q: {"flags": master.flags.as_strings()}), methods=get, realm=READONLY)
     router.add("/version", view(lambda _m, _q: version()), methods=get)
     router.add("/metrics/snapshot", view(lambda master, _q: metrics.snapshot(master)), methods=get)
@@ -390,3 +392,104 @@ def tasks(master: Master, query: Any) -> dict[str, object]:
     ordered = without + with_time if ascending else with_time + without
     return {"tasks": [task_json(t) for t in ordered[offset : offset + limit]]}
 
+
+def known_roles(master: Master) -> dict[str, list[Framework]]:
+    """Roles with a framework, a weight or a reservation -> their frameworks, as Mesos lists them."""
+    roles: dict[str, list[Framework]] = {}
+    for framework in master.frameworks.values():
+        for role in framework.roles:
+            roles.setdefault(role, []).append(framework)
+    for role in master.allocator.weights:
+        roles.setdefault(role, [])
+    for agent in master.agents.values():
+        for role in agent.total_resources.roles():
+            roles.setdefault(role, [])
+    return roles
+
+
+# Task states counted per agent and per framework in `/state-summary`.
+_SUMMARY_STATES = (
+    "TASK_STAGING", "TASK_STARTING", "TASK_RUNNING", "TASK_KILLING", "TASK_FINISHED",
+    "TASK_KILLED", "TASK_FAILED", "TASK_LOST", "TASK_ERROR", "TASK_UNREACHABLE",
+)
+
+
+def _state_counts(tasks: Iterable[Task]) -> dict[str, int]:
+    counts = dict.fromkeys(_SUMMARY_STATES, 0)
+    for task in tasks:
+        if task.state.value in counts:
+            counts[task.state.value] += 1
+    return counts
+
+
+def state_summary(master: Master, _query: Any) -> dict[str, object]:
+    """The cluster at a glance: agents and frameworks with task counts and who runs where."""
+    live = [t for f in master.frameworks.values() for t in [*f.tasks.values(), *f.unreachable_tasks.values()]]
+    completed = [t for f in master.frameworks.values() for t in f.completed_tasks]
+    by_agent: dict[str, list[Task]] = {}
+    by_framework: dict[str, list[Task]] = {}
+    for task in [*live, *completed]:
+        by_agent.setdefault(task.agent_id.value, []).append(task)
+        by_framework.setdefault(task.framework_id.value, []).append(task)
+    agents = []
+    for agent in master.agents.values():
+        out = agent_json(agent)
+        out.update(_state_counts(by_agent.get(agent.id, [])))
+        out["framework_ids"] = sorted({t.framework_id.value for t in live if t.agent_id.value == agent.id})
+        agents.append(out)
+    frameworks = []
+    for framework in master.frameworks.values():
+        out = {k: v for k, v in framework_json(framework).items() if k in _FRAMEWORK_SUMMARY}
+        out.update(_state_counts(by_framework.get(framework.id, [])))
+        out["slave_ids"] = sorted({t.agent_id.value for t in live if t.framework_id.value == framework.id})
+        frameworks.append(out)
+    summary: dict[str, object] = {"hostname": master.master_info.hostname or ""}
+    if master.flags.get("cluster"):
+        summary["cluster"] = master.flags.cluster
+    summary["slaves"] = agents
+    summary["frameworks"] = frameworks
+    return summary
+
+
+# The fields of a framework's summary (Mesos's `Summary<Framework>`).
+_FRAMEWORK_SUMMARY = (
+    "id", "name", "used_resources", "offered_resources", "capabilities", "hostname",
+    "webui_url", "active", "connected", "recovered",
+)
+
+
+def _quantities(resources: Resources) -> dict[str, float]:
+    """Scalar totals by name, as Mesos's ResourceQuantities print."""
+    out: dict[str, float] = {}
+    for name, _role, value in resources:
+        if isinstance(value, int):
+            out[name] = out.get(name, 0.0) + value / 1000
+    return out
+
+
+def roles(master: Master, _query: Any) -> dict[str, object]:
+    """Every known role: weight, frameworks, and what is offered, allocated and reserved to it."""
+    weights = master.allocator.weights
+    out = []
+    for role, frameworks in sorted(known_roles(master).items()):
+        offered = Resources()
+        for offer in master.offers.values():
+            if offer.allocation_info is not None and offer.allocation_info.role == role:
+                offered = offered + Resources.from_list(offer.resources)
+        allocated = master.allocator.role_allocation(role) - offered
+        reserved = Resources()
+        for agent in master.agents.values():
+            reserved = reserved + agent.total_resources.reserved(role)
+        out.append(
+            {
+                "name": role,
+                "weight": weights.get(role, 1.0),
+                "quota": {"role": role, "guarantee": {}, "limit": {}, "consumed": _quantities(allocated)},
+                "resources": _quantities(allocated + offered),
+                "allocated": _quantities(allocated),
+                "offered": _quantities(offered),
+                "reserved": _quantities(reserved),
+                "frameworks": [f.id for f in frameworks],
+            }
+        )
+    return {"roles": out}

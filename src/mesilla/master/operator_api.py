@@ -32,7 +32,7 @@ from mesilla.common.http import (
 from mesilla.common.resources import Resources
 from mesilla.master import metrics
 from mesilla.master.agent import Agent
-from mesilla.master.endpoints import version_info
+from mesilla.master.endpoints import known_roles, version_info
 from mesilla.master.framework import Framework
 from mesilla.v1 import codec
 from mesilla.v1 import master as m
@@ -142,20 +142,6 @@ def get_state(master: Master) -> m.GetState:
         get_frameworks=get_frameworks(master),
         get_agents=get_agents(master),
     )
-
-
-def known_roles(master: Master) -> dict[str, list[Framework]]:
-    """Roles with a framework, a weight or a reservation -> their frameworks, as Mesos lists them."""
-    roles: dict[str, list[Framework]] = {}
-    for framework in master.frameworks.values():
-        for role in framework.roles:
-            roles.setdefault(role, []).append(framework)
-    for role in master.allocator.weights:
-        roles.setdefault(role, [])
-    for agent in master.agents.values():
-        for role in agent.total_resources.roles():
-            roles.setdefault(role, [])
-    return roles
 
 
 def get_roles(master: Master) -> m.GetRoles:

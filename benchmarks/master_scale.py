@@ -89,7 +89,14 @@ def machine() -> dict[str, str]:
         "memory": mem,
         "python": platform.python_version(),
         "kernel": platform.release(),
+        "load": _load(),
     }
+
+
+def _load() -> str:
+    """The host's load average: other work on the machine skews every figure."""
+    one, five, fifteen = os.getloadavg()
+    return f"{one:.2f} {five:.2f} {fifteen:.2f} (1, 5, 15 min)"
 
 
 # --- 1. the allocator alone -------------------------------------------------------------
@@ -569,6 +576,7 @@ def main() -> int:
             f"p99 {live['latency_p99']:.0f} ms)   target >= {LAUNCH_TARGET_PER_S:g}/s: "
             f"{_verdict(live['launch_rate'] >= LAUNCH_TARGET_PER_S)}"
         )
+        print(f"  host load average after the run: {_load()}")
         if live["errors"] or live["tasks_lost_in_flight"]:
             print(f"  errors: {live['errors']:.0f} calls refused, {live['tasks_lost_in_flight']:.0f} tasks never running")
         print()

@@ -153,8 +153,11 @@ async def test_jsonp_wraps_the_body(cluster: Cluster) -> None:
     assert body.startswith("cb(") and body.endswith(");")
 
 
-async def test_v0_endpoints_refuse_post(cluster: Cluster) -> None:
-    async with cluster.session.post(cluster.base + "/state", json={}) as response:
+async def test_v0_endpoints_answer_get_and_post_only(cluster: Cluster) -> None:
+    async with cluster.session.post(cluster.base + "/slaves") as response:
+        assert response.status == 200
+        assert (await response.json())["slaves"] == []
+    async with cluster.session.delete(cluster.base + "/state") as response:
         assert response.status == 405
 
 

@@ -49,7 +49,8 @@ READONLY = "mesos-master-readonly"
 
 def install(router: Router, master: Master) -> None:
     """Registers the v0 endpoints on the master's router."""
-    get = ("GET",)
+    # Mesos's read-only endpoints do not look at the method; GET and POST are what clients use.
+    get = ("GET", "POST")
 
     def view(render: Any) -> Any:
         async def handler(request: web.Request) -> web.Response:

@@ -5,7 +5,7 @@ here is its own process started by us, so a test can `kill -9` one of them by
 the pid it started, restart it with the same flags and watch what survives.
 
 Everything a `Cluster` runs lives under one directory (work dirs, runtime
-dirs, image store, logs) and one cgroups root, which is how its leftovers are
+dirs, image store; the daemons' logs go beside it) and one cgroups root, which is how its leftovers are
 found without ever looking processes up by name:
 
 * processes whose cgroup is under the cgroups root (containers, as the linux
@@ -170,11 +170,14 @@ class Cluster:
         self.root = root
         self.cgroups_root = f"mesilla-faults-{uuid.uuid4().hex[:8]}"
         root.mkdir(parents=True, exist_ok=True)
+        # Beside `root`, so that the logs outlive `cleanup` for a post-mortem.
+        self.log_dir = root.parent / f"{root.name}-logs"
+        self.log_dir.mkdir(parents=True, exist_ok=True)
         self.master_port = free_port()
         self.master = Daemon("master", [
             "--ip=127.0.0.1", f"--port={self.master_port}", f"--work_dir={root / 'master'}",
             "--allocation_interval=50ms", *(master_flags or []),
-        ], root / "master.log")  # fmt: skip
+        ], self.log_dir / "master.log")  # fmt: skip
         self.agents: list[Daemon] = []
         self.agent_ports: list[int] = []
         for i in range(num_agents):
@@ -185,7 +188,7 @@ class Cluster:
                 f"--work_dir={self.agent_dir(i)}", f"--runtime_dir={self.runtime_dir(i)}",
                 f"--cgroups_root={self.cgroups_root}", f"--docker_store_dir={root / f'store-{i}'}",
                 "--registration_backoff_factor=100ms", *(agent_flags or []),
-            ], root / f"agent-{i}.log"))  # fmt: skip
+            ], self.log_dir / f"agent-{i}.log"))  # fmt: skip
 
     # --- addresses and layout ---------------------------------------------------------
 

@@ -248,9 +248,21 @@ class Framework:
 
     # --- what the framework saw --------------------------------------------------------
 
+    def distinct(self, task_id: str) -> list[Update]:
+        """The task's updates in arrival order, a resent one (same uuid) once, reconciliation
+        answers excluded: what the task went through, as the framework learnt it."""
+        seen: set[str] = set()
+        found = []
+        for u in self.updates:
+            if u.task_id != task_id or u.reconciliation or (u.uuid is not None and u.uuid in seen):
+                continue
+            if u.uuid is not None:
+                seen.add(u.uuid)
+            found.append(u)
+        return found
+
     def states(self, task_id: str) -> list[str]:
-        """The task's states in the order updates arrived (reconciliation answers excluded)."""
-        return [u.state for u in self.updates if u.task_id == task_id and not u.reconciliation]
+        return [u.state for u in self.distinct(task_id)]
 
     def state(self, task_id: str) -> str | None:
         states = self.states(task_id)
@@ -258,17 +270,7 @@ class Framework:
 
     def terminal(self, task_id: str) -> list[Update]:
         """Distinct terminal updates of the task: a resent update (same uuid) counts once."""
-        seen: set[str] = set()
-        found = []
-        for u in self.updates:
-            if u.task_id != task_id or u.reconciliation or u.state not in TERMINAL_STATES:
-                continue
-            if u.uuid is not None:
-                if u.uuid in seen:
-                    continue
-                seen.add(u.uuid)
-            found.append(u)
-        return found
+        return [u for u in self.distinct(task_id) if u.state in TERMINAL_STATES]
 
     def reconciled(self, task_id: str) -> Update | None:
         """The newest reconciliation answer about the task."""

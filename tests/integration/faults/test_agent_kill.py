@@ -123,3 +123,26 @@ async def test_agent_killed_and_restarted_keeps_every_container(
         assert len(ends) == 1, (tid(task_info), framework.summary())
     assert {framework.state(tid(t)) for t in (writer, reader, flaky, sleeper)} == {"TASK_KILLED"}
     assert cluster.await_no_leftovers() == []
+
+
+async def test_agent_killed_and_restarted_ends_tasks_of_frameworks_without_checkpointing(
+    make_cluster: MakeCluster, make_framework: MakeFramework
+) -> None:
+    cluster = make_cluster()
+    framework = await make_framework(cluster, checkpoint=False)
+    ephemeral = task("ephemeral", "sleep 3600")
+    await framework.launch(await framework.offer(), [ephemeral])
+    await framework.until_state([tid(ephemeral)], "TASK_RUNNING")
+
+    killed_at = time.time()
+    cluster.agents[0].kill()
+    cluster.start_agent(0, registered=False)
+    cluster.await_agent_active(0, after=killed_at)
+    # Nothing of it was checkpointed. As in Mesos, the master declares the task lost as
+    # soon as the agent disconnects (once), and its executor does not linger.
+    await framework.until_state([tid(ephemeral)], "TERMINAL", 60)
+    [end] = framework.terminal(tid(ephemeral))
+    assert (end.state, end.reason, end.status["source"]) == (
+        "TASK_LOST", "REASON_AGENT_DISCONNECTED", "SOURCE_MASTER"
+    ), end.status
+    assert cluster.await_no_leftovers() == [], framework.summary()

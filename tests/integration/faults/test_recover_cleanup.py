@@ -1,0 +1,49 @@
+"""`--recover=cleanup` after a `kill -9` of the agent: every old executor and
+container is killed, the agent exits, and nothing of the workload is left."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Awaitable, Callable
+
+import pytest
+
+from mesilla.testing.processes import Cluster
+from mesilla.testing.scheduler import Framework
+from tests.fixtures.images import PushedImage
+from tests.integration.faults.workload import container, pod_executor, task, tid
+
+pytestmark = [pytest.mark.root, pytest.mark.integration, pytest.mark.slow, pytest.mark.registry]
+
+MakeCluster = Callable[..., Cluster]
+MakeFramework = Callable[..., Awaitable[Framework]]
+
+
+async def test_recover_cleanup_kills_every_old_container_and_exits(
+    make_cluster: MakeCluster, make_framework: MakeFramework, busybox_image: PushedImage
+) -> None:
+    cluster = make_cluster()
+    framework = await make_framework(cluster)
+    pod = [task(f"pod{i}", "sleep 3600", container=container(busybox_image.name, "shared")) for i in range(2)]
+    await framework.launch_group(await framework.offer(), pod_executor(), pod)
+    command = task("cmd", "sleep 3600")
+    await framework.launch(await framework.offer(), [command])
+    ids = [tid(command), *map(tid, pod)]
+    await framework.until_state(ids, "TASK_RUNNING", 120)
+    assert len(cluster.runtime_containers()) == 4  # 2 executors, 2 nested
+    agent = cluster.agents[0]
+    agent.kill()
+
+    agent.start("--recover=cleanup")
+    assert agent.wait_exit(60) == 0, agent.log_tail()
+    assert cluster.leftovers() == []
+
+    # Started again as usual, the agent has nothing to recover; the framework
+    # hears once of each task that it is gone.
+    back_at = time.time()
+    cluster.start_agent(0, registered=False)
+    cluster.await_agent_active(0, after=back_at)
+    await framework.until_state(ids, "TERMINAL", 60)
+    for task_id in ids:
+        assert len(framework.terminal(task_id)) == 1, framework.summary()
+    assert cluster.leftovers() == []

@@ -14,10 +14,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import weakref
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any
 
 import msgspec
 from aiohttp import web
@@ -178,61 +177,11 @@ def jsonp_response(request: web.Request, obj: Any) -> web.Response:
     return web.Response(body=body, content_type=JSON)
 
 
-# How often streams waiting in `EventStream.wait_closed` check their peers.
-PEER_CHECK_SECONDS = 0.5
-
-
-class _PeerWatch:
-    """Checks the connections of all streams waiting to close, from one task per event loop.
-
-    aiohttp does not tell a streaming handler that its client went away. A
-    timer per stream to find out costs more than everything else a master does
-    with 10,000 agents connected; one pass over all of them does not.
-    """
-
-    _by_loop: ClassVar[weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _PeerWatch]] = (
-        weakref.WeakKeyDictionary()
-    )
-
-    def __init__(self) -> None:
-        self._streams: dict[EventStream, asyncio.BaseTransport | None] = {}
-        self._task: asyncio.Task[None] | None = None
-
-    @classmethod
-    def of_running_loop(cls) -> _PeerWatch:
-        loop = asyncio.get_running_loop()
-        watch = cls._by_loop.get(loop)
-        if watch is None:
-            watch = cls._by_loop[loop] = cls()
-        return watch
-
-    async def wait(self, stream: EventStream, transport: asyncio.BaseTransport | None) -> None:
-        self._streams[stream] = transport
-        if self._task is None:
-            self._task = asyncio.get_running_loop().create_task(self._run(), name="peer-watch")
-        try:
-            await stream.closed.wait()
-        finally:
-            self._streams.pop(stream, None)
-            # The task lives only while someone waits, so it never outlives its streams.
-            if not self._streams and self._task is not None:
-                self._task.cancel()
-                self._task = None
-
-    async def _run(self) -> None:
-        while True:
-            await asyncio.sleep(PEER_CHECK_SECONDS)
-            for stream, transport in list(self._streams.items()):
-                if transport is None or transport.is_closing():
-                    stream.close()
-
-
 class EventStream:
     """A chunked RecordIO response of JSON events; `closed` is set when the peer goes away."""
 
-    def __init__(self, response: web.StreamResponse, transport: asyncio.BaseTransport | None = None) -> None:
+    def __init__(self, response: web.StreamResponse) -> None:
         self._response = response
-        self._transport = transport
         self._lock = asyncio.Lock()
         self.closed = asyncio.Event()
 
@@ -242,7 +191,7 @@ class EventStream:
         response.content_type = JSON
         response.enable_chunked_encoding()
         await response.prepare(request)
-        return cls(response, request.transport)
+        return cls(response)
 
     @property
     def response(self) -> web.StreamResponse:
@@ -261,11 +210,3 @@ class EventStream:
 
     def close(self) -> None:
         self.closed.set()
-
-    async def wait_closed(self) -> None:
-        """Returns once the stream is closed: by `close`, a failed write, or the peer going away.
-
-        Holding a stream open with this costs one shared check per
-        `PEER_CHECK_SECONDS` for all streams, not a timer each.
-        """
-        await _PeerWatch.of_running_loop().wait(self, self._transport)

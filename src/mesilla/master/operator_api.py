@@ -326,15 +326,18 @@ class OperatorApi:
             heartbeat = m.Event(type=m.EventType.HEARTBEAT)
             if not await stream.send(heartbeat):
                 return stream.response
-            await self._stream_events(stream, queue, heartbeat)
+            await self._stream_events(request, stream, queue, heartbeat)
         finally:
             master.remove_observer(observe)
             master.counters[SUBSCRIBERS_METRIC] -= 1
         return stream.response
 
-    async def _stream_events(self, stream: EventStream, queue: asyncio.Queue[msgspec.Raw], heartbeat: m.Event) -> None:
+    async def _stream_events(
+        self, request: web.Request, stream: EventStream, queue: asyncio.Queue[msgspec.Raw], heartbeat: m.Event
+    ) -> None:
         """Sends queued events, and a HEARTBEAT every interval, until the stream closes."""
-        closed = asyncio.create_task(stream.wait_closed())
+        # The master's watch of held streams notices a client that went away.
+        closed = asyncio.create_task(self.master.streams.hold(request, stream))
         deadline = time.monotonic() + self.heartbeat_interval
         try:
             while True:

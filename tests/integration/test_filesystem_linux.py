@@ -115,3 +115,32 @@ async def test_missing_rootfs_is_a_clear_error(linux_env: LinuxEnv) -> None:
     config = linux_env.config("missing", rootfs=str(linux_env.root / "no-such-rootfs"))
     with pytest.raises(LinuxFilesystemError, match="does not exist"):
         await LinuxFilesystemIsolator(linux_env.flags).prepare(ContainerID(value="m"), config)
+
+
+async def test_nested_container_with_an_image_gets_its_own_rootfs(
+    linux_env: LinuxEnv, rootfs: str
+) -> None:
+    launcher = linux_env.launcher()
+    parent = ContainerID(value="host-parent")
+    parent_config = linux_env.config("host-parent")
+    parent_pid = await linux_env.run(
+        launcher, parent, "sleep 1000", parent_config,
+        linux_env.launch_info(parent_config, clone_namespaces={"network"}),
+    )  # fmt: skip
+    assert os.readlink(f"/proc/{parent_pid}/ns/net") != os.readlink("/proc/self/ns/net")
+    child = ContainerID(value="image-child", parent=parent)
+    config = linux_env.config("image-child", rootfs=rootfs)
+    launch_info = await LinuxFilesystemIsolator(linux_env.flags).prepare(child, config)
+    assert launch_info is not None
+    script = (
+        'cat /etc/base-marker > "$MESOS_SANDBOX/marker"; '
+        'readlink /proc/1/ns/net > "$MESOS_SANDBOX/net"'
+    )
+    await linux_env.run(launcher, child, script, config, launch_info)
+    assert await launcher.wait(child) == 0, Path(config.sandbox, "stderr").read_text()
+    assert _read(config, "marker") == "base"
+    # Its pid 1 is its own first process, in the parent's network namespace.
+    assert _read(config, "net") == os.readlink(f"/proc/{parent_pid}/ns/net")
+    await launcher.destroy(child)
+    await launcher.destroy(parent)
+    assert linux_env.mounts_under_root() == []

@@ -32,7 +32,6 @@ import asyncio
 import base64
 import contextlib
 import os
-import platform
 import random
 import resource
 import signal
@@ -51,6 +50,10 @@ from typing import Any
 import aiohttp
 import msgspec
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from _machine import load_average, machine_report, verdict
+
 from mesilla.common.recordio import Decoder
 from mesilla.common.resources import Resources
 from mesilla.master.allocator import HierarchicalDRFAllocator
@@ -65,38 +68,6 @@ TASK_CPUS, TASK_MEM = 0.1, 32.0
 REGISTER_CONCURRENCY = 200
 READY_TIMEOUT = 60.0
 REGISTER_TIMEOUT = 600.0  # keeps a run bounded even when the master cannot keep up
-
-
-# --- the machine ---------------------------------------------------------------------
-
-
-def machine() -> dict[str, str]:
-    model = "unknown"
-    with contextlib.suppress(OSError), open("/proc/cpuinfo") as f:
-        for line in f:
-            if line.startswith("model name"):
-                model = line.split(":", 1)[1].strip()
-                break
-    mem = "unknown"
-    with contextlib.suppress(OSError), open("/proc/meminfo") as f:
-        for line in f:
-            if line.startswith("MemTotal"):
-                mem = f"{int(line.split()[1]) / 1024 / 1024:.1f} GiB"
-                break
-    return {
-        "cpu": model,
-        "cores": str(os.cpu_count()),
-        "memory": mem,
-        "python": platform.python_version(),
-        "kernel": platform.release(),
-        "load": _load(),
-    }
-
-
-def _load() -> str:
-    """The host's load average: other work on the machine skews every figure."""
-    one, five, fifteen = os.getloadavg()
-    return f"{one:.2f} {five:.2f} {fifteen:.2f} (1, 5, 15 min)"
 
 
 # --- 1. the allocator alone -------------------------------------------------------------
@@ -527,10 +498,6 @@ async def bench_cluster(agents: int, frameworks: int, duration: float, in_flight
 # --- main ----------------------------------------------------------------------------------------
 
 
-def _verdict(ok: bool) -> str:
-    return "meets target" if ok else "BELOW TARGET"
-
-
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--agents", default="1000,10000", help="comma-separated agent counts")
@@ -548,8 +515,7 @@ def main() -> int:
     resource.setrlimit(resource.RLIMIT_NOFILE, (wanted, hard))
 
     print("Mesilla master scale benchmark")
-    for key, value in machine().items():
-        print(f"  {key:8} {value}")
+    print(machine_report())
     print(f"  frameworks {args.frameworks}, agents {counts}, {args.duration:g}s of launching each\n")
 
     for count in counts:
@@ -558,7 +524,7 @@ def main() -> int:
         print(
             f"  allocation cycle, direct, steady (10% back): p50 {alloc['steady_p50']:7.1f} ms  "
             f"p99 {alloc['steady_p99']:7.1f} ms   target p50 < {CYCLE_TARGET_MS:g} ms: "
-            f"{_verdict(alloc['steady_p50'] < CYCLE_TARGET_MS)}"
+            f"{verdict(alloc['steady_p50'], CYCLE_TARGET_MS)}"
         )
         print(
             f"  allocation cycle, direct, worst case (all agents free): p50 {alloc['full_p50']:7.1f} ms  "
@@ -574,9 +540,9 @@ def main() -> int:
             f"  task launch, ACCEPT -> TASK_RUNNING at the scheduler: {live['launch_rate']:7.0f} tasks/s "
             f"({live['tasks_running']:.0f} tasks; latency p50 {live['latency_p50']:.0f} ms, "
             f"p99 {live['latency_p99']:.0f} ms)   target >= {LAUNCH_TARGET_PER_S:g}/s: "
-            f"{_verdict(live['launch_rate'] >= LAUNCH_TARGET_PER_S)}"
+            f"{verdict(live['launch_rate'], LAUNCH_TARGET_PER_S, lower_is_better=False)}"
         )
-        print(f"  host load average after the run: {_load()}")
+        print(f"  host load average after the run: {load_average()}")
         if live["errors"] or live["tasks_lost_in_flight"]:
             print(f"  errors: {live['errors']:.0f} calls refused, {live['tasks_lost_in_flight']:.0f} tasks never running")
         print()

@@ -606,7 +606,3 @@ class HierarchicalDRFAllocator:
         for role, count in active.items():
             out[f"{_METRIC_PREFIX}offer_filters/roles/{role}/active"] = float(count)
         return out
-
-    def run_times_ms(self) -> list[float]:
-        """The recent cycle durations, for benchmarks."""
-        return self._run_timer.samples()

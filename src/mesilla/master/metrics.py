@@ -31,9 +31,6 @@ class Timer:
     def record(self, milliseconds: float) -> None:
         self._samples.append(milliseconds)
 
-    def samples(self) -> list[float]:
-        return list(self._samples)
-
     def snapshot(self) -> dict[str, float]:
         if not self._samples:
             return {}

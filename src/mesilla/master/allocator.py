@@ -1,13 +1,16 @@
 """The hierarchical DRF allocator: which framework is offered which agent's resources.
 
 Behaves as Mesos's `HierarchicalDRFAllocatorProcess` (single-level role tree,
-no quota): every cycle walks the active agents in random order and, per agent,
+no quota): every cycle walks the active agents with offerable resources,
+starting at a random one, and, per agent,
 walks the roles by weighted dominant share and, within a role, picks the
 framework with the lowest dominant share that may receive the agent (active,
 role unsuppressed, no refuse filter for the agent). It then allocates that
 role's whole allocatable part of the agent's available resources, so an
 agent's resources go to a role at most once per cycle. Shares are updated as
-allocations are made, and resources stay allocated until `recover_resources`.
+allocations are made, and resources stay allocated until `recover_resources`
+(which, as in Mesos, leaves them for the next cycle). Leftovers smaller than
+Mesos's default minimum (0.01 cpus or 32 MB) are not offered.
 
 The object is pure bookkeeping, no I/O; `start` only schedules `allocate` on
 the event loop. For speed at 10,000 agents the allocator keeps, incrementally,

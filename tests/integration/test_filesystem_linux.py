@@ -17,7 +17,7 @@ from mesilla.containerizer.launcher.linux import LinuxLauncher
 from mesilla.containerizer.types import ContainerConfig
 from mesilla.testing.images import base_layer
 from mesilla.v1.mesos import AgentID, ContainerID, TaskID, TaskInfo
-from tests.fixtures.linux_launcher import LinuxEnv, linux_env  # noqa: F401
+from tests.fixtures.linux_launcher import LinuxEnv
 
 pytestmark = pytest.mark.root
 

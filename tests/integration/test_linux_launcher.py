@@ -12,7 +12,7 @@ from mesilla.containerizer.launcher import monitor
 from mesilla.containerizer.launcher.linux import LinuxLauncher
 from mesilla.containerizer.types import ContainerRuntimeState
 from mesilla.v1.mesos import ContainerID
-from tests.fixtures.linux_launcher import LinuxEnv, linux_env  # noqa: F401
+from tests.fixtures.linux_launcher import LinuxEnv
 
 pytestmark = pytest.mark.root
 
@@ -46,8 +46,8 @@ async def test_exit_code_is_the_raw_wait_status(linux_env: LinuxEnv) -> None:
     status = await launcher.wait(cid)
     assert status is not None and os.WIFEXITED(status) and os.WEXITSTATUS(status) == 7
     sandbox = linux_env.sandbox("exits")
-    assert open(os.path.join(sandbox, "stdout")).read() == "out\n"
-    assert open(os.path.join(sandbox, "stderr")).read() == "err\n"
+    with open(os.path.join(sandbox, "stdout")) as out, open(os.path.join(sandbox, "stderr")) as err:
+        assert (out.read(), err.read()) == ("out\n", "err\n")
     await launcher.destroy(cid)
 
 
@@ -126,7 +126,8 @@ async def test_container_without_image_sees_the_host_and_its_sandbox(
     sandbox = linux_env.sandbox("hostview")
 
     def read(name: str) -> str:
-        return open(os.path.join(sandbox, name)).read().strip()
+        with open(os.path.join(sandbox, name)) as f:
+            return f.read().strip()
 
     assert read("pid") == "1"  # its own pid namespace
     assert read("pidns") != _ns(os.getpid(), "pid")

@@ -6,13 +6,16 @@ import os
 
 import pytest
 
-from mesilla.containerizer.isolators.namespaces.ipc import IpcNamespaceError, IpcNamespaceIsolator
+from mesilla.containerizer.isolators.namespaces.ipc import (
+    IpcNamespaceError,
+    IpcNamespaceIsolator,
+)
 from mesilla.containerizer.isolators.namespaces.pid import PidNamespaceIsolator
 from mesilla.containerizer.launch_info import merge_launch_infos
 from mesilla.containerizer.launcher.linux import LinuxLauncher
 from mesilla.containerizer.types import ContainerConfig, ContainerLaunchInfo
 from mesilla.v1.mesos import ContainerID, ContainerInfo, LinuxInfo
-from tests.fixtures.linux_launcher import LinuxEnv, linux_env  # noqa: F401
+from tests.fixtures.linux_launcher import LinuxEnv
 
 pytestmark = pytest.mark.root
 
@@ -61,7 +64,8 @@ async def test_private_dev_shm_has_its_size_and_is_unmounted_on_destroy(
         LinuxInfo(ipc_mode="PRIVATE", shm_size=16),
     )  # fmt: skip
     assert await launcher.wait(cid) == 0
-    size_kb = int(open(os.path.join(config.sandbox, "df")).read().split()[1])
+    with open(os.path.join(config.sandbox, "df")) as f:
+        size_kb = int(f.read().split()[1])
     assert size_kb == 16 * 1024
     shm = os.path.join(launcher.directory(cid), "shm")
     assert os.path.ismount(shm)
@@ -85,7 +89,7 @@ async def test_nested_shares_parent_ipc_and_dev_shm_and_pid_when_asked(
 ) -> None:
     launcher = linux_env.launcher()
     parent = ContainerID(value="p")
-    parent_pid, parent_config = await _launch(
+    parent_pid, _ = await _launch(
         linux_env, launcher, parent, 'echo from-parent > /dev/shm/token; exec sleep 1000'
     )
     shared = ContainerID(value="shared", parent=parent)
@@ -103,7 +107,8 @@ async def test_nested_shares_parent_ipc_and_dev_shm_and_pid_when_asked(
     await launcher.kill(shared, 9)
     await launcher.wait(shared)
     token = os.path.join(shared_config.sandbox, "token")
-    assert open(token).read() == "from-parent\n"
+    with open(token) as f:
+        assert f.read() == "from-parent\n"
     for cid in (shared, own, parent):
         await launcher.destroy(cid)
     assert linux_env.runtime_ids() == []

@@ -36,7 +36,7 @@ def test_capabilities_are_normalized_and_default_to_the_agents_bounding_set() ->
     assert set(default) <= set(oci.CAPABILITIES)
     with open("/proc/self/status") as f:
         bounding = next(int(line.split()[1], 16) for line in f if line.startswith("CapBnd:"))
-    assert len(default) == bin(bounding).count("1")
+    assert len(default) == bounding.bit_count()
 
 
 @pytest.fixture
@@ -59,9 +59,10 @@ def test_user_is_resolved_in_the_rootfs(rootfs: str) -> None:
 
 
 def test_config_sets_hostname_only_with_a_new_uts_namespace() -> None:
-    common = dict(
-        process_spec={}, rootfs="/r", mounts=[], cgroups_path="/m/c", resources={}, hostname="h"
-    )
+    common = {
+        "process_spec": {}, "rootfs": "/r", "mounts": [], "cgroups_path": "/m/c",
+        "resources": {}, "hostname": "h",
+    }  # fmt: skip
     own = oci.config(namespace_specs=oci.namespaces({"uts"}, {}), **common)  # type: ignore[arg-type]
     assert own["hostname"] == "h" and own["linux"]["cgroupsPath"] == "/m/c"
     joined = oci.config(

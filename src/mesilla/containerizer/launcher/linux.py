@@ -40,7 +40,11 @@ from typing import Any
 from mesilla.containerizer.cgroups import cgroup_path
 from mesilla.containerizer.launcher import host_rootfs, monitor, oci
 from mesilla.containerizer.launcher.base import Launcher, LaunchError
-from mesilla.containerizer.launcher.runtime import NoOciRuntime, OciRuntime, find_runtime
+from mesilla.containerizer.launcher.runtime import (
+    NoOciRuntime,
+    OciRuntime,
+    find_runtime,
+)
 from mesilla.containerizer.runtime_paths import (
     CONTAINERS_DIR,
     STATUS_FILE,
@@ -339,7 +343,7 @@ class LinuxLauncher(Launcher):
             await self._runtime.kill(rid, signal.SIGKILL, all_processes=True)
             try:
                 await asyncio.wait_for(asyncio.shield(container.exited), DESTROY_GRACE)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 log.warning("Monitor of container %s did not report its exit", container_id)
         if container is not None:
             container.destroyed = True

@@ -190,8 +190,13 @@ async def wait_exit(pid: int, identity: Callable[[int], bool] | None = None) -> 
         if identity is not None and not identity(pid):
             return
         loop = asyncio.get_running_loop()
-        done = loop.create_future()
-        loop.add_reader(fd, lambda: done.done() or done.set_result(None))
+        done: asyncio.Future[None] = loop.create_future()
+
+        def readable() -> None:
+            if not done.done():
+                done.set_result(None)
+
+        loop.add_reader(fd, readable)
         try:
             await done
         finally:

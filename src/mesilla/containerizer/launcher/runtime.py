@@ -143,12 +143,15 @@ def _run_probe_container(binary: str) -> str:
                 stdin=subprocess.DEVNULL,
                 capture_output=True,
                 timeout=60,
+                check=False,
             )
         except (OSError, subprocess.TimeoutExpired) as exc:
             return str(exc)
         finally:
             subprocess.run(
-                [binary, "--root", state, "delete", "--force", probe_id], capture_output=True
+                [binary, "--root", state, "delete", "--force", probe_id],
+                capture_output=True,
+                check=False,
             )
         if result.returncode == 0:
             return ""

@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import asyncio
 import os
+import shutil
 import signal
+from pathlib import Path
 
 import pytest
 
 from mesilla.containerizer.launcher import monitor
 from mesilla.containerizer.launcher.linux import LinuxLauncher
+from mesilla.containerizer.launcher.runtime import NoOciRuntime
 from mesilla.containerizer.types import ContainerRuntimeState
 from mesilla.v1.mesos import ContainerID
 from tests.fixtures.linux_launcher import LinuxEnv
@@ -229,8 +232,22 @@ async def test_unknown_container(linux_env: LinuxEnv) -> None:
 def test_available_here() -> None:
     if os.geteuid() != 0:
         pytest.skip("needs root")
-    # crun refuses this cgroup v1 hybrid host, so a working runtime means the probe ran one.
+    if shutil.which("runc") is None or shutil.which("conmon") is None:
+        pytest.skip("needs runc and conmon (scripts/setup.sh installs them)")
+    # runc runs containers on v1, hybrid and v2 hosts alike: the probe must succeed.
     assert LinuxLauncher.available() is True
+
+
+def test_a_runtime_that_cannot_run_a_container_is_refused_with_its_reason(
+    linux_env: LinuxEnv, tmp_path: Path
+) -> None:
+    broken = tmp_path / "broken-oci"
+    broken.write_text("#!/bin/sh\necho 'no containers today' >&2\nexit 1\n")
+    broken.chmod(0o755)
+    linux_env.flags.set("oci_runtime", str(broken))
+    with pytest.raises(NoOciRuntime, match="no containers today.*--oci_runtime="):
+        LinuxLauncher(linux_env.flags)
+    assert LinuxLauncher.available(linux_env.flags) is False
 
 
 async def test_destroying_a_held_container_never_runs_it(linux_env: LinuxEnv) -> None:

@@ -300,17 +300,21 @@ class LinuxLauncher(Launcher):
         container.watcher = asyncio.create_task(self._await_exit(container))
 
     async def _await_exit(self, container: _Container) -> None:
-        if container.monitor_pid is not None:
-            rid = container.rid
-            await monitor.wait_exit(container.monitor_pid, lambda pid: monitor.is_monitor(pid, rid))
-        else:
-            # The monitor died before the container: follow the init itself.
-            state = await self._runtime.state(container.rid)
-            if state is not None and state.get("status") in ("created", "running", "paused"):
-                await monitor.wait_exit(int(state["pid"]))
-        status = self._read_status(container)
-        if not container.exited.done():
-            container.exited.set_result(status)
+        try:
+            if container.monitor_pid is not None:
+                rid = container.rid
+                await monitor.wait_exit(
+                    container.monitor_pid, lambda pid: monitor.is_monitor(pid, rid)
+                )
+            else:
+                # The monitor died before the container: follow the init itself.
+                state = await self._runtime.state(container.rid)
+                if state is not None and state.get("status") in ("created", "running", "paused"):
+                    await monitor.wait_exit(int(state["pid"]))
+        finally:
+            # Even when watching failed: a waiter gets what is known rather than hanging.
+            if not container.exited.done():
+                container.exited.set_result(self._read_status(container))
 
     def _read_status(self, container: _Container) -> int | None:
         status_path = os.path.join(container.directory, STATUS_FILE)

@@ -20,6 +20,7 @@ import logging
 import os
 import signal
 import time
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -50,6 +51,8 @@ log = logging.getLogger(__name__)
 
 # Mesos bounds nesting (MAX_NESTING_LEVEL in containerizer.cpp).
 MAX_NESTING_DEPTH = 32
+# How many ended executor containers' terminations stay available to wait().
+RECENTLY_ENDED_KEPT = 1000
 
 
 class LaunchResult(enum.Enum):
@@ -110,6 +113,9 @@ class Containerizer:
         # Ended nested and standalone containers, kept (and checkpointed) for WAIT
         # until `remove`, as Mesos does for the agent API's WAIT_(NESTED_)CONTAINER.
         self._terminated: dict[ContainerID, ContainerTermination] = {}
+        # Ended executor containers: their checkpoints are gone, but a wait() that
+        # comes late (e.g. right after recovery destroyed one) still gets the truth.
+        self._recently_ended: OrderedDict[ContainerID, ContainerTermination] = OrderedDict()
 
     @classmethod
     async def create(cls, flags: Any) -> Containerizer:
@@ -335,7 +341,7 @@ class Containerizer:
         container = self._containers.get(container_id)
         if container is not None:
             return await asyncio.shield(container.termination)
-        return self._terminated.get(container_id)
+        return self._terminated.get(container_id) or self._recently_ended.get(container_id)
 
     async def kill(self, container_id: ContainerID, signal_number: int) -> bool:
         container = self._containers.get(container_id)
@@ -393,8 +399,10 @@ class Containerizer:
             if task is not asyncio.current_task():
                 task.cancel()
         if container.forked:
-            # Asked before destroy: a launcher may forget the container once destroyed.
+            # Asked before destroy, and given a turn to ask: a launcher may forget
+            # the container once destroyed.
             exit_status = asyncio.create_task(self._launcher.wait(container_id))
+            await asyncio.sleep(0)
             try:
                 await self._launcher.destroy(container_id)
             except Exception:
@@ -417,6 +425,9 @@ class Containerizer:
             self._runtime.remove(container_id)
             for ended in [c for c in self._terminated if c.root() == container_id]:
                 del self._terminated[ended]
+            self._recently_ended[container_id] = termination
+            while len(self._recently_ended) > RECENTLY_ENDED_KEPT:
+                self._recently_ended.popitem(last=False)
         self._containers.pop(container_id, None)
         parent = self._containers.get(container_id.parent) if container_id.parent else None
         if parent is not None:

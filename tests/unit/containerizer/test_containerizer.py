@@ -113,6 +113,7 @@ async def test_exit_code_output_and_environment(
     assert (sandbox / "stderr").read_text() == "oops\n"
     assert cid not in containerizer.containers()
     assert not (tmp_path / "runtime" / "containers" / "exit").exists()
+    assert await containerizer.wait(cid) == termination  # a late wait still learns the end
 
 
 async def test_non_shell_command_uses_value_and_arguments(
@@ -358,6 +359,8 @@ async def test_recover_reattaches_and_reads_status_of_ended(tmp_path: Any) -> No
     second = await Containerizer.create(flags)
     try:
         await second.recover({ended, live})
+        # Recovery finds it ended and destroys it; the agent's wait may come after that.
+        await until(lambda: ended not in second.containers())
         termination = await second.wait(ended)
         assert termination is not None and termination.status is not None
         assert os.WEXITSTATUS(termination.status) == 7

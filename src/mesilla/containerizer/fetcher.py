@@ -33,11 +33,14 @@ class FetchError(Exception):
 
 
 async def fetch(uris: list[CommandURI], sandbox: str, user: str | None = None) -> None:
+    """Fetches every URI into the sandbox, then gives what it holds to `user` (as root)."""
     for uri in uris:
-        await fetch_one(uri, sandbox, user)
+        await fetch_one(uri, sandbox)
+    if uris and user and os.geteuid() == 0:
+        await asyncio.to_thread(_chown_tree, sandbox, user)
 
 
-async def fetch_one(uri: CommandURI, sandbox: str, user: str | None = None) -> str:
+async def fetch_one(uri: CommandURI, sandbox: str) -> str:
     """Fetches one URI; returns the path it was saved to."""
     parsed = urllib.parse.urlsplit(uri.value)
     name = uri.output_file or os.path.basename(parsed.path.rstrip("/"))
@@ -65,8 +68,6 @@ async def fetch_one(uri: CommandURI, sandbox: str, user: str | None = None) -> s
         os.chmod(target, 0o755)
     elif uri.extract:
         await asyncio.to_thread(_extract, uri.value, target, sandbox)
-    if user and os.geteuid() == 0:
-        _chown_tree(sandbox, user, uri.value)
     return target
 
 
@@ -117,11 +118,11 @@ def _extract(uri: str, path: str, sandbox: str) -> None:
         raise FetchError(f"Failed to extract '{uri}': {exc}") from exc
 
 
-def _chown_tree(root: str, user: str, uri: str) -> None:
+def _chown_tree(root: str, user: str) -> None:
     try:
         entry = pwd.getpwnam(user)
     except KeyError:
-        raise FetchError(f"Cannot fetch '{uri}' for user '{user}': no such user") from None
+        raise FetchError(f"Cannot give the fetched files to user '{user}': no such user") from None
     for directory, dirs, files in os.walk(root):
         for name in [*dirs, *files]:
             os.lchown(os.path.join(directory, name), entry.pw_uid, entry.pw_gid)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import gzip
 import io
 import os
+import pwd
 import stat
 import tarfile
 import zipfile
@@ -139,3 +140,11 @@ async def test_bad_local_uris(tmp_path: Any) -> None:
         await fetch_one(CommandURI(value=str(tmp_path / "nope")), str(tmp_path))
     with pytest.raises(FetchError, match="unsupported scheme 'ftp'"):
         await fetch_one(CommandURI(value="ftp://host/file"), str(tmp_path))
+
+
+@pytest.mark.root
+async def test_fetched_files_belong_to_the_user(server: str, tmp_path: Any) -> None:
+    await fetch([CommandURI(value=f"{server}/bundle.tgz")], str(tmp_path), user="nobody")
+    nobody = pwd.getpwnam("nobody").pw_uid
+    assert (tmp_path / "bundle.tgz").stat().st_uid == nobody
+    assert (tmp_path / "app" / "run.sh").stat().st_uid == nobody

@@ -75,14 +75,16 @@ class FakeMaster:
             self._changed.notify_all()
         if self.auto_ack and call.type is AgentCallType.STATUS_UPDATE and call.status_update:
             update = call.status_update
-            await self.send(AgentEvent(
-                type=AgentEventType.ACKNOWLEDGE,
-                acknowledge=Acknowledge(
-                    framework_id=update.framework_id,
-                    task_id=update.status.task_id,
-                    uuid=update.status.uuid or b"",
-                ),
-            ))
+            await self.send(
+                AgentEvent(
+                    type=AgentEventType.ACKNOWLEDGE,
+                    acknowledge=Acknowledge(
+                        framework_id=update.framework_id,
+                        task_id=update.status.task_id,
+                        uuid=update.status.uuid or b"",
+                    ),
+                )
+            )
         return web.Response(status=202)
 
     async def _register(self, request: web.Request, call: AgentCall) -> web.StreamResponse:
@@ -97,14 +99,18 @@ class FakeMaster:
         response.enable_chunked_encoding()
         await response.prepare(request)
         self._response = response
-        await self.send(AgentEvent(
-            type=AgentEventType.REGISTERED,
-            registered=Registered(
-                agent_id=AgentID(value=self.agent_id),
-                master_info=MasterInfo(id="fake", ip=16777343, port=self.port, hostname="localhost"),
-                heartbeat_interval_seconds=self.heartbeat_interval,
-            ),
-        ))
+        await self.send(
+            AgentEvent(
+                type=AgentEventType.REGISTERED,
+                registered=Registered(
+                    agent_id=AgentID(value=self.agent_id),
+                    master_info=MasterInfo(
+                        id="fake", ip=16777343, port=self.port, hostname="localhost"
+                    ),
+                    heartbeat_interval_seconds=self.heartbeat_interval,
+                ),
+            )
+        )
         async with self._changed:
             self.registers.append(call)
             self._changed.notify_all()
@@ -127,9 +133,7 @@ class FakeMaster:
         assert self._response is not None, "the agent is not registered"
         await self._response.write(recordio.encode(codec.encode(event)))
 
-    async def wait_for(
-        self, predicate: Callable[[], object], timeout: float = 30.0
-    ) -> object:
+    async def wait_for(self, predicate: Callable[[], object], timeout: float = 30.0) -> object:
         async def waiter() -> object:
             async with self._changed:
                 while True:
@@ -187,7 +191,9 @@ class AgentProcess:
         self.task = asyncio.create_task(
             agent_main.run(flags, status_update_interval=status_update_interval, ready=ready)
         )
-        done, _ = await asyncio.wait({ready, self.task}, timeout=30, return_when=asyncio.FIRST_COMPLETED)
+        done, _ = await asyncio.wait(
+            {ready, self.task}, timeout=30, return_when=asyncio.FIRST_COMPLETED
+        )
         if self.task in done:
             self.task.result()
         self.agent = await ready

@@ -40,12 +40,16 @@ async def parent(tmp_path: Any) -> AsyncIterator[tuple[AgentProcess, dict[str, A
         agent = await proc.start()
         await master.wait_for(lambda: master.registers)
         task = TaskInfo(
-            name="p", task_id=TaskID(value="t-parent"), agent_id=AgentID(value=master.agent_id or ""),
+            name="p",
+            task_id=TaskID(value="t-parent"),
+            agent_id=AgentID(value=master.agent_id or ""),
             command=CommandInfo(value="sleep 1000"),
         )
-        await master.send(AgentEvent(
-            type=AgentEventType.RUN_TASK, run_task=RunTask(framework_info=FRAMEWORK, task=task)
-        ))
+        await master.send(
+            AgentEvent(
+                type=AgentEventType.RUN_TASK, run_task=RunTask(framework_info=FRAMEWORK, task=task)
+            )
+        )
         await master.wait_update("t-parent", "TASK_RUNNING")
         executor = agent.frameworks["fw-c"].executors["t-parent"]
         yield proc, {"value": executor.container_id.value}
@@ -54,7 +58,9 @@ async def parent(tmp_path: Any) -> AsyncIterator[tuple[AgentProcess, dict[str, A
         await master.stop()
 
 
-async def _call(s: aiohttp.ClientSession, proc: AgentProcess, body: dict[str, Any]) -> tuple[int, Any]:
+async def _call(
+    s: aiohttp.ClientSession, proc: AgentProcess, body: dict[str, Any]
+) -> tuple[int, Any]:
     async with s.post(proc.url + "/api/v1", json=body) as r:
         text = await r.text()
         return r.status, (await r.json() if r.content_type == "application/json" else text)
@@ -64,21 +70,33 @@ async def test_nested_container_lifecycle(parent: tuple[AgentProcess, dict[str, 
     proc, parent_id = parent
     child = {"value": "child-1", "parent": parent_id}
     async with aiohttp.ClientSession() as s:
-        launch = {"type": "LAUNCH_CONTAINER", "launch_container": {
-            "container_id": child, "command": {"value": "echo nested-out; exit 7"}}}
+        launch = {
+            "type": "LAUNCH_CONTAINER",
+            "launch_container": {
+                "container_id": child,
+                "command": {"value": "echo nested-out; exit 7"},
+            },
+        }
         status, _ = await _call(s, proc, launch)
         assert status == 200
-        status, body = await _call(s, proc, {"type": "WAIT_CONTAINER", "wait_container": {"container_id": child}})
+        status, body = await _call(
+            s, proc, {"type": "WAIT_CONTAINER", "wait_container": {"container_id": child}}
+        )
         assert status == 200
         assert os.WEXITSTATUS(body["wait_container"]["exit_status"]) == 7
         # The sandbox nests under the parent's, as Mesos lays it out.
         sandbox = os.path.join(
-            proc.agent.containerizer.config(proc.agent.frameworks["fw-c"].executors["t-parent"].container_id).sandbox,  # type: ignore[union-attr]
-            "containers", "child-1",
+            proc.agent.containerizer.config(
+                proc.agent.frameworks["fw-c"].executors["t-parent"].container_id
+            ).sandbox,  # type: ignore[union-attr]
+            "containers",
+            "child-1",
         )
         with open(os.path.join(sandbox, "stdout")) as f:
             assert "nested-out" in f.read()
-        status, _ = await _call(s, proc, {"type": "REMOVE_CONTAINER", "remove_container": {"container_id": child}})
+        status, _ = await _call(
+            s, proc, {"type": "REMOVE_CONTAINER", "remove_container": {"container_id": child}}
+        )
         assert status == 200
         assert not os.path.exists(sandbox)
 
@@ -87,27 +105,75 @@ async def test_kill_and_codes(parent: tuple[AgentProcess, dict[str, Any]]) -> No
     proc, parent_id = parent
     child = {"value": "sleeper", "parent": parent_id}
     async with aiohttp.ClientSession() as s:
-        launch = {"type": "LAUNCH_NESTED_CONTAINER", "launch_nested_container": {
-            "container_id": child, "command": {"value": "sleep 1000"}}}
+        launch = {
+            "type": "LAUNCH_NESTED_CONTAINER",
+            "launch_nested_container": {"container_id": child, "command": {"value": "sleep 1000"}},
+        }
         assert (await _call(s, proc, launch))[0] == 200
         assert (await _call(s, proc, launch))[0] == 202  # the id is in use
-        remove = {"type": "REMOVE_NESTED_CONTAINER", "remove_nested_container": {"container_id": child}}
+        remove = {
+            "type": "REMOVE_NESTED_CONTAINER",
+            "remove_nested_container": {"container_id": child},
+        }
         assert (await _call(s, proc, remove))[0] == 500  # still running
-        kill = {"type": "KILL_CONTAINER", "kill_container": {"container_id": child, "signal": signal.SIGTERM}}
+        kill = {
+            "type": "KILL_CONTAINER",
+            "kill_container": {"container_id": child, "signal": signal.SIGTERM},
+        }
         assert (await _call(s, proc, kill))[0] == 200
-        status, body = await _call(s, proc, {"type": "WAIT_NESTED_CONTAINER", "wait_nested_container": {"container_id": child}})
+        status, body = await _call(
+            s,
+            proc,
+            {"type": "WAIT_NESTED_CONTAINER", "wait_nested_container": {"container_id": child}},
+        )
         assert os.WTERMSIG(body["wait_nested_container"]["exit_status"]) == signal.SIGTERM
-        containers = (await _call(s, proc, {"type": "GET_CONTAINERS", "get_containers": {"show_nested": True}}))[1]
+        containers = (
+            await _call(
+                s, proc, {"type": "GET_CONTAINERS", "get_containers": {"show_nested": True}}
+            )
+        )[1]
         assert parent_id in [c["container_id"] for c in containers["get_containers"]["containers"]]
 
         unknown = {"value": "ghost", "parent": parent_id}
-        assert (await _call(s, proc, {"type": "WAIT_CONTAINER", "wait_container": {"container_id": unknown}}))[0] == 404
-        assert (await _call(s, proc, {"type": "KILL_CONTAINER", "kill_container": {"container_id": unknown}}))[0] == 404
+        assert (
+            await _call(
+                s, proc, {"type": "WAIT_CONTAINER", "wait_container": {"container_id": unknown}}
+            )
+        )[0] == 404
+        assert (
+            await _call(
+                s, proc, {"type": "KILL_CONTAINER", "kill_container": {"container_id": unknown}}
+            )
+        )[0] == 404
         for bad in (
-            {"type": "LAUNCH_CONTAINER", "launch_container": {"container_id": {"value": "a.b", "parent": parent_id}, "command": {"value": "true"}}},
-            {"type": "LAUNCH_CONTAINER", "launch_container": {"container_id": {"value": "x", "parent": {"value": "no-parent"}}, "command": {"value": "true"}}},
-            {"type": "LAUNCH_NESTED_CONTAINER", "launch_nested_container": {"container_id": {"value": "top"}, "command": {"value": "true"}}},
-            {"type": "LAUNCH_CONTAINER", "launch_container": {"container_id": {"value": "top"}, "command": {"value": "true"}}},
+            {
+                "type": "LAUNCH_CONTAINER",
+                "launch_container": {
+                    "container_id": {"value": "a.b", "parent": parent_id},
+                    "command": {"value": "true"},
+                },
+            },
+            {
+                "type": "LAUNCH_CONTAINER",
+                "launch_container": {
+                    "container_id": {"value": "x", "parent": {"value": "no-parent"}},
+                    "command": {"value": "true"},
+                },
+            },
+            {
+                "type": "LAUNCH_NESTED_CONTAINER",
+                "launch_nested_container": {
+                    "container_id": {"value": "top"},
+                    "command": {"value": "true"},
+                },
+            },
+            {
+                "type": "LAUNCH_CONTAINER",
+                "launch_container": {
+                    "container_id": {"value": "top"},
+                    "command": {"value": "true"},
+                },
+            },
             {"type": "KILL_CONTAINER", "kill_container": {"container_id": child, "signal": 999}},
         ):
             status, text = await _call(s, proc, bad)
@@ -118,16 +184,29 @@ async def test_standalone_container(parent: tuple[AgentProcess, dict[str, Any]])
     proc, _ = parent
     container = {"value": "standalone-1"}
     async with aiohttp.ClientSession() as s:
-        launch = {"type": "LAUNCH_CONTAINER", "launch_container": {
-            "container_id": container, "command": {"value": "sleep 1; exit 3"},
-            "resources": [{"name": "cpus", "type": "SCALAR", "scalar": {"value": 0.1}}]}}
+        launch = {
+            "type": "LAUNCH_CONTAINER",
+            "launch_container": {
+                "container_id": container,
+                "command": {"value": "sleep 1; exit 3"},
+                "resources": [{"name": "cpus", "type": "SCALAR", "scalar": {"value": 0.1}}],
+            },
+        }
         assert (await _call(s, proc, launch))[0] == 200
         sandbox = os.path.join(proc.agent.flags.work_dir, "containers", "standalone-1")  # type: ignore[union-attr]
         assert os.path.isdir(sandbox)
-        status, body = await _call(s, proc, {"type": "WAIT_CONTAINER", "wait_container": {"container_id": container}})
+        status, body = await _call(
+            s, proc, {"type": "WAIT_CONTAINER", "wait_container": {"container_id": container}}
+        )
         assert status == 200
         assert os.WEXITSTATUS(body["wait_container"]["exit_status"]) == 3
-        assert (await _call(s, proc, {"type": "REMOVE_CONTAINER", "remove_container": {"container_id": container}}))[0] == 200
+        assert (
+            await _call(
+                s,
+                proc,
+                {"type": "REMOVE_CONTAINER", "remove_container": {"container_id": container}},
+            )
+        )[0] == 200
         assert not os.path.exists(sandbox)
 
 
@@ -144,19 +223,29 @@ STREAMING = {"Accept": "application/recordio", "Message-Accept": "application/js
 
 
 async def test_session_streams_output_and_keeps_the_exit_status(
-    parent: tuple[AgentProcess, dict[str, Any]]
+    parent: tuple[AgentProcess, dict[str, Any]],
 ) -> None:
     proc, parent_id = parent
     child = {"value": "session-1", "parent": parent_id}
-    call = {"type": "LAUNCH_NESTED_CONTAINER_SESSION", "launch_nested_container_session": {
-        "container_id": child, "command": {"value": "sleep 0.3; echo to-out; echo to-err >&2; exit 4"}}}
+    call = {
+        "type": "LAUNCH_NESTED_CONTAINER_SESSION",
+        "launch_nested_container_session": {
+            "container_id": child,
+            "command": {"value": "sleep 0.3; echo to-out; echo to-err >&2; exit 4"},
+        },
+    }
     async with aiohttp.ClientSession() as s:
-        async with s.post(proc.url + "/api/v1", json=call, headers={"Accept": "application/json"}) as r:
+        async with s.post(
+            proc.url + "/api/v1", json=call, headers={"Accept": "application/json"}
+        ) as r:
             assert r.status == 406  # a session streams RecordIO
         attached: list[tuple[str, bytes]] = []
 
         async def attach() -> None:
-            body = {"type": "ATTACH_CONTAINER_OUTPUT", "attach_container_output": {"container_id": child}}
+            body = {
+                "type": "ATTACH_CONTAINER_OUTPUT",
+                "attach_container_output": {"container_id": child},
+            }
             async with s.post(proc.url + "/api/v1", json=body, headers=STREAMING) as r:
                 assert r.status == 200
                 attached.extend(_process_io(await r.read()))
@@ -168,26 +257,40 @@ async def test_session_streams_output_and_keeps_the_exit_status(
             attacher = asyncio.create_task(attach())
             records = _process_io(await r.read())
         await attacher
-        assert (b"".join(d for k, d in records if k == "STDOUT"), b"".join(d for k, d in records if k == "STDERR")) == (
-            b"to-out\n", b"to-err\n"
-        )
+        assert (
+            b"".join(d for k, d in records if k == "STDOUT"),
+            b"".join(d for k, d in records if k == "STDERR"),
+        ) == (b"to-out\n", b"to-err\n")
         assert ("STDOUT", b"to-out\n") in attached
-        status, body = await _call(s, proc, {"type": "WAIT_CONTAINER", "wait_container": {"container_id": child}})
+        status, body = await _call(
+            s, proc, {"type": "WAIT_CONTAINER", "wait_container": {"container_id": child}}
+        )
         assert status == 200 and os.WEXITSTATUS(body["wait_container"]["exit_status"]) == 4
-        assert (await _call(s, proc, {"type": "REMOVE_CONTAINER", "remove_container": {"container_id": child}}))[0] == 200
+        assert (
+            await _call(
+                s, proc, {"type": "REMOVE_CONTAINER", "remove_container": {"container_id": child}}
+            )
+        )[0] == 200
 
 
 async def test_session_container_dies_with_its_connection(
-    parent: tuple[AgentProcess, dict[str, Any]]
+    parent: tuple[AgentProcess, dict[str, Any]],
 ) -> None:
     proc, parent_id = parent
     child = {"value": "session-2", "parent": parent_id}
-    call = {"type": "LAUNCH_NESTED_CONTAINER_SESSION", "launch_nested_container_session": {
-        "container_id": child, "command": {"value": "sleep 1000"}}}
+    call = {
+        "type": "LAUNCH_NESTED_CONTAINER_SESSION",
+        "launch_nested_container_session": {
+            "container_id": child,
+            "command": {"value": "sleep 1000"},
+        },
+    }
     async with aiohttp.ClientSession() as s:
         async with s.post(proc.url + "/api/v1", json=call, headers=STREAMING) as r:
             assert r.status == 200
         # The response was closed unread: the agent destroys the container.
-        status, body = await _call(s, proc, {"type": "WAIT_CONTAINER", "wait_container": {"container_id": child}})
+        status, body = await _call(
+            s, proc, {"type": "WAIT_CONTAINER", "wait_container": {"container_id": child}}
+        )
         assert status == 200
         assert os.WIFSIGNALED(body["wait_container"]["exit_status"])

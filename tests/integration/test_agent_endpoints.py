@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -29,17 +30,23 @@ async def running(tmp_path: Any) -> AsyncIterator[tuple[FakeMaster, AgentProcess
     """An agent with one running command task `t-ep` that printed a line."""
     master = FakeMaster()
     await master.start()
-    proc = AgentProcess(master, str(tmp_path / "work"), str(tmp_path / "run"), "--attributes=rack:r1")
+    proc = AgentProcess(
+        master, str(tmp_path / "work"), str(tmp_path / "run"), "--attributes=rack:r1"
+    )
     try:
         await proc.start()
         await master.wait_for(lambda: master.registers)
         task = TaskInfo(
-            name="ep", task_id=TaskID(value="t-ep"), agent_id=AgentID(value=master.agent_id or ""),
+            name="ep",
+            task_id=TaskID(value="t-ep"),
+            agent_id=AgentID(value=master.agent_id or ""),
             command=CommandInfo(value="echo line-in-stdout; sleep 1000"),
         )
-        await master.send(AgentEvent(
-            type=AgentEventType.RUN_TASK, run_task=RunTask(framework_info=FRAMEWORK, task=task)
-        ))
+        await master.send(
+            AgentEvent(
+                type=AgentEventType.RUN_TASK, run_task=RunTask(framework_info=FRAMEWORK, task=task)
+            )
+        )
         await master.wait_update("t-ep", "TASK_RUNNING")
         yield master, proc
     finally:
@@ -59,21 +66,41 @@ async def test_v1_operator_calls(running: tuple[FakeMaster, AgentProcess]) -> No
         assert (await _v1(s, proc.url, {"type": "GET_HEALTH"}))["get_health"] == {"healthy": True}
         version = await _v1(s, proc.url, {"type": "GET_VERSION"})
         assert version["get_version"]["version_info"]["version"] == "1.11.0"
-        flags = {f["name"]: f.get("value") for f in (await _v1(s, proc.url, {"type": "GET_FLAGS"}))["get_flags"]["flags"]}
+        flags = {
+            f["name"]: f.get("value")
+            for f in (await _v1(s, proc.url, {"type": "GET_FLAGS"}))["get_flags"]["flags"]
+        }
         assert flags["master"] == master.address
         state = (await _v1(s, proc.url, {"type": "GET_STATE"}))["get_state"]
         launched = state["get_tasks"]["launched_tasks"]
         assert [t["task_id"]["value"] for t in launched] == ["t-ep"]
         assert launched[0]["state"] == "TASK_RUNNING"
         assert state["get_frameworks"]["frameworks"][0]["framework_info"]["id"]["value"] == "fw-ep"
-        assert state["get_executors"]["executors"][0]["executor_info"]["executor_id"]["value"] == "t-ep"
+        assert (
+            state["get_executors"]["executors"][0]["executor_info"]["executor_id"]["value"]
+            == "t-ep"
+        )
         agent = (await _v1(s, proc.url, {"type": "GET_AGENT"}))["get_agent"]["agent_info"]
         assert agent["id"]["value"] == master.agent_id
-        containers = (await _v1(s, proc.url, {"type": "GET_CONTAINERS"}))["get_containers"]["containers"]
+        containers = (await _v1(s, proc.url, {"type": "GET_CONTAINERS"}))["get_containers"][
+            "containers"
+        ]
         assert containers[0]["executor_id"]["value"] == "t-ep"
         assert containers[0]["container_status"]["executor_pid"] > 0
-        metrics = {m["name"]: m.get("value") for m in (await _v1(s, proc.url, {"type": "GET_METRICS"}))["get_metrics"]["metrics"]}
+        metrics = {
+            m["name"]: m.get("value")
+            for m in (await _v1(s, proc.url, {"type": "GET_METRICS"}))["get_metrics"]["metrics"]
+        }
         assert metrics["slave/tasks_running"] == 1.0
+
+        sandbox = "/frameworks/fw-ep/executors/t-ep/runs/latest"
+        listing = await _v1(s, proc.url, {"type": "LIST_FILES", "list_files": {"path": sandbox}})
+        paths = [f["path"] for f in listing["list_files"]["file_infos"]]
+        assert sandbox + "/stdout" in paths
+        read = await _v1(
+            s, proc.url, {"type": "READ_FILE", "read_file": {"path": sandbox + "/stdout", "offset": 0}}
+        )
+        assert b"line-in-stdout" in base64.b64decode(read["read_file"]["data"])
 
         for body, status, reason in [
             (b"{", 400, "JSON"),
@@ -81,7 +108,9 @@ async def test_v1_operator_calls(running: tuple[FakeMaster, AgentProcess]) -> No
             (b'{"type": "LIST_FILES"}', 400, "list_files"),
             (b'{"type": "ATTACH_CONTAINER_INPUT"}', 501, "ATTACH_CONTAINER_INPUT"),
         ]:
-            async with s.post(proc.url + "/api/v1", data=body, headers={"Content-Type": "application/json"}) as r:
+            async with s.post(
+                proc.url + "/api/v1", data=body, headers={"Content-Type": "application/json"}
+            ) as r:
                 assert r.status == status and reason in await r.text()
 
 
@@ -116,10 +145,14 @@ async def test_files_endpoints(running: tuple[FakeMaster, AgentProcess]) -> None
             assert r.status == 200
             listing = {e["path"]: e for e in await r.json()}
         assert base + "/stdout" in listing
-        async with s.get(proc.url + "/files/read", params={"path": base + "/stdout", "offset": "0"}) as r:
+        async with s.get(
+            proc.url + "/files/read", params={"path": base + "/stdout", "offset": "0"}
+        ) as r:
             body = await r.json()
         assert body["offset"] == 0 and "line-in-stdout" in body["data"]
-        async with s.get(proc.url + "/files/read", params={"path": base + "/stdout", "offset": "-1"}) as r:
+        async with s.get(
+            proc.url + "/files/read", params={"path": base + "/stdout", "offset": "-1"}
+        ) as r:
             body = await r.json()
         assert body == {"offset": listing[base + "/stdout"]["size"], "data": ""}
         assert body["offset"] > 0

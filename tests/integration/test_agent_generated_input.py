@@ -45,8 +45,9 @@ EXECUTOR_CALLS = ["SUBSCRIBE", "UPDATE", "MESSAGE", "HEARTBEAT", "UNKNOWN", "BOG
 
 json_values = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=20),
-    lambda children: st.lists(children, max_size=4)
-    | st.dictionaries(st.text(max_size=10), children, max_size=4),
+    lambda children: (
+        st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=10), children, max_size=4)
+    ),
     max_leaves=12,
 )
 
@@ -74,13 +75,16 @@ class Running:
         self.port = agent.info.port
         await self.master.wait_for(lambda: self.master.registers)
         task = TaskInfo(
-            name="g", task_id=TaskID(value="t-gen"),
+            name="g",
+            task_id=TaskID(value="t-gen"),
             agent_id=AgentID(value=self.master.agent_id or ""),
             command=CommandInfo(value="sleep 1000"),
         )
-        await self.master.send(AgentEvent(
-            type=AgentEventType.RUN_TASK, run_task=RunTask(framework_info=FRAMEWORK, task=task)
-        ))
+        await self.master.send(
+            AgentEvent(
+                type=AgentEventType.RUN_TASK, run_task=RunTask(framework_info=FRAMEWORK, task=task)
+            )
+        )
         await self.master.wait_update("t-gen", "TASK_RUNNING")
 
     def stop(self) -> None:
@@ -95,7 +99,9 @@ class Running:
             self.loop.call_soon_threadsafe(self.loop.stop)
             self.thread.join(10)
 
-    def status(self, method: str, path: str, body: bytes | None = None, ctype: str = "application/json") -> int:
+    def status(
+        self, method: str, path: str, body: bytes | None = None, ctype: str = "application/json"
+    ) -> int:
         conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=30)
         try:
             headers = {"Content-Type": ctype} if body is not None else {}
@@ -127,14 +133,25 @@ SETTINGS = settings(
     framework_id=st.sampled_from([{"value": "fw-gen"}, {"value": "x"}]) | json_values,
     executor_id=st.sampled_from([{"value": "t-gen"}, {"value": "y"}]) | json_values,
 )
-def test_executor_api(running: Running, type_: str, fields: Any, framework_id: Any, executor_id: Any) -> None:
-    body = {"type": type_, "framework_id": framework_id, "executor_id": executor_id, type_.lower(): fields}
+def test_executor_api(
+    running: Running, type_: str, fields: Any, framework_id: Any, executor_id: Any
+) -> None:
+    body = {
+        "type": type_,
+        "framework_id": framework_id,
+        "executor_id": executor_id,
+        type_.lower(): fields,
+    }
     status = running.status("POST", "/api/v1/executor", json.dumps(body).encode())
     assert status < 500, body
 
 
 @SETTINGS
-@given(type_=st.sampled_from(AGENT_CALLS), fields=json_values, extra=st.dictionaries(st.text(max_size=8), json_values, max_size=2))
+@given(
+    type_=st.sampled_from(AGENT_CALLS),
+    fields=json_values,
+    extra=st.dictionaries(st.text(max_size=8), json_values, max_size=2),
+)
 def test_operator_api(running: Running, type_: str, fields: Any, extra: dict[str, Any]) -> None:
     body = {**extra, "type": type_, type_.lower(): fields}
     status = running.status("POST", "/api/v1", json.dumps(body).encode())
@@ -142,8 +159,11 @@ def test_operator_api(running: Running, type_: str, fields: Any, extra: dict[str
 
 
 @SETTINGS
-@given(body=st.binary(max_size=64), path=st.sampled_from(["/api/v1", "/api/v1/executor"]),
-       ctype=st.sampled_from(["application/json", "application/x-protobuf", "text/plain", ""]))
+@given(
+    body=st.binary(max_size=64),
+    path=st.sampled_from(["/api/v1", "/api/v1/executor"]),
+    ctype=st.sampled_from(["application/json", "application/x-protobuf", "text/plain", ""]),
+)
 def test_raw_bodies(running: Running, body: bytes, path: str, ctype: str) -> None:
     assert running.status("POST", path, body, ctype) < 500
 
@@ -151,9 +171,14 @@ def test_raw_bodies(running: Running, body: bytes, path: str, ctype: str) -> Non
 @SETTINGS
 @given(
     endpoint=st.sampled_from(["/files/browse", "/files/read", "/files/download", "/files/debug"]),
-    path=st.text(max_size=40) | st.sampled_from(["/frameworks/fw-gen/executors/t-gen/runs/latest",
-                                                  "/frameworks/fw-gen/executors/t-gen/runs/latest/stdout",
-                                                  "/frameworks/fw-gen/executors/t-gen/runs/latest/../../.."]),
+    path=st.text(max_size=40)
+    | st.sampled_from(
+        [
+            "/frameworks/fw-gen/executors/t-gen/runs/latest",
+            "/frameworks/fw-gen/executors/t-gen/runs/latest/stdout",
+            "/frameworks/fw-gen/executors/t-gen/runs/latest/../../..",
+        ]
+    ),
     offset=st.none() | st.integers() | st.text(max_size=5),
     length=st.none() | st.integers() | st.text(max_size=5),
 )
@@ -167,7 +192,18 @@ def test_files(running: Running, endpoint: str, path: str, offset: Any, length: 
     assert status < 500, query
 
 
-@pytest.mark.parametrize("path", ["/state", "/state.json", "/health", "/version", "/flags",
-                                  "/metrics/snapshot", "/slave(1)/state", "/nowhere"])
+@pytest.mark.parametrize(
+    "path",
+    [
+        "/state",
+        "/state.json",
+        "/health",
+        "/version",
+        "/flags",
+        "/metrics/snapshot",
+        "/slave(1)/state",
+        "/nowhere",
+    ],
+)
 def test_v0_endpoints(running: Running, path: str) -> None:
     assert running.status("GET", path) < 500

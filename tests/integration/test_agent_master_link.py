@@ -37,12 +37,16 @@ async def agent_proc(master: FakeMaster, tmp_path: Any) -> AsyncIterator[AgentPr
     await proc.start()
     await master.wait_for(lambda: master.registers)
     task = TaskInfo(
-        name="l", task_id=TaskID(value="t-link"), agent_id=AgentID(value=master.agent_id or ""),
+        name="l",
+        task_id=TaskID(value="t-link"),
+        agent_id=AgentID(value=master.agent_id or ""),
         command=CommandInfo(value="sleep 1000"),
     )
-    await master.send(AgentEvent(
-        type=AgentEventType.RUN_TASK, run_task=RunTask(framework_info=FRAMEWORK, task=task)
-    ))
+    await master.send(
+        AgentEvent(
+            type=AgentEventType.RUN_TASK, run_task=RunTask(framework_info=FRAMEWORK, task=task)
+        )
+    )
     await master.wait_update("t-link", "TASK_RUNNING")
     yield proc
     await proc.stop()

@@ -46,8 +46,11 @@ def _agents(master: FakeMaster, tmp_path: Any) -> tuple[AgentProcess, AgentProce
     port = free_port()
     return tuple(  # type: ignore[return-value]
         AgentProcess(
-            master, str(tmp_path / "work"), str(tmp_path / "run"),
-            "--executor_reregistration_timeout=10secs", f"--port={port}",
+            master,
+            str(tmp_path / "work"),
+            str(tmp_path / "run"),
+            "--executor_reregistration_timeout=10secs",
+            f"--port={port}",
         )
         for _ in range(2)
     )
@@ -55,15 +58,21 @@ def _agents(master: FakeMaster, tmp_path: Any) -> tuple[AgentProcess, AgentProce
 
 async def _run(master: FakeMaster, task_id: str, command: str) -> None:
     task = TaskInfo(
-        name=task_id, task_id=TaskID(value=task_id), agent_id=AgentID(value=master.agent_id or ""),
+        name=task_id,
+        task_id=TaskID(value=task_id),
+        agent_id=AgentID(value=master.agent_id or ""),
         command=CommandInfo(value=command),
     )
-    await master.send(AgentEvent(
-        type=AgentEventType.RUN_TASK, run_task=RunTask(framework_info=FRAMEWORK, task=task)
-    ))
+    await master.send(
+        AgentEvent(
+            type=AgentEventType.RUN_TASK, run_task=RunTask(framework_info=FRAMEWORK, task=task)
+        )
+    )
 
 
-async def test_restarted_agent_reattaches_and_keeps_its_tasks(master: FakeMaster, tmp_path: Any) -> None:
+async def test_restarted_agent_reattaches_and_keeps_its_tasks(
+    master: FakeMaster, tmp_path: Any
+) -> None:
     first, second = _agents(master, tmp_path)
     try:
         await first.start()
@@ -78,21 +87,29 @@ async def test_restarted_agent_reattaches_and_keeps_its_tasks(master: FakeMaster
         registers = await master.wait_for(lambda: master.registers[1:])
         register = registers[0].register  # type: ignore[index]
         assert register.agent_info.id == AgentID(value=agent_id)
-        assert [(t.task_id.value, t.state.value) for t in register.tasks] == [("t-rec", "TASK_RUNNING")]
+        assert [(t.task_id.value, t.state.value) for t in register.tasks] == [
+            ("t-rec", "TASK_RUNNING")
+        ]
         # The command executor re-subscribed, so the task can still be killed through it.
         executor = agent.frameworks["fw-rec"].executors["t-rec"]
         assert executor.stream is not None
-        await master.send(AgentEvent(
-            type=AgentEventType.KILL_TASK,
-            kill_task=KillTask(framework_id=FrameworkID(value="fw-rec"), task_id=TaskID(value="t-rec")),
-        ))
+        await master.send(
+            AgentEvent(
+                type=AgentEventType.KILL_TASK,
+                kill_task=KillTask(
+                    framework_id=FrameworkID(value="fw-rec"), task_id=TaskID(value="t-rec")
+                ),
+            )
+        )
         await master.wait_update("t-rec", "TASK_KILLED")
     finally:
         await second.stop()
         await first.stop()
 
 
-async def test_unacknowledged_updates_are_resent_after_a_restart(master: FakeMaster, tmp_path: Any) -> None:
+async def test_unacknowledged_updates_are_resent_after_a_restart(
+    master: FakeMaster, tmp_path: Any
+) -> None:
     master.auto_ack = False
     first, second = _agents(master, tmp_path)
     try:
@@ -113,7 +130,9 @@ async def test_unacknowledged_updates_are_resent_after_a_restart(master: FakeMas
         await first.stop()
 
 
-async def test_executor_that_died_while_the_agent_was_down(master: FakeMaster, tmp_path: Any) -> None:
+async def test_executor_that_died_while_the_agent_was_down(
+    master: FakeMaster, tmp_path: Any
+) -> None:
     first, second = _agents(master, tmp_path)
     try:
         agent = await first.start()
@@ -122,7 +141,11 @@ async def test_executor_that_died_while_the_agent_was_down(master: FakeMaster, t
         await master.wait_update("t-dies", "TASK_RUNNING")
         executor = agent.frameworks["fw-rec"].executors["t-dies"]
         pid_path = paths.forked_pid_path(
-            agent.flags.work_dir, master.agent_id or "", "fw-rec", "t-dies", executor.container_id.value
+            agent.flags.work_dir,
+            master.agent_id or "",
+            "fw-rec",
+            "t-dies",
+            executor.container_id.value,
         )
         with open(pid_path) as f:
             pid = int(f.read())
@@ -177,8 +200,11 @@ async def test_executor_that_does_not_resubscribe_is_destroyed(
     port = free_port()
     first, second = (
         AgentProcess(
-            master, str(tmp_path / "work"), str(tmp_path / "run"),
-            "--executor_reregistration_timeout=1secs", f"--port={port}",
+            master,
+            str(tmp_path / "work"),
+            str(tmp_path / "run"),
+            "--executor_reregistration_timeout=1secs",
+            f"--port={port}",
         )
         for _ in range(2)
     )
@@ -188,15 +214,20 @@ async def test_executor_that_does_not_resubscribe_is_destroyed(
         await first.start()
         await master.wait_for(lambda: master.registers)
         task = TaskInfo(
-            name="h", task_id=TaskID(value="t-hung"), agent_id=AgentID(value=master.agent_id or ""),
+            name="h",
+            task_id=TaskID(value="t-hung"),
+            agent_id=AgentID(value=master.agent_id or ""),
             executor=ExecutorInfo(
-                executor_id=ExecutorID(value="hung"), type="CUSTOM",
+                executor_id=ExecutorID(value="hung"),
+                type="CUSTOM",
                 command=CommandInfo(value=f"{sys.executable} {script}"),
             ),
         )
-        await master.send(AgentEvent(
-            type=AgentEventType.RUN_TASK, run_task=RunTask(framework_info=FRAMEWORK, task=task)
-        ))
+        await master.send(
+            AgentEvent(
+                type=AgentEventType.RUN_TASK, run_task=RunTask(framework_info=FRAMEWORK, task=task)
+            )
+        )
         await master.wait_update("t-hung", "TASK_RUNNING")
         await first.stop(destroy=False)
         master.drop_stream()
@@ -213,7 +244,9 @@ async def test_executor_that_does_not_resubscribe_is_destroyed(
         await first.stop()
 
 
-async def test_recover_cleanup_kills_old_executors_and_exits(master: FakeMaster, tmp_path: Any) -> None:
+async def test_recover_cleanup_kills_old_executors_and_exits(
+    master: FakeMaster, tmp_path: Any
+) -> None:
     first, _ = _agents(master, tmp_path)
     try:
         agent = await first.start()
@@ -221,9 +254,15 @@ async def test_recover_cleanup_kills_old_executors_and_exits(master: FakeMaster,
         await _run(master, "t-clean", "sleep 1000")
         await master.wait_update("t-clean", "TASK_RUNNING")
         executor = agent.frameworks["fw-rec"].executors["t-clean"]
-        with open(paths.forked_pid_path(
-            agent.flags.work_dir, master.agent_id or "", "fw-rec", "t-clean", executor.container_id.value
-        )) as f:
+        with open(
+            paths.forked_pid_path(
+                agent.flags.work_dir,
+                master.agent_id or "",
+                "fw-rec",
+                "t-clean",
+                executor.container_id.value,
+            )
+        ) as f:
             pid = int(f.read())
         await first.stop(destroy=False)
     finally:

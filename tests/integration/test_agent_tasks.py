@@ -67,7 +67,10 @@ async def agent_proc(master: FakeMaster, tmp_path: Any) -> AsyncIterator[AgentPr
 
 
 FRAMEWORK = FrameworkInfo(
-    user="root", name="test", id=FrameworkID(value="fw-1"), checkpoint=True,
+    user="root",
+    name="test",
+    id=FrameworkID(value="fw-1"),
+    checkpoint=True,
     capabilities=[],
 )
 
@@ -82,14 +85,22 @@ def command_task(task_id: str, command: str, agent_id: str, **kw: Any) -> TaskIn
     )
 
 
-async def run_task(master: FakeMaster, task: TaskInfo, framework: FrameworkInfo = FRAMEWORK) -> None:
-    await master.send(AgentEvent(
-        type=AgentEventType.RUN_TASK, run_task=RunTask(framework_info=framework, task=task)
-    ))
+async def run_task(
+    master: FakeMaster, task: TaskInfo, framework: FrameworkInfo = FRAMEWORK
+) -> None:
+    await master.send(
+        AgentEvent(
+            type=AgentEventType.RUN_TASK, run_task=RunTask(framework_info=framework, task=task)
+        )
+    )
 
 
-async def test_registers_with_its_resources_and_attributes(master: FakeMaster, tmp_path: Any) -> None:
-    proc = AgentProcess(master, str(tmp_path / "w"), str(tmp_path / "r"), "--attributes=rack:a;level:3")
+async def test_registers_with_its_resources_and_attributes(
+    master: FakeMaster, tmp_path: Any
+) -> None:
+    proc = AgentProcess(
+        master, str(tmp_path / "w"), str(tmp_path / "r"), "--attributes=rack:a;level:3"
+    )
     try:
         await proc.start()
         await master.wait_for(lambda: master.registers)
@@ -97,7 +108,8 @@ async def test_registers_with_its_resources_and_attributes(master: FakeMaster, t
         names = {r.name for r in info.resources}
         assert {"cpus", "mem", "disk", "ports"} <= names
         assert {a.name: (a.text.value if a.text else a.scalar.value) for a in info.attributes} == {  # type: ignore[union-attr]
-            "rack": "a", "level": 3.0,
+            "rack": "a",
+            "level": 3.0,
         }
         assert info.id is None  # a first registration
     finally:
@@ -115,7 +127,14 @@ async def test_command_task_runs_to_finished(master: FakeMaster, agent_proc: Age
     assert finished.status.source.value == "SOURCE_EXECUTOR"
     assert finished.status.container_status.container_id is not None
     executor_dir = os.path.join(
-        agent.flags.work_dir, "slaves", master.agent_id, "frameworks", "fw-1", "executors", "t1", "runs"
+        agent.flags.work_dir,
+        "slaves",
+        master.agent_id,
+        "frameworks",
+        "fw-1",
+        "executors",
+        "t1",
+        "runs",
     )
     latest = os.path.join(executor_dir, "latest")
     assert os.path.islink(latest)
@@ -138,15 +157,19 @@ async def test_kill_running_task(master: FakeMaster, agent_proc: AgentProcess) -
     await agent_proc.start()
     await master.wait_for(lambda: master.registers)
     task = command_task(
-        "t-kill", "sleep 1000", master.agent_id or "",
+        "t-kill",
+        "sleep 1000",
+        master.agent_id or "",
         kill_policy=KillPolicy(grace_period=DurationInfo(nanoseconds=500_000_000)),
     )
     await run_task(master, task)
     await master.wait_update("t-kill", "TASK_RUNNING")
-    await master.send(AgentEvent(
-        type=AgentEventType.KILL_TASK,
-        kill_task=KillTask(framework_id=FRAMEWORK.id, task_id=TaskID(value="t-kill")),  # type: ignore[arg-type]
-    ))
+    await master.send(
+        AgentEvent(
+            type=AgentEventType.KILL_TASK,
+            kill_task=KillTask(framework_id=FRAMEWORK.id, task_id=TaskID(value="t-kill")),  # type: ignore[arg-type]
+        )
+    )
     killed = await master.wait_update("t-kill", "TASK_KILLED")
     assert killed.status.task_id.value == "t-kill"
 
@@ -156,10 +179,12 @@ async def test_kill_unknown_task_is_lost(master: FakeMaster, agent_proc: AgentPr
     await master.wait_for(lambda: master.registers)
     await run_task(master, command_task("t-live", "sleep 1000", master.agent_id or ""))
     await master.wait_update("t-live", "TASK_RUNNING")
-    await master.send(AgentEvent(
-        type=AgentEventType.KILL_TASK,
-        kill_task=KillTask(framework_id=FRAMEWORK.id, task_id=TaskID(value="nope")),  # type: ignore[arg-type]
-    ))
+    await master.send(
+        AgentEvent(
+            type=AgentEventType.KILL_TASK,
+            kill_task=KillTask(framework_id=FRAMEWORK.id, task_id=TaskID(value="nope")),  # type: ignore[arg-type]
+        )
+    )
     lost = await master.wait_update("nope", "TASK_LOST")
     assert lost.status.reason.value == "REASON_EXECUTOR_TERMINATED"
     assert lost.status.source.value == "SOURCE_AGENT"
@@ -178,7 +203,9 @@ async def test_registration_timeout_fails_the_task(master: FakeMaster, tmp_path:
             command=CommandInfo(value="sleep 1000"),
         )
         task = TaskInfo(
-            name="t", task_id=TaskID(value="t-silent"), agent_id=AgentID(value=master.agent_id or ""),
+            name="t",
+            task_id=TaskID(value="t-silent"),
+            agent_id=AgentID(value=master.agent_id or ""),
             executor=executor,
         )
         await run_task(master, task)
@@ -269,8 +296,11 @@ async def test_custom_executor_environment_and_messages(
         command=CommandInfo(value=f"{sys.executable} {script}"),
     )
     task = TaskInfo(
-        name="t", task_id=TaskID(value="t-custom"), agent_id=AgentID(value=master.agent_id or ""),
-        executor=executor, data=b"task-data",
+        name="t",
+        task_id=TaskID(value="t-custom"),
+        agent_id=AgentID(value=master.agent_id or ""),
+        executor=executor,
+        data=b"task-data",
     )
     await run_task(master, task)
     running = await master.wait_update("t-custom", "TASK_RUNNING")
@@ -288,12 +318,16 @@ async def test_custom_executor_environment_and_messages(
     assert running.status.agent_id.value == master.agent_id
     assert running.status.container_status.container_id is not None
 
-    await master.send(AgentEvent(
-        type=AgentEventType.FRAMEWORK_MESSAGE,
-        framework_message=FrameworkToExecutor(
-            framework_id=FrameworkID(value="fw-1"), executor_id=ExecutorID(value="custom"), data=b"ping"
-        ),
-    ))
+    await master.send(
+        AgentEvent(
+            type=AgentEventType.FRAMEWORK_MESSAGE,
+            framework_message=FrameworkToExecutor(
+                framework_id=FrameworkID(value="fw-1"),
+                executor_id=ExecutorID(value="custom"),
+                data=b"ping",
+            ),
+        )
+    )
     await master.wait_update("t-custom", "TASK_FINISHED")
     message = await master.wait_for(
         lambda: [c for c in master.calls if c.type is AgentCallType.EXECUTOR_MESSAGE]
@@ -301,10 +335,12 @@ async def test_custom_executor_environment_and_messages(
     assert message[0].executor_message.data == b"pong"  # type: ignore[index]
 
     # SHUTDOWN_FRAMEWORK ends the executor; its exit reaches the master.
-    await master.send(AgentEvent(
-        type=AgentEventType.SHUTDOWN_FRAMEWORK,
-        shutdown_framework=ShutdownFramework(framework_id=FrameworkID(value="fw-1")),
-    ))
+    await master.send(
+        AgentEvent(
+            type=AgentEventType.SHUTDOWN_FRAMEWORK,
+            shutdown_framework=ShutdownFramework(framework_id=FrameworkID(value="fw-1")),
+        )
+    )
     exited = await master.wait_for(
         lambda: [c for c in master.calls if c.type is AgentCallType.EXITED_EXECUTOR]
     )
@@ -320,16 +356,45 @@ async def test_executor_api_rejects_bad_calls(master: FakeMaster, agent_proc: Ag
         cases = [
             (b"not json", 400, "JSON"),
             (json.dumps({**base, "type": "NOPE"}).encode(), 400, "type"),
-            (json.dumps({**base, "type": "SUBSCRIBE", "subscribe": {}}).encode(), 400, "Framework cannot be found"),
-            (json.dumps({**base, "type": "UPDATE", "update": {"status": {
-                "task_id": {"value": "t"}, "state": "TASK_RUNNING"}}}).encode(), 400, "uuid"),
-            (json.dumps({**base, "type": "UPDATE", "update": {"status": {
-                "task_id": {"value": "t"}, "state": "TASK_STAGING",
-                "uuid": base64.b64encode(uuid.uuid4().bytes).decode()}}}).encode(), 400, "TASK_STAGING"),
+            (
+                json.dumps({**base, "type": "SUBSCRIBE", "subscribe": {}}).encode(),
+                400,
+                "Framework cannot be found",
+            ),
+            (
+                json.dumps(
+                    {
+                        **base,
+                        "type": "UPDATE",
+                        "update": {"status": {"task_id": {"value": "t"}, "state": "TASK_RUNNING"}},
+                    }
+                ).encode(),
+                400,
+                "uuid",
+            ),
+            (
+                json.dumps(
+                    {
+                        **base,
+                        "type": "UPDATE",
+                        "update": {
+                            "status": {
+                                "task_id": {"value": "t"},
+                                "state": "TASK_STAGING",
+                                "uuid": base64.b64encode(uuid.uuid4().bytes).decode(),
+                            }
+                        },
+                    }
+                ).encode(),
+                400,
+                "TASK_STAGING",
+            ),
             (json.dumps({**base, "type": "HEARTBEAT"}).encode(), 202, ""),
         ]
         for body, status, text in cases:
-            async with session.post(url, data=body, headers={"Content-Type": "application/json"}) as r:
+            async with session.post(
+                url, data=body, headers={"Content-Type": "application/json"}
+            ) as r:
                 assert r.status == status, (body, await r.text())
                 assert text in await r.text()
 
@@ -345,7 +410,9 @@ async def test_status_updates_are_retried_until_acknowledged(
     head = master.updates("t-retry")[0]
     # The head is resent (same uuid) and nothing behind it goes out before its ack.
     await master.wait_for(
-        lambda: len([u for u in master.updates("t-retry") if u.status.uuid == head.status.uuid]) >= 3
+        lambda: (
+            len([u for u in master.updates("t-retry") if u.status.uuid == head.status.uuid]) >= 3
+        )
     )
     assert {u.status.uuid for u in master.updates("t-retry")} == {head.status.uuid}
     assert first is not None
@@ -357,13 +424,16 @@ async def test_status_updates_are_retried_until_acknowledged(
             await asyncio.sleep(0.05)
             continue
         acked.append(current.status.state.value)
-        await master.send(AgentEvent(
-            type=AgentEventType.ACKNOWLEDGE,
-            acknowledge=Acknowledge(
-                framework_id=current.framework_id, task_id=current.status.task_id,
-                uuid=current.status.uuid,
-            ),
-        ))
+        await master.send(
+            AgentEvent(
+                type=AgentEventType.ACKNOWLEDGE,
+                acknowledge=Acknowledge(
+                    framework_id=current.framework_id,
+                    task_id=current.status.task_id,
+                    uuid=current.status.uuid,
+                ),
+            )
+        )
         if current.status.state.terminal:
             break
         await master.wait_for(
@@ -373,26 +443,33 @@ async def test_status_updates_are_retried_until_acknowledged(
     assert acked[:2] == ["TASK_STARTING", "TASK_RUNNING"]
     # Once acknowledged, the task is completed and its executor and framework are cleaned up.
     await master.wait_for(lambda: not agent.frameworks)
-    assert agent.completed_frameworks[-1].completed_executors[-1].completed_tasks[-1].state.value == (
-        "TASK_FINISHED"
-    )
+    assert agent.completed_frameworks[-1].completed_executors[-1].completed_tasks[
+        -1
+    ].state.value == ("TASK_FINISHED")
 
 
-async def test_reconciling_tasks_unknown_to_the_agent(master: FakeMaster, agent_proc: AgentProcess) -> None:
+async def test_reconciling_tasks_unknown_to_the_agent(
+    master: FakeMaster, agent_proc: AgentProcess
+) -> None:
     await agent_proc.start()
     await master.wait_for(lambda: master.registers)
     await run_task(master, command_task("t-known", "sleep 1000", master.agent_id or ""))
     await master.wait_update("t-known", "TASK_RUNNING")
-    await master.send(AgentEvent(
-        type=AgentEventType.RECONCILE_TASKS,
-        reconcile_tasks=ReconcileTasks(
-            framework_id=FrameworkID(value="fw-1"),
-            task_ids=[TaskID(value="t-known"), TaskID(value="t-forgotten")],
-        ),
-    ))
+    await master.send(
+        AgentEvent(
+            type=AgentEventType.RECONCILE_TASKS,
+            reconcile_tasks=ReconcileTasks(
+                framework_id=FrameworkID(value="fw-1"),
+                task_ids=[TaskID(value="t-known"), TaskID(value="t-forgotten")],
+            ),
+        )
+    )
     lost = await master.wait_update("t-forgotten", "TASK_LOST")
     assert lost.status.reason.value == "REASON_RECONCILIATION"
-    assert [u.status.state.value for u in master.updates("t-known")] == ["TASK_STARTING", "TASK_RUNNING"]
+    assert [u.status.state.value for u in master.updates("t-known")] == [
+        "TASK_STARTING",
+        "TASK_RUNNING",
+    ]
 
 
 async def test_ended_sandboxes_are_garbage_collected(master: FakeMaster, tmp_path: Any) -> None:
@@ -403,7 +480,14 @@ async def test_ended_sandboxes_are_garbage_collected(master: FakeMaster, tmp_pat
         await run_task(master, command_task("t-gc", "true", master.agent_id or ""))
         await master.wait_update("t-gc", "TASK_FINISHED")
         runs = os.path.join(
-            agent.flags.work_dir, "slaves", master.agent_id, "frameworks", "fw-1", "executors", "t-gc", "runs"
+            agent.flags.work_dir,
+            "slaves",
+            master.agent_id,
+            "frameworks",
+            "fw-1",
+            "executors",
+            "t-gc",
+            "runs",
         )
         run = os.path.realpath(os.path.join(runs, "latest"))
         assert os.path.isdir(run)
@@ -413,40 +497,58 @@ async def test_ended_sandboxes_are_garbage_collected(master: FakeMaster, tmp_pat
         await proc.stop()
 
 
-async def test_master_shutdown_ends_executors_and_the_agent(master: FakeMaster, agent_proc: AgentProcess) -> None:
+async def test_master_shutdown_ends_executors_and_the_agent(
+    master: FakeMaster, agent_proc: AgentProcess
+) -> None:
     agent = await agent_proc.start()
     await master.wait_for(lambda: master.registers)
     await run_task(master, command_task("t-down", "sleep 1000", master.agent_id or ""))
     await master.wait_update("t-down", "TASK_RUNNING")
-    await master.send(AgentEvent(type=AgentEventType.SHUTDOWN, shutdown=Shutdown(message="removed")))
+    await master.send(
+        AgentEvent(type=AgentEventType.SHUTDOWN, shutdown=Shutdown(message="removed"))
+    )
     assert agent_proc.task is not None
     await asyncio.wait_for(agent_proc.task, 30)  # run() returns once everything has ended
     assert agent.containerizer.containers() == []
     assert not os.path.lexists(os.path.join(agent.flags.work_dir, "meta", "slaves", "latest"))
 
 
-async def test_task_groups_go_to_one_default_executor(master: FakeMaster, agent_proc: AgentProcess) -> None:
+async def test_task_groups_go_to_one_default_executor(
+    master: FakeMaster, agent_proc: AgentProcess
+) -> None:
     agent = await agent_proc.start()
     await master.wait_for(lambda: master.registers)
     agent_id = AgentID(value=master.agent_id or "")
     executor = ExecutorInfo(
-        executor_id=ExecutorID(value="pod"), type="DEFAULT",
+        executor_id=ExecutorID(value="pod"),
+        type="DEFAULT",
         resources=Resources.parse("cpus:0.1;mem:32").to_list(),
     )
 
     def group(*names: str) -> TaskGroupInfo:
-        return TaskGroupInfo(tasks=[
-            TaskInfo(name=n, task_id=TaskID(value=n), agent_id=agent_id, executor=executor,
-                     command=CommandInfo(value="sleep 0.5"),
-                     resources=Resources.parse("cpus:0.1;mem:16").to_list())
-            for n in names
-        ])
+        return TaskGroupInfo(
+            tasks=[
+                TaskInfo(
+                    name=n,
+                    task_id=TaskID(value=n),
+                    agent_id=agent_id,
+                    executor=executor,
+                    command=CommandInfo(value="sleep 0.5"),
+                    resources=Resources.parse("cpus:0.1;mem:16").to_list(),
+                )
+                for n in names
+            ]
+        )
 
     for names in (("g1-a", "g1-b"), ("g2-a",)):
-        await master.send(AgentEvent(
-            type=AgentEventType.RUN_TASK_GROUP,
-            run_task_group=RunTaskGroup(framework_info=FRAMEWORK, executor_info=executor, task_group=group(*names)),
-        ))
+        await master.send(
+            AgentEvent(
+                type=AgentEventType.RUN_TASK_GROUP,
+                run_task_group=RunTaskGroup(
+                    framework_info=FRAMEWORK, executor_info=executor, task_group=group(*names)
+                ),
+            )
+        )
         if names[0] == "g1-a":
             await master.wait_update("g1-a", "TASK_RUNNING")
             # The second group goes to the executor already running; its container grows.
@@ -455,4 +557,13 @@ async def test_task_groups_go_to_one_default_executor(master: FakeMaster, agent_
     for name in ("g1-a", "g1-b", "g2-a"):
         finished = await master.wait_update(name, "TASK_FINISHED")
         assert finished.status.container_status.container_id.parent == pod.container_id
-    assert len({u.status.container_status.container_id.parent for u in master.updates() if u.status.container_status}) == 1
+    assert (
+        len(
+            {
+                u.status.container_status.container_id.parent
+                for u in master.updates()
+                if u.status.container_status
+            }
+        )
+        == 1
+    )

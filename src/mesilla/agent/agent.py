@@ -20,7 +20,6 @@ import asyncio
 import enum
 import logging
 import os
-import socket
 import time
 import uuid
 from collections import deque
@@ -53,16 +52,14 @@ from mesilla.agent.status_update_manager import (
     StatusUpdateManager,
 )
 from mesilla.common.durations import format_duration
-from mesilla.common.errors import BadRequest
 from mesilla.common.flags import Flags
 from mesilla.containerizer.types import ContainerTermination
-from mesilla.v1 import codec, internal
 from mesilla.v1 import executor as ev
+from mesilla.v1 import internal
 from mesilla.v1.mesos import (
     AgentCapability,
     AgentID,
     AgentInfo,
-    ContainerID,
     ContainerStatus,
     ExecutorID,
     ExecutorInfo,
@@ -70,7 +67,6 @@ from mesilla.v1.mesos import (
     FrameworkInfo,
     KillPolicy,
     MasterInfo,
-    NetworkInfo,
     Reason,
     StatusSource,
     Task,
@@ -96,7 +92,7 @@ class AgentStatus(enum.Enum):
     TERMINATING = "TERMINATING"
 
 
-def _partition_aware(info: FrameworkInfo) -> bool:
+def partition_aware(info: FrameworkInfo) -> bool:
     return info.has_capability("PARTITION_AWARE")
 
 
@@ -173,7 +169,7 @@ class Agent:
         self.gc.close()
         for framework in self.frameworks.values():
             for executor in framework.executors.values():
-                self._cancel_timers(executor)
+                executor.cancel_timers()
                 if executor.stream is not None:
                     executor.stream.close()
         for task in list(self._background):
@@ -193,9 +189,7 @@ class Agent:
                 if not executor.command_task:
                     executors.append(executor.info)
                 for info in executor.queued_tasks.values():
-                    tasks.append(
-                        make_task(info, TaskState.TASK_STAGING, framework.id, self._id())
-                    )
+                    tasks.append(make_task(info, TaskState.TASK_STAGING, framework.id, self._id()))
                 tasks.extend(executor.launched_tasks.values())
                 tasks.extend(executor.terminated_tasks.values())
         return internal.Register(
@@ -332,11 +326,17 @@ class Agent:
                 event = ev.Event(type=ev.EventType.LAUNCH, launch=ev.Launch(task=tasks[0]))
             self.spawn(self._grow_and_deliver(executor, event), f"deliver to {executor}")
         else:
-            state = TaskState.TASK_DROPPED if _partition_aware(framework.info) else TaskState.TASK_LOST
+            state = (
+                TaskState.TASK_DROPPED if partition_aware(framework.info) else TaskState.TASK_LOST
+            )
             for task in tasks:
-                self._agent_update(
-                    framework.id, None, task.task_id.value, state,
-                    Reason.REASON_EXECUTOR_TERMINATED, "Executor terminating",
+                self.agent_update(
+                    framework.id,
+                    None,
+                    task.task_id.value,
+                    state,
+                    Reason.REASON_EXECUTOR_TERMINATED,
+                    "Executor terminating",
                     executor_id=info.executor_id.value,
                 )
 
@@ -355,7 +355,9 @@ class Agent:
         except Exception as exc:  # the container may be gone already
             log.warning("Failed to update the resources of executor %s: %s", executor, exc)
 
-    def _queue(self, executor: Executor, tasks: list[TaskInfo], group: TaskGroupInfo | None) -> None:
+    def _queue(
+        self, executor: Executor, tasks: list[TaskInfo], group: TaskGroupInfo | None
+    ) -> None:
         if group is not None:
             executor.queue_group(group)
         else:
@@ -376,7 +378,9 @@ class Agent:
         agent_id = self._id().value
         container_id = new_container_id()
         fw, ex = framework.id.value, info.executor_id.value
-        directory = paths.executor_run_dir(self.flags.work_dir, agent_id, fw, ex, container_id.value)
+        directory = paths.executor_run_dir(
+            self.flags.work_dir, agent_id, fw, ex, container_id.value
+        )
         os.makedirs(directory, exist_ok=True)
         paths.update_latest_symlink(
             paths.executor_latest_run_path(self.flags.work_dir, agent_id, fw, ex), directory
@@ -488,10 +492,16 @@ class Agent:
             return
         executor = framework.executor_of_task(task_id)
         if executor is None:
-            state = TaskState.TASK_DROPPED if _partition_aware(framework.info) else TaskState.TASK_LOST
-            self._agent_update(
-                framework.id, None, task_id, state,
-                Reason.REASON_EXECUTOR_TERMINATED, "Cannot find executor",
+            state = (
+                TaskState.TASK_DROPPED if partition_aware(framework.info) else TaskState.TASK_LOST
+            )
+            self.agent_update(
+                framework.id,
+                None,
+                task_id,
+                state,
+                Reason.REASON_EXECUTOR_TERMINATED,
+                "Cannot find executor",
             )
             return
         if executor.state in (ExecutorState.TERMINATING, ExecutorState.TERMINATED):
@@ -506,23 +516,32 @@ class Agent:
             )
             victims = [t.task_id.value for t in group.tasks] if group else [task_id]
             for victim in victims:
-                self._agent_update(
-                    framework.id, executor, victim, TaskState.TASK_KILLED,
-                    Reason.REASON_TASK_KILLED_DURING_LAUNCH, message,
+                self.agent_update(
+                    framework.id,
+                    executor,
+                    victim,
+                    TaskState.TASK_KILLED,
+                    Reason.REASON_TASK_KILLED_DURING_LAUNCH,
+                    message,
                 )
             if (
                 executor.state is ExecutorState.RUNNING
                 and not executor.ever_sent_task
                 and not executor.queued_tasks
             ):
-                self._shutdown_executor(framework, executor)
+                self.end_executor(framework, executor)
             return
         if task_id in executor.launched_tasks:
             executor.killing.add(task_id)
-            self._send(executor, ev.Event(
-                type=ev.EventType.KILL,
-                kill=ev.Kill(task_id=executor.launched_tasks[task_id].task_id, kill_policy=kill_policy),
-            ))
+            self.send_to_executor(
+                executor,
+                ev.Event(
+                    type=ev.EventType.KILL,
+                    kill=ev.Kill(
+                        task_id=executor.launched_tasks[task_id].task_id, kill_policy=kill_policy
+                    ),
+                ),
+            )
 
     def shutdown_executor(self, framework_id: str, executor_id: str) -> None:
         framework = self.frameworks.get(framework_id)
@@ -530,15 +549,18 @@ class Agent:
             log.warning("Ignoring shutdown of executor %s of unknown framework", executor_id)
             return
         executor = framework.executors.get(executor_id)
-        if executor is None or executor.state in (ExecutorState.TERMINATING, ExecutorState.TERMINATED):
+        if executor is None or executor.state in (
+            ExecutorState.TERMINATING,
+            ExecutorState.TERMINATED,
+        ):
             log.warning("Ignoring shutdown of unknown or ending executor %s", executor_id)
             return
-        self._shutdown_executor(framework, executor)
+        self.end_executor(framework, executor)
 
-    def _shutdown_executor(self, framework: Framework, executor: Executor) -> None:
+    def end_executor(self, framework: Framework, executor: Executor) -> None:
         log.info("Shutting down executor %s", executor)
         executor.state = ExecutorState.TERMINATING
-        self._send(executor, ev.Event(type=ev.EventType.SHUTDOWN))
+        self.send_to_executor(executor, ev.Event(type=ev.EventType.SHUTDOWN))
         grace = shutdown_grace_period(self.flags, executor.info)
         loop = asyncio.get_running_loop()
         executor.timers.append(loop.call_later(grace, self._shutdown_timeout, executor))
@@ -557,7 +579,7 @@ class Agent:
         self.status_updates.cleanup(framework_id)
         for executor in list(framework.executors.values()):
             if executor.state in (ExecutorState.REGISTERING, ExecutorState.RUNNING):
-                self._shutdown_executor(framework, executor)
+                self.end_executor(framework, executor)
             elif executor.state is ExecutorState.TERMINATED:
                 self._remove_executor(framework, executor)
         if framework.idle():
@@ -603,11 +625,14 @@ class Agent:
         for task_id in msg.task_ids:
             if framework is not None and framework.executor_of_task(task_id.value) is not None:
                 continue
-            partition_aware = framework is not None and _partition_aware(framework.info)
-            self._agent_update(
-                msg.framework_id, None, task_id.value,
-                TaskState.TASK_DROPPED if partition_aware else TaskState.TASK_LOST,
-                Reason.REASON_RECONCILIATION, "Reconciliation: task unknown to the agent",
+            aware = framework is not None and partition_aware(framework.info)
+            self.agent_update(
+                msg.framework_id,
+                None,
+                task_id.value,
+                TaskState.TASK_DROPPED if aware else TaskState.TASK_LOST,
+                Reason.REASON_RECONCILIATION,
+                "Reconciliation: task unknown to the agent",
             )
 
     # -- executor terminated ----------------------------------------------------------
@@ -624,7 +649,7 @@ class Agent:
         log.info("Executor %s terminated (wait status %s)", executor, status)
         self.metrics["executors_terminated"] += 1
         executor.state = ExecutorState.TERMINATED
-        self._cancel_timers(executor)
+        executor.cancel_timers()
         if executor.stream is not None:
             executor.stream.close()
             executor.stream = None
@@ -636,13 +661,17 @@ class Agent:
             for task_id in list(executor.launched_tasks):
                 executor.terminated_tasks[task_id] = executor.launched_tasks.pop(task_id)
         if not executor.command_task and self.info.id is not None:
-            self.send_to_master(internal.AgentCall(
-                type=internal.AgentCallType.EXITED_EXECUTOR,
-                agent_id=self.info.id,
-                exited_executor=internal.ExitedExecutor(
-                    framework_id=framework.id, executor_id=executor.info.executor_id, status=status
-                ),
-            ))
+            self.send_to_master(
+                internal.AgentCall(
+                    type=internal.AgentCallType.EXITED_EXECUTOR,
+                    agent_id=self.info.id,
+                    exited_executor=internal.ExitedExecutor(
+                        framework_id=framework.id,
+                        executor_id=executor.info.executor_id,
+                        status=status,
+                    ),
+                )
+            )
         if (
             self.status is AgentStatus.TERMINATING
             or framework.state is FrameworkState.TERMINATING
@@ -668,12 +697,17 @@ class Agent:
         else:
             state = TaskState.TASK_FAILED
         reason = (termination and termination.reason) or (pending and pending.reason)
-        messages = [m for m in (pending and pending.message, termination and termination.message) if m]
+        messages = [
+            m for m in (pending and pending.message, termination and termination.message) if m
+        ]
         if termination is None and pending is None:
             messages.append("Abnormal executor termination: unknown container")
         limited = termination.limited_resources if termination else []
-        self._agent_update(
-            framework.id, executor, task_id, state,
+        self.agent_update(
+            framework.id,
+            executor,
+            task_id,
+            state,
             reason or Reason.REASON_EXECUTOR_TERMINATED,
             "; ".join(messages) or "Executor terminated",
             limitation=TaskResourceLimitation(resources=limited) if limited else None,
@@ -681,7 +715,7 @@ class Agent:
 
     def _remove_executor(self, framework: Framework, executor: Executor) -> None:
         log.info("Cleaning up executor %s", executor)
-        self._cancel_timers(executor)
+        executor.cancel_timers()
         if executor.checkpoint:
             self.meta.sentinel(framework.id.value, executor.id, executor.container_id.value)
         self.schedule_gc(framework.id.value, executor.id, executor.container_id.value)
@@ -696,24 +730,21 @@ class Agent:
             self.flags.work_dir, self._id().value, framework_id, executor_id, container_id
         )
         self.gc.schedule(delay, sandbox, lambda: self.files.detach(sandbox))
-        self.gc.schedule(delay, paths.run_meta_dir(
-            self.flags.work_dir, self._id().value, framework_id, executor_id, container_id
-        ))
+        self.gc.schedule(
+            delay,
+            paths.run_meta_dir(
+                self.flags.work_dir, self._id().value, framework_id, executor_id, container_id
+            ),
+        )
 
     def _remove_framework(self, framework: Framework) -> None:
         log.info("Cleaning up framework %s", framework.id.value)
         self.frameworks.pop(framework.id.value, None)
         self.completed_frameworks.append(framework)
 
-    @staticmethod
-    def _cancel_timers(executor: Executor) -> None:
-        for timer in executor.timers:
-            timer.cancel()
-        executor.timers.clear()
-
     # -- status updates -----------------------------------------------------------------
 
-    def _agent_update(
+    def agent_update(
         self,
         framework_id: FrameworkID,
         executor: Executor | None,
@@ -726,8 +757,10 @@ class Agent:
         limitation: TaskResourceLimitation | None = None,
     ) -> None:
         """A status update the agent itself generates (SOURCE_AGENT, a fresh uuid)."""
-        ex_id = executor.info.executor_id if executor else (
-            ExecutorID(value=executor_id) if executor_id else None
+        ex_id = (
+            executor.info.executor_id
+            if executor
+            else (ExecutorID(value=executor_id) if executor_id else None)
         )
         status = TaskStatus(
             task_id=TaskID(value=task_id),
@@ -739,12 +772,14 @@ class Agent:
             executor_id=ex_id,
             timestamp=time.time(),
             uuid=uuid.uuid4().bytes,
-            container_status=ContainerStatus(container_id=executor.container_id) if executor else None,
+            container_status=ContainerStatus(container_id=executor.container_id)
+            if executor
+            else None,
             limitation=limitation,
         )
-        self._record_update(framework_id, executor, status)
+        self.record_update(framework_id, executor, status)
 
-    def _record_update(
+    def record_update(
         self, framework_id: FrameworkID, executor: Executor | None, status: TaskStatus
     ) -> bool:
         if executor is not None:
@@ -768,58 +803,13 @@ class Agent:
             self.metrics["invalid_status_updates"] += 1
             return False
         self.metrics["valid_status_updates"] += 1
-        if executor is not None and status.state.terminal and executor.state is ExecutorState.RUNNING:
+        if (
+            executor is not None
+            and status.state.terminal
+            and executor.state is ExecutorState.RUNNING
+        ):
             self.spawn(self._update_resources(executor), f"resize {executor}")
         return True
-
-    async def executor_update(self, framework: Framework, executor: Executor, status: TaskStatus) -> None:
-        """An UPDATE call from an executor (already validated by the executor API)."""
-        async with executor.lock:
-            assert status.uuid is not None
-            status.agent_id = self.info.id
-            status.executor_id = executor.info.executor_id
-            status.source = StatusSource.SOURCE_EXECUTOR
-            if status.timestamp is None:
-                status.timestamp = time.time()
-            fw_id, task_id = framework.id.value, status.task_id.value
-            if not self.status_updates.seen(fw_id, task_id, status.uuid):
-                if framework.state is FrameworkState.TERMINATING:
-                    log.warning("Ignoring update of task %s of a terminating framework", task_id)
-                else:
-                    status.container_status = await self._container_status(executor, status)
-                    self._record_update(framework.id, executor, status)
-            # Acknowledged once the agent has taken charge, so the executor stops resending.
-            self._send(executor, ev.Event(
-                type=ev.EventType.ACKNOWLEDGED,
-                acknowledged=ev.Acknowledged(task_id=status.task_id, uuid=status.uuid),
-            ))
-
-    async def _container_status(self, executor: Executor, status: TaskStatus) -> ContainerStatus:
-        given = status.container_status or ContainerStatus()
-        container_id: ContainerID = given.container_id or executor.container_id
-        try:
-            fields = await self.containerizer.status(container_id)
-        except Exception as exc:
-            log.debug("No status for container %s: %s", container_id, exc)
-            fields = {}
-        try:
-            # The containerizer reports ContainerStatus fields as JSON.
-            reported = codec.convert(
-                {k: v for k, v in fields.items() if k != "container_id"}, ContainerStatus
-            )
-        except BadRequest as exc:
-            log.warning("Ignoring a malformed status of container %s: %s", container_id, exc.reason)
-            reported = ContainerStatus()
-        network_infos = given.network_infos or reported.network_infos
-        if not network_infos:
-            # As Mesos, the agent's address stands in for a container without its own network.
-            network_infos = [NetworkInfo(ip_addresses=[{"ip_address": _agent_ip(self.flags.ip)}])]
-        return ContainerStatus(
-            container_id=container_id,
-            network_infos=network_infos,
-            cgroup_info=given.cgroup_info or reported.cgroup_info,
-            executor_pid=given.executor_pid or reported.executor_pid,
-        )
 
     def _forward(self, update: internal.StatusUpdate) -> None:
         """Sends a stream's head to the master, with the task's latest state (Mesos's `forward`)."""
@@ -834,9 +824,13 @@ class Agent:
             update = internal.StatusUpdate(
                 framework_id=update.framework_id, status=update.status, latest_state=task.state
             )
-        self.send_to_master(internal.AgentCall(
-            type=internal.AgentCallType.STATUS_UPDATE, agent_id=self.info.id, status_update=update
-        ))
+        self.send_to_master(
+            internal.AgentCall(
+                type=internal.AgentCallType.STATUS_UPDATE,
+                agent_id=self.info.id,
+                status_update=update,
+            )
+        )
 
     def acknowledge(self, framework_id: str, task_id: str, uuid_: bytes) -> None:
         ended = self.status_updates.acknowledgement(framework_id, task_id, uuid_)
@@ -863,90 +857,27 @@ class Agent:
             self.metrics["invalid_framework_messages"] += 1
             return
         self.metrics["valid_framework_messages"] += 1
-        self._send(executor, ev.Event(type=ev.EventType.MESSAGE, message=ev.MessageEvent(data=data)))
+        self.send_to_executor(
+            executor, ev.Event(type=ev.EventType.MESSAGE, message=ev.MessageEvent(data=data))
+        )
 
     def executor_message(self, framework: Framework, executor: Executor, data: bytes) -> None:
         if self.info.id is None:
             return
-        self.send_to_master(internal.AgentCall(
-            type=internal.AgentCallType.EXECUTOR_MESSAGE,
-            agent_id=self.info.id,
-            executor_message=internal.ExecutorToFramework(
-                framework_id=framework.id, executor_id=executor.info.executor_id, data=data
-            ),
-        ))
+        self.send_to_master(
+            internal.AgentCall(
+                type=internal.AgentCallType.EXECUTOR_MESSAGE,
+                agent_id=self.info.id,
+                executor_message=internal.ExecutorToFramework(
+                    framework_id=framework.id, executor_id=executor.info.executor_id, data=data
+                ),
+            )
+        )
 
-    def _send(self, executor: Executor, event: ev.Event) -> None:
+    def send_to_executor(self, executor: Executor, event: ev.Event) -> None:
         if executor.stream is None:
             log.debug("Executor %s has no connection; dropping %s", executor, event.type.value)
             return
         self.spawn(executor.stream.send(event), f"send {event.type.value} to {executor}")
 
     # -- executor subscription ---------------------------------------------------------
-
-    async def executor_subscribe(
-        self, framework: Framework, executor: Executor, subscribe: ev.Subscribe, stream: Any
-    ) -> None:
-        if (
-            self.status is AgentStatus.TERMINATING
-            or framework.state is FrameworkState.TERMINATING
-            or executor.state in (ExecutorState.TERMINATING, ExecutorState.TERMINATED)
-        ):
-            log.warning("Shutting down executor %s: it subscribed while ending", executor)
-            await stream.send(ev.Event(type=ev.EventType.SHUTDOWN))
-            stream.close()
-            return
-        if executor.stream is not None and executor.stream is not stream:
-            executor.stream.close()
-        executor.state = ExecutorState.RUNNING
-        executor.stream = stream
-        self._cancel_timers(executor)
-        if executor.checkpoint:
-            self.meta.http_marker(framework.id.value, executor.id, executor.container_id.value)
-        for unacked in subscribe.unacknowledged_updates:
-            await self.executor_update(framework, executor, unacked.status)
-        known = {t.task_id.value for t in subscribe.unacknowledged_tasks}
-        for task in list(executor.launched_tasks.values()):
-            if task.state is TaskState.TASK_STAGING and task.task_id.value not in known:
-                state = TaskState.TASK_DROPPED if _partition_aware(framework.info) else TaskState.TASK_LOST
-                self._agent_update(
-                    framework.id, executor, task.task_id.value, state,
-                    Reason.REASON_AGENT_RESTARTED, "Task launched during agent restart",
-                )
-        if not executor.ever_sent_task and not executor.queued_tasks:
-            log.warning("Shutting down executor %s: all its tasks were killed before delivery", executor)
-            self._shutdown_executor(framework, executor)
-            return
-        await stream.send(ev.Event(
-            type=ev.EventType.SUBSCRIBED,
-            subscribed=ev.Subscribed(
-                executor_info=executor.info,
-                framework_info=framework.info,
-                agent_info=self.info,
-                container_id=executor.container_id,
-            ),
-        ))
-        lone, groups = executor.launch_queued()
-        for info in lone:
-            await stream.send(ev.Event(type=ev.EventType.LAUNCH, launch=ev.Launch(task=info)))
-        for group in groups:
-            await stream.send(ev.Event(
-                type=ev.EventType.LAUNCH_GROUP, launch_group=ev.LaunchGroup(task_group=group)
-            ))
-
-    def find_executor(self, framework_id: str, executor_id: str) -> tuple[Framework, Executor] | None:
-        framework = self.frameworks.get(framework_id)
-        executor = framework.executors.get(executor_id) if framework else None
-        if framework is None or executor is None:
-            return None
-        return framework, executor
-
-
-def _agent_ip(ip: str) -> str:
-    if ip in ("0.0.0.0", ""):
-        try:
-            return socket.gethostbyname(socket.gethostname())
-        except OSError:
-            return "127.0.0.1"
-    return ip
-

@@ -128,13 +128,16 @@ def metrics(agent: Agent) -> dict[str, float]:
     """Mesos's agent metric names (`docs/monitoring.md`)."""
     tasks = get_tasks(agent)
     counts: dict[str, int] = {}
-    for task in [*tasks.queued_tasks, *tasks.launched_tasks, *tasks.terminated_tasks, *tasks.completed_tasks]:
+    for task in [
+        *tasks.queued_tasks,
+        *tasks.launched_tasks,
+        *tasks.terminated_tasks,
+        *tasks.completed_tasks,
+    ]:
         counts[task.state.value] = counts.get(task.state.value, 0) + 1
     executors = [e for f in agent.frameworks.values() for e in f.executors.values()]
     total = Resources.from_list(agent.info.resources)
-    used = Resources.from_list(
-        [r for e in executors for r in e.allocated_resources()]
-    )
+    used = Resources.from_list([r for e in executors for r in e.allocated_resources()])
     m: dict[str, float] = {
         "slave/registered": 1.0 if agent.status is AgentStatus.RUNNING else 0.0,
         "slave/uptime_secs": time.time() - agent.start_time,
@@ -160,7 +163,17 @@ def metrics(agent: Agent) -> dict[str, float]:
     m["gc/path_removals_failed"] = float(agent.gc.failed)
     if agent.recovery_time is not None:
         m["slave/recovery_time_secs"] = agent.recovery_time
-    for state in ("staging", "starting", "running", "killing", "finished", "failed", "killed", "lost", "gone"):
+    for state in (
+        "staging",
+        "starting",
+        "running",
+        "killing",
+        "finished",
+        "failed",
+        "killed",
+        "lost",
+        "gone",
+    ):
         m[f"slave/tasks_{state}"] = float(counts.get(f"TASK_{state.upper()}", 0))
     for name in ("cpus", "mem", "disk", "gpus"):
         t, u = total.scalar(name), used.scalar(name)
@@ -183,7 +196,11 @@ def _task_json(task: Task) -> dict[str, Any]:
         "state": task.state.value,
         "resources": _summary(task.resources),
         "statuses": [
-            {k: v for k, v in codec.to_builtins(s).items() if k in ("state", "timestamp", "container_status", "healthy", "labels")}
+            {
+                k: v
+                for k, v in codec.to_builtins(s).items()
+                if k in ("state", "timestamp", "container_status", "healthy", "labels")
+            }
             for s in task.statuses
         ],
     }
@@ -293,21 +310,27 @@ class AgentApi:
 
         async def get_metrics(call: api.Call, request: web.Request) -> web.StreamResponse:
             values = metrics(agent)
-            return self.respond(get_metrics=api.GetMetrics(
-                metrics=[api.Metric(name=k, value=v) for k, v in sorted(values.items())]
-            ))
+            return self.respond(
+                get_metrics=api.GetMetrics(
+                    metrics=[api.Metric(name=k, value=v) for k, v in sorted(values.items())]
+                )
+            )
 
         async def logging_level(call: api.Call, request: web.Request) -> web.StreamResponse:
             level = logging.getLogger().getEffectiveLevel()
             # Mesos reports glog verbosity: 0 unless verbose logging is on.
-            return self.respond(get_logging_level=api.GetLoggingLevel(level=1 if level <= logging.DEBUG else 0))
+            return self.respond(
+                get_logging_level=api.GetLoggingLevel(level=1 if level <= logging.DEBUG else 0)
+            )
 
         async def state(call: api.Call, request: web.Request) -> web.StreamResponse:
-            return self.respond(get_state=api.GetState(
-                get_tasks=get_tasks(agent),
-                get_executors=get_executors(agent),
-                get_frameworks=get_frameworks(agent),
-            ))
+            return self.respond(
+                get_state=api.GetState(
+                    get_tasks=get_tasks(agent),
+                    get_executors=get_executors(agent),
+                    get_frameworks=get_frameworks(agent),
+                )
+            )
 
         async def frameworks(call: api.Call, request: web.Request) -> web.StreamResponse:
             return self.respond(get_frameworks=get_frameworks(agent))
@@ -323,21 +346,28 @@ class AgentApi:
 
         async def containers(call: api.Call, request: web.Request) -> web.StreamResponse:
             return self.respond(
-                get_containers=await get_containers(agent, call.get_containers or api.GetContainersCall())
+                get_containers=await get_containers(
+                    agent, call.get_containers or api.GetContainersCall()
+                )
             )
 
         async def list_files(call: api.Call, request: web.Request) -> web.StreamResponse:
             if call.list_files is None:
                 raise BadRequest("Expecting 'list_files' to be present")
-            listing = files_mod.browse(self.files, call.list_files.path)
-            return self.respond(list_files=api.ListFiles(file_infos=[
+            listing = files_mod.entries(self.files, call.list_files.path)
+            infos = [
                 api.FileInfo(
-                    path=str(e["path"]), nlink=int(e["nlink"]), size=int(e["size"]),  # type: ignore[call-overload]
-                    mtime={"nanoseconds": int(e["mtime"]) * 10**9},  # type: ignore[call-overload]
-                    uid=str(e["uid"]), gid=str(e["gid"]),
+                    path=path,
+                    nlink=st.st_nlink,
+                    size=st.st_size,
+                    mtime={"nanoseconds": int(st.st_mtime * 1e9)},
+                    mode=st.st_mode,
+                    uid=files_mod.user_name(st.st_uid),
+                    gid=files_mod.group_name(st.st_gid),
                 )
-                for e in listing
-            ]))
+                for path, st in listing
+            ]
+            return self.respond(list_files=api.ListFiles(file_infos=infos))
 
         async def read_file(call: api.Call, request: web.Request) -> web.StreamResponse:
             if call.read_file is None:
@@ -383,19 +413,31 @@ class AgentApi:
             return web.Response(status=200)
 
         for call_type in (
-            t.ADD_RESOURCE_PROVIDER_CONFIG, t.UPDATE_RESOURCE_PROVIDER_CONFIG,
-            t.REMOVE_RESOURCE_PROVIDER_CONFIG, t.MARK_RESOURCE_PROVIDER_GONE,
+            t.ADD_RESOURCE_PROVIDER_CONFIG,
+            t.UPDATE_RESOURCE_PROVIDER_CONFIG,
+            t.REMOVE_RESOURCE_PROVIDER_CONFIG,
+            t.MARK_RESOURCE_PROVIDER_GONE,
         ):
             self.register(call_type, no_resource_providers)
 
         for call_type, handler in {
-            t.GET_HEALTH: health, t.GET_VERSION: version, t.GET_FLAGS: flags,
-            t.GET_METRICS: get_metrics, t.GET_LOGGING_LEVEL: logging_level,
-            t.GET_STATE: state, t.GET_FRAMEWORKS: frameworks, t.GET_EXECUTORS: executors,
-            t.GET_TASKS: tasks, t.GET_AGENT: agent_info, t.GET_CONTAINERS: containers,
-            t.LIST_FILES: list_files, t.READ_FILE: read_file,
-            t.GET_OPERATIONS: operations, t.GET_RESOURCE_PROVIDERS: resource_providers,
-            t.SET_LOGGING_LEVEL: set_logging_level, t.PRUNE_IMAGES: prune_images,
+            t.GET_HEALTH: health,
+            t.GET_VERSION: version,
+            t.GET_FLAGS: flags,
+            t.GET_METRICS: get_metrics,
+            t.GET_LOGGING_LEVEL: logging_level,
+            t.GET_STATE: state,
+            t.GET_FRAMEWORKS: frameworks,
+            t.GET_EXECUTORS: executors,
+            t.GET_TASKS: tasks,
+            t.GET_AGENT: agent_info,
+            t.GET_CONTAINERS: containers,
+            t.LIST_FILES: list_files,
+            t.READ_FILE: read_file,
+            t.GET_OPERATIONS: operations,
+            t.GET_RESOURCE_PROVIDERS: resource_providers,
+            t.SET_LOGGING_LEVEL: set_logging_level,
+            t.PRUNE_IMAGES: prune_images,
         }.items():
             self.register(call_type, handler)
 
@@ -430,9 +472,15 @@ def install(router: Router, agent: Agent, files: files_mod.Files) -> AgentApi:
         return web.Response(status=200)
 
     async def version(request: web.Request) -> web.StreamResponse:
-        return jsonp_response(request, {
-            "version": MESOS_VERSION, "build_date": "", "build_time": 0, "build_user": "",
-        })
+        return jsonp_response(
+            request,
+            {
+                "version": MESOS_VERSION,
+                "build_date": "",
+                "build_time": 0,
+                "build_user": "",
+            },
+        )
 
     async def flags(request: web.Request) -> web.StreamResponse:
         return jsonp_response(request, {"flags": agent.flags.as_strings()})
@@ -446,7 +494,8 @@ def install(router: Router, agent: Agent, files: files_mod.Files) -> AgentApi:
     router.add("/health", health, methods=("GET",))
     router.add("/version", version, methods=("GET",))
     router.add("/flags", flags, methods=("GET",), realm="mesos-agent-readonly")
-    router.add("/metrics/snapshot", metrics_snapshot, methods=("GET",), realm="mesos-agent-readonly")
+    router.add(
+        "/metrics/snapshot", metrics_snapshot, methods=("GET",), realm="mesos-agent-readonly"
+    )
     files_mod.install(router, files)
     return agent_api
-

@@ -133,7 +133,9 @@ class ContainerCalls:
         validate_container_id(container_id, f"{field}.container_id")
         if nested and container_id.parent is None:
             raise BadRequest(f"Expecting '{field}.container_id.parent' to be present")
-        if launch.command is None or (launch.command.value is None and not launch.command.arguments):
+        if launch.command is None or (
+            launch.command.value is None and not launch.command.arguments
+        ):
             raise BadRequest(f"Expecting '{field}.command' with a command to run")
         sandbox = self._sandbox(container_id)
         if container_id.parent is None:

@@ -161,8 +161,12 @@ class Sessions:
         queue = board.listen()
         try:
             await calls.launch(
-                launch, "launch_nested_container_session", nested=True,
-                stdout=board.stdout, stderr=board.stderr, container_class=ContainerClass.DEBUG,
+                launch,
+                "launch_nested_container_session",
+                nested=True,
+                stdout=board.stdout,
+                stderr=board.stderr,
+                container_class=ContainerClass.DEBUG,
             )
         except BaseException:
             del self._boards[container_id]
@@ -193,7 +197,9 @@ class Sessions:
             self._boards.pop(container_id, None)
             board.close()
 
-    async def attach_output(self, request: web.Request, container_id: ContainerID) -> web.StreamResponse:
+    async def attach_output(
+        self, request: web.Request, container_id: ContainerID
+    ) -> web.StreamResponse:
         check_streaming_accept(request)
         board = self._boards.get(container_id)
         if board is None:

@@ -16,6 +16,7 @@ import uuid
 
 from aiohttp import web
 
+from mesilla.agent import executor_link
 from mesilla.agent.agent import Agent, AgentStatus
 from mesilla.agent.state import ExecutorState
 from mesilla.common.errors import BadRequest, Forbidden, ServiceUnavailable
@@ -90,14 +91,14 @@ def install(router: Router, agent: Agent) -> None:
         if call.type is ev.CallType.SUBSCRIBE:
             assert call.subscribe is not None
             stream = await EventStream.open(request)
-            await agent.executor_subscribe(framework, executor, call.subscribe, stream)
+            await executor_link.subscribe(agent, framework, executor, call.subscribe, stream)
             await _serve_stream(request, stream)
             if executor.stream is stream:
                 executor.stream = None
             return stream.response
         if call.type is ev.CallType.UPDATE:
             assert call.update is not None
-            await agent.executor_update(framework, executor, call.update.status)
+            await executor_link.update(agent, framework, executor, call.update.status)
             return web.Response(status=202)
         if call.type is ev.CallType.MESSAGE:  # the only call left
             assert call.message is not None

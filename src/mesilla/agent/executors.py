@@ -48,7 +48,11 @@ def _python_module_command(module: str, base: CommandInfo | None = None) -> Comm
 
 def _command_summary(command: CommandInfo | None) -> str:
     if command is None or command.value is None:
-        return "(Command: NO COMMAND)" if command is None or command.shell else "(Command: NO EXECUTABLE)"
+        return (
+            "(Command: NO COMMAND)"
+            if command is None or command.shell
+            else "(Command: NO EXECUTABLE)"
+        )
     if command.shell:
         value = command.value
         return f"(Command: sh -c '{value if len(value) <= 15 else value[:12] + '...'}')"

@@ -50,7 +50,7 @@ class Files:
                 raise NotFound(f"No file or directory at '{path}'")
             prefix = os.path.dirname(prefix)
         root = self._attached[prefix]
-        rest = requested[len(prefix):].lstrip("/")
+        rest = requested[len(prefix) :].lstrip("/")
         real_root = os.path.realpath(root)
         real = os.path.realpath(os.path.join(real_root, rest))
         if real != real_root and not real.startswith(real_root + os.sep):
@@ -72,11 +72,18 @@ def _query_path(request: web.Request) -> str:
     return urllib.parse.unquote(path)
 
 
-def _name(lookup, ident: int) -> str:  # type: ignore[no-untyped-def]
+def user_name(uid: int) -> str:
     try:
-        return lookup(ident)[0]
+        return pwd.getpwuid(uid).pw_name
     except KeyError:
-        return str(ident)
+        return str(uid)
+
+
+def group_name(gid: int) -> str:
+    try:
+        return grp.getgrgid(gid).gr_name
+    except KeyError:
+        return str(gid)
 
 
 def file_info(path: str, st: os.stat_result) -> dict[str, object]:
@@ -85,8 +92,8 @@ def file_info(path: str, st: os.stat_result) -> dict[str, object]:
         "path": path,
         "mode": stat.filemode(st.st_mode),
         "nlink": st.st_nlink,
-        "uid": _name(pwd.getpwuid, st.st_uid),
-        "gid": _name(grp.getgrgid, st.st_gid),
+        "uid": user_name(st.st_uid),
+        "gid": group_name(st.st_gid),
         "size": st.st_size,
         "mtime": int(st.st_mtime),
     }
@@ -102,7 +109,8 @@ def _int_param(request: web.Request, name: str) -> int | None:
         raise BadRequest(f"Failed to parse {name}: '{text}' is not a number.") from None
 
 
-def browse(files: Files, path: str) -> list[dict[str, object]]:
+def entries(files: Files, path: str) -> list[tuple[str, os.stat_result]]:
+    """(request path, stat) of each entry of a directory; a file lists nothing, as in Mesos."""
     real = files.resolve(path)
     if not os.path.isdir(real):
         return []
@@ -112,8 +120,12 @@ def browse(files: Files, path: str) -> list[dict[str, object]]:
             st = os.stat(os.path.join(real, entry))
         except OSError:
             continue  # vanished, or a dangling symlink
-        listing.append(file_info(_normalize(path).rstrip("/") + "/" + entry, st))
+        listing.append((_normalize(path).rstrip("/") + "/" + entry, st))
     return listing
+
+
+def browse(files: Files, path: str) -> list[dict[str, object]]:
+    return [file_info(entry, st) for entry, st in entries(files, path)]
 
 
 def read(files: Files, path: str, offset: int, length: int | None) -> tuple[int, bytes]:
@@ -174,6 +186,8 @@ def install(router: Router, files: Files) -> None:
     router.add("/files/read", read_handler, methods=("GET",), realm="mesos-agent-readonly")
     router.add("/files/read.json", read_handler, methods=("GET",), realm="mesos-agent-readonly")
     router.add("/files/download", download_handler, methods=("GET",), realm="mesos-agent-readonly")
-    router.add("/files/download.json", download_handler, methods=("GET",), realm="mesos-agent-readonly")
+    router.add(
+        "/files/download.json", download_handler, methods=("GET",), realm="mesos-agent-readonly"
+    )
     router.add("/files/debug", debug_handler, methods=("GET",), realm="mesos-agent-readonly")
     router.add("/files/debug.json", debug_handler, methods=("GET",), realm="mesos-agent-readonly")

@@ -29,7 +29,9 @@ class GarbageCollector:
     def pending(self) -> int:
         return len(self._timers)
 
-    def schedule(self, delay: float, path: str, on_removed: Callable[[], None] | None = None) -> None:
+    def schedule(
+        self, delay: float, path: str, on_removed: Callable[[], None] | None = None
+    ) -> None:
         """Deletes `path` after `delay` seconds, counted from its last modification."""
         try:
             age = time.time() - os.lstat(path).st_mtime

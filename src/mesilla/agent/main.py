@@ -34,23 +34,49 @@ AGENT_FLAGS: list[Flag] = [
     Flag("hostname", "The hostname the agent reports to the master (default: the host's name)."),
     Flag("master", "The master as host:port.", required=True),
     Flag("work_dir", "Where sandboxes and checkpoints live.", required=True),
-    Flag("resources", "Total resources: 'cpus:2;mem:1024;ports:[31000-32000]' or a JSON "
-         "list; what is left out is detected."),
+    Flag(
+        "resources",
+        "Total resources: 'cpus:2;mem:1024;ports:[31000-32000]' or a JSON "
+        "list; what is left out is detected.",
+    ),
     Flag("attributes", "Attributes of the agent: 'rack:a;zone:b'."),
     Flag("default_role", "Role of resources given without one.", "*"),
-    Flag("executor_registration_timeout", "How long an executor may take to subscribe.",
-         60.0, "duration"),
-    Flag("executor_shutdown_grace_period", "How long an executor gets to exit after SHUTDOWN.",
-         5.0, "duration"),
-    Flag("executor_reregistration_timeout", "How long recovered executors get to re-subscribe.",
-         2.0, "duration"),
-    Flag("recover", "'reconnect' to live executors after a restart, or 'cleanup' to kill "
-         "them and exit.", "reconnect"),
+    Flag(
+        "executor_registration_timeout",
+        "How long an executor may take to subscribe.",
+        60.0,
+        "duration",
+    ),
+    Flag(
+        "executor_shutdown_grace_period",
+        "How long an executor gets to exit after SHUTDOWN.",
+        5.0,
+        "duration",
+    ),
+    Flag(
+        "executor_reregistration_timeout",
+        "How long recovered executors get to re-subscribe.",
+        2.0,
+        "duration",
+    ),
+    Flag(
+        "recover",
+        "'reconnect' to live executors after a restart, or 'cleanup' to kill them and exit.",
+        "reconnect",
+    ),
     Flag("strict", "Make any recovery error fatal.", True, "bool"),
-    Flag("recovery_timeout", "How long executors wait for a restarted agent before exiting.",
-         15 * 60.0, "duration"),
-    Flag("registration_backoff_factor", "Initial (randomized) backoff of (re-)registration.",
-         1.0, "duration"),
+    Flag(
+        "recovery_timeout",
+        "How long executors wait for a restarted agent before exiting.",
+        15 * 60.0,
+        "duration",
+    ),
+    Flag(
+        "registration_backoff_factor",
+        "Initial (randomized) backoff of (re-)registration.",
+        1.0,
+        "duration",
+    ),
     Flag("gc_delay", "How long sandboxes of ended executors are kept.", 7 * 86400.0, "duration"),
     Flag("logging_level", "INFO, WARNING, ERROR or DEBUG.", "INFO"),
     *CONTAINERIZER_FLAGS,
@@ -59,9 +85,7 @@ AGENT_FLAGS: list[Flag] = [
 
 def agent_info(flags: Flags) -> AgentInfo:
     if flags.recover not in ("reconnect", "cleanup"):
-        raise FlagError(
-            f"Invalid --recover={flags.recover}: expecting 'reconnect' or 'cleanup'"
-        )
+        raise FlagError(f"Invalid --recover={flags.recover}: expecting 'reconnect' or 'cleanup'")
     try:
         resources = detect_resources(flags.resources, flags.work_dir, flags.default_role)
         attributes = parse_attributes(flags.attributes)

@@ -87,7 +87,9 @@ class MasterLink:
 
     async def _session_once(self, session: aiohttp.ClientSession) -> bool:
         register = self.agent.register_call()
-        call = AgentCall(type=AgentCallType.REGISTER, agent_id=register.agent_info.id, register=register)
+        call = AgentCall(
+            type=AgentCallType.REGISTER, agent_id=register.agent_info.id, register=register
+        )
         async with session.post(
             self.url,
             data=codec.encode(call),
@@ -106,7 +108,9 @@ class MasterLink:
                 try:
                     chunk = await asyncio.wait_for(response.content.readany(), read_timeout)
                 except TimeoutError:
-                    log.warning("Missed %d heartbeats from the master: re-registering", MISSED_HEARTBEATS)
+                    log.warning(
+                        "Missed %d heartbeats from the master: re-registering", MISSED_HEARTBEATS
+                    )
                     return registered
                 if not chunk:
                     return registered
@@ -136,7 +140,9 @@ class MasterLink:
                     if response.status != 202:
                         log.warning(
                             "The master answered %d to %s: %s",
-                            response.status, call.type.value, await response.text(),
+                            response.status,
+                            call.type.value,
+                            await response.text(),
                         )
             except (aiohttp.ClientError, OSError) as exc:
                 log.info("Sending %s to the master failed: %s", call.type.value, exc)

@@ -56,9 +56,7 @@ def executor_meta_dir(work_dir: str, agent_id: str, framework_id: str, executor_
     )
 
 
-def executor_info_path(
-    work_dir: str, agent_id: str, framework_id: str, executor_id: str
-) -> str:
+def executor_info_path(work_dir: str, agent_id: str, framework_id: str, executor_id: str) -> str:
     return os.path.join(
         executor_meta_dir(work_dir, agent_id, framework_id, executor_id), "executor.info"
     )

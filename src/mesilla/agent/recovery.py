@@ -66,8 +66,12 @@ def _rebuild_executor(
                 task.state = record.update.status.state
                 task.statuses.append(record.update.status)
         stream_path = paths.task_updates_path(
-            agent.flags.work_dir, agent.info.id.value, fw, state.executor_id,
-            run.container_id, task_state.task_id,
+            agent.flags.work_dir,
+            agent.info.id.value,
+            fw,
+            state.executor_id,
+            run.container_id,
+            task_state.task_id,
         )
         agent.status_updates.recover(fw, task_state.task_id, task_state.records, stream_path)
         if not task.state.terminal:
@@ -102,7 +106,9 @@ async def recover(agent: Agent) -> None:
             for ex_state in fw_state.executors.values():
                 for run in ex_state.runs.values():
                     if run.completed or run.container_id != ex_state.latest:
-                        agent.schedule_gc(fw_state.framework_id, ex_state.executor_id, run.container_id)
+                        agent.schedule_gc(
+                            fw_state.framework_id, ex_state.executor_id, run.container_id
+                        )
                 executor = _rebuild_executor(agent, framework, ex_state)
                 if executor is not None:
                     framework.executors[executor.id] = executor
@@ -142,7 +148,11 @@ async def _await_reregistration(agent: Agent, executors: list[Executor]) -> None
             continue
         log.warning("Executor %s did not re-subscribe in time: destroying it", executor)
         framework = agent.frameworks[executor.framework_id.value]
-        gone = TaskState.TASK_GONE if framework.info.has_capability("PARTITION_AWARE") else TaskState.TASK_LOST
+        gone = (
+            TaskState.TASK_GONE
+            if framework.info.has_capability("PARTITION_AWARE")
+            else TaskState.TASK_LOST
+        )
         executor.state = ExecutorState.TERMINATING
         executor.pending_termination = ContainerTermination(
             state=gone.value,

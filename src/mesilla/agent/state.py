@@ -55,7 +55,9 @@ class FrameworkState(enum.Enum):
     TERMINATING = "TERMINATING"
 
 
-def make_task(info: TaskInfo, state: TaskState, framework_id: FrameworkID, agent_id: AgentID) -> Task:
+def make_task(
+    info: TaskInfo, state: TaskState, framework_id: FrameworkID, agent_id: AgentID
+) -> Task:
     """The agent's `Task` record of a TaskInfo (Mesos's `protobuf::createTask`)."""
     return Task(
         name=info.name,
@@ -110,6 +112,11 @@ class Executor:
 
     def __str__(self) -> str:
         return f"'{self.id}' of framework {self.framework_id.value}"
+
+    def cancel_timers(self) -> None:
+        for timer in self.timers:
+            timer.cancel()
+        self.timers.clear()
 
     # -- tasks --
 
@@ -169,7 +176,8 @@ class Executor:
                 )
             info = self.queued_tasks.pop(task_id)
             self.queued_groups = [
-                g for g in self.queued_groups
+                g
+                for g in self.queued_groups
                 if any(t.task_id.value in self.queued_tasks for t in g.tasks)
             ]
             task = make_task(info, status.state, self.framework_id, self.agent_id)

@@ -132,6 +132,7 @@ class Call(Message):
     attach_container_input: Json | None = None
     prune_images: Json | None = None
 
+
 # --- responses ---------------------------------------------------------------------
 
 

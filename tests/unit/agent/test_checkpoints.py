@@ -55,7 +55,7 @@ def test_update_log_drops_a_partial_last_record(tmp_path: Any) -> None:
     first = UpdateRecord(type="UPDATE", update=_update("t", TaskState.TASK_RUNNING, b"1" * 16))
     checkpoints.append_record(path, codec.encode(first))
     with open(path, "ab") as f:
-        f.write(b"120\n{\"type\": \"UPD")  # a crash in the middle of an append
+        f.write(b'120\n{"type": "UPD')  # a crash in the middle of an append
     records = checkpoints.read_records(path)
     assert records == [codec.encode(first)]
     # The log was cut back to the record boundary, so appending works again.
@@ -84,8 +84,11 @@ def _write_tree(work_dir: str) -> None:
     os.makedirs(run)
     paths.update_latest_symlink(os.path.join(os.path.dirname(run), "latest"), run)
     task = Task(
-        name="t", task_id=TaskID(value="T"), framework_id=FrameworkID(value="F"),
-        agent_id=AgentID(value="A1"), state=TaskState.TASK_STAGING,
+        name="t",
+        task_id=TaskID(value="T"),
+        framework_id=FrameworkID(value="F"),
+        agent_id=AgentID(value="A1"),
+        state=TaskState.TASK_STAGING,
     )
     checkpoints.checkpoint(paths.task_info_path(work_dir, "A1", "F", "E", "C", "T"), task)
     record = UpdateRecord(type="UPDATE", update=_update("T", TaskState.TASK_RUNNING, b"2" * 16))

@@ -50,7 +50,9 @@ async def test_health_version_and_flags_answer_at_once(client: TestClient) -> No
 
 async def test_executors_may_only_resubscribe(client: TestClient) -> None:
     ids = {"framework_id": {"value": "f"}, "executor_id": {"value": "e"}}
-    r = await client.post("/api/v1/executor", json={**ids, "type": "MESSAGE", "message": {"data": ""}})
+    r = await client.post(
+        "/api/v1/executor", json={**ids, "type": "MESSAGE", "message": {"data": ""}}
+    )
     assert r.status == 503
     r = await client.post("/api/v1/executor", json={**ids, "type": "SUBSCRIBE", "subscribe": {}})
     assert r.status == 400 and "Framework cannot be found" in await r.text()

@@ -215,6 +215,12 @@ async def test_subscribe_streams_state_then_events(cluster: Cluster) -> None:
     assert updated["task_updated"]["state"] == "TASK_RUNNING"
     assert updated["task_updated"]["status"]["state"] == "TASK_RUNNING"
 
+    info = {"user": "root", "name": "renamed", "id": {"value": scheduler.framework_id}}
+    response = await scheduler.call("UPDATE_FRAMEWORK", {"framework_info": info})
+    assert response.status == 200, await response.text()
+    renamed = await operator.next_of("FRAMEWORK_UPDATED")
+    assert renamed["framework_updated"]["framework"]["framework_info"]["name"] == "renamed"
+
     await cluster.post("/api/v1", {"type": "TEARDOWN", "teardown": {"framework_id": {"value": scheduler.framework_id}}})
     removed = await operator.next_of("FRAMEWORK_REMOVED")
     assert removed["framework_removed"]["framework_info"]["id"]["value"] == scheduler.framework_id

@@ -12,6 +12,7 @@ import asyncio
 import pytest
 
 from tests.integration import operator_cluster
+from tests.integration.master_harness import command_task
 from tests.integration.operator_cluster import Cluster, agent_id, running_task
 
 cluster = operator_cluster.cluster  # the fixture
@@ -240,3 +241,35 @@ async def test_subscriber_that_leaves_is_forgotten(cluster: Cluster) -> None:
             break
         await asyncio.sleep(0.1)
     assert metrics["master/operator_event_stream_subscribers"] == 0
+
+
+async def test_get_executors_lists_custom_executors_with_their_agent(cluster: Cluster) -> None:
+    agent = cluster.agent()
+    await agent.register()
+    scheduler = cluster.scheduler()
+    await scheduler.subscribe()
+    offer = await scheduler.offer()
+    executor = {
+        "executor_id": {"value": "exec-1"},
+        "type": "CUSTOM",
+        "command": {"value": "./my-executor"},
+        "resources": [{"name": "cpus", "type": "SCALAR", "scalar": {"value": 0.1}}],
+    }
+    task = command_task("t-custom", offer["agent_id"])
+    del task["command"]
+    task["executor"] = executor
+    response = await scheduler.launch(offer, task)
+    assert response.status == 202, await response.text()
+    await agent.next_event("RUN_TASK")
+
+    executors = (await cluster.call("GET_EXECUTORS"))["get_executors"]["executors"]
+
+    assert [(e["executor_info"]["executor_id"]["value"], e["agent_id"]["value"]) for e in executors] == [
+        ("exec-1", agent_id(agent))
+    ]
+    [framework] = (await cluster.get("/frameworks"))["frameworks"]
+    [v0] = framework["executors"]
+    assert v0["executor_id"] == "exec-1"
+    assert v0["slave_id"] == agent_id(agent)
+    assert v0["command"]["value"] == "./my-executor"
+    assert v0["resources"]["cpus"] == 0.1

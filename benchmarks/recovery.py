@@ -314,6 +314,19 @@ def report(results: list[Recovery], containers_count: int, executors: int) -> No
               + (f"; updates other than TASK_RUNNING: {r.other_updates[:3]}" if r.other_updates else ""))  # fmt: skip
 
 
+def report_log(path: Path) -> None:
+    """What the agents wrote at WARNING or above: recovery trouble (e.g. an executor destroyed
+    for re-subscribing late) shows there before it shows in the figures."""
+    try:
+        lines = path.read_text(errors="replace").splitlines()
+    except OSError:
+        return
+    flagged = [line for line in lines if " WARNING " in line or " ERROR " in line]
+    print(f"  agent log: {len(flagged)} lines at WARNING or above" + (":" if flagged else ""))
+    for line in flagged[:5]:
+        print(f"    {line[:200]}")
+
+
 async def run(args: argparse.Namespace, daemons: Daemons) -> None:
     await asyncio.to_thread(daemons.start_master)
     daemons.start_agent()
@@ -335,6 +348,7 @@ async def run(args: argparse.Namespace, daemons: Daemons) -> None:
                                                      args.timeout))  # fmt: skip
             await asyncio.sleep(args.settle)
         report(results, len(expected), executors)
+        report_log(daemons.root / "agent.log")
     finally:
         await framework.close()
         await asyncio.to_thread(await_no_containers, daemons)

@@ -471,6 +471,7 @@ async def bench_cluster(agents: int, frameworks: int, duration: float, in_flight
                     await asyncio.sleep(0.2)
                 async with streams.get(base + "/metrics/snapshot") as response:
                     metrics = await response.json()
+                reads = await _time_reads(streams, base)
             finally:
                 # Agents first, so no update arrives for a framework already gone.
                 await sim.stop()
@@ -492,7 +493,24 @@ async def bench_cluster(agents: int, frameworks: int, duration: float, in_flight
         "master_cycle_p99": metrics.get("allocator/mesos/allocation_run_ms/p99", float("nan")),
         "master_cycles": metrics.get("allocator/mesos/allocation_runs", 0.0),
         "errors": float(stats.errors + sim.errors),
+        **reads,
     }
+
+
+async def _time_reads(session: aiohttp.ClientSession, base: str) -> dict[str, float]:
+    """How long the operator surfaces take to answer with the cluster in place (ms, bytes)."""
+    out: dict[str, float] = {}
+    for name, method, path, body in (
+        ("state", "GET", "/state", None),
+        ("get_state", "POST", "/api/v1", {"type": "GET_STATE"}),
+        ("metrics", "GET", "/metrics/snapshot", None),
+    ):
+        started = time.perf_counter()
+        async with session.request(method, base + path, json=body) as response:
+            size = len(await response.read())
+        out[f"{name}_ms"] = (time.perf_counter() - started) * 1000
+        out[f"{name}_bytes"] = float(size)
+    return out
 
 
 # --- main ----------------------------------------------------------------------------------------
@@ -541,6 +559,13 @@ def main() -> int:
             f"({live['tasks_running']:.0f} tasks; latency p50 {live['latency_p50']:.0f} ms, "
             f"p99 {live['latency_p99']:.0f} ms)   target >= {LAUNCH_TARGET_PER_S:g}/s: "
             f"{verdict(live['launch_rate'], LAUNCH_TARGET_PER_S, lower_is_better=False)}"
+        )
+        print(
+            "  operator reads with the cluster in place: "
+            + ", ".join(
+                f"{label} {live[key + '_ms']:.0f} ms ({live[key + '_bytes'] / 1e6:.1f} MB)"
+                for label, key in (("/state", "state"), ("GET_STATE", "get_state"), ("/metrics/snapshot", "metrics"))
+            )
         )
         print(f"  host load average after the run: {load_average()}")
         if live["errors"] or live["tasks_lost_in_flight"]:

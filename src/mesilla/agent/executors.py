@@ -10,12 +10,13 @@
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 import uuid
 
 from mesilla.common.durations import format_duration
-from mesilla.common.flags import Flags
+from mesilla.common.flags import FlagError, Flags
 from mesilla.containerizer.types import ContainerConfig
 from mesilla.v1.mesos import (
     CommandInfo,
@@ -101,6 +102,22 @@ def has_image(info: ExecutorInfo) -> bool:
     return bool(container and container.mesos and container.mesos.image)
 
 
+def executor_environment_variables(flags: Flags) -> dict[str, str] | None:
+    """`--executor_environment_variables`: a JSON object of strings, or None when unset."""
+    text = flags.get("executor_environment_variables")
+    if text is None:
+        return None
+    try:
+        value = json.loads(text)
+    except ValueError as exc:
+        raise FlagError(f"Invalid --executor_environment_variables: {exc}") from None
+    if not isinstance(value, dict) or not all(isinstance(v, str) for v in value.values()):
+        raise FlagError(
+            "Invalid --executor_environment_variables: expecting a JSON object of strings"
+        )
+    return value
+
+
 def executor_environment(
     flags: Flags,
     info: ExecutorInfo,
@@ -113,10 +130,15 @@ def executor_environment(
     """The environment of an executor's process, as Mesos's `executorEnvironment`.
 
     As Mesos without ``--executor_environment_variables``, executors inherit the
-    agent's environment (minus Mesilla's own flag variables); the Mesos
-    variables come on top and the executor's `CommandInfo.environment` last.
+    agent's environment (minus Mesilla's own flag variables); with it, exactly
+    those variables. The Mesos variables come on top and the executor's
+    `CommandInfo.environment` last.
     """
-    env = {k: v for k, v in os.environ.items() if not k.startswith("MESILLA_")}
+    given = executor_environment_variables(flags)
+    if given is not None:
+        env = given
+    else:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("MESILLA_")}
     env.update(
         {
             "LIBPROCESS_PORT": "0",

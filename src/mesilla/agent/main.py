@@ -16,6 +16,7 @@ from aiohttp import web
 
 from mesilla.agent import agent_api, container_api, executor_api
 from mesilla.agent.agent import Agent
+from mesilla.agent.executors import executor_environment_variables
 from mesilla.agent.host import detect_resources, parse_attributes
 from mesilla.agent.master_link import MasterLink
 from mesilla.agent.recovery import recover
@@ -77,6 +78,11 @@ AGENT_FLAGS: list[Flag] = [
         1.0,
         "duration",
     ),
+    Flag(
+        "executor_environment_variables",
+        "JSON object of the environment executors get instead of the agent's own, "
+        'e.g. {"PATH": "/bin:/usr/bin"}.',
+    ),
     Flag("gc_delay", "How long sandboxes of ended executors are kept.", 7 * 86400.0, "duration"),
     Flag("logging_level", "INFO, WARNING, ERROR or DEBUG.", "INFO"),
     *CONTAINERIZER_FLAGS,
@@ -86,6 +92,8 @@ AGENT_FLAGS: list[Flag] = [
 def agent_info(flags: Flags) -> AgentInfo:
     if flags.recover not in ("reconnect", "cleanup"):
         raise FlagError(f"Invalid --recover={flags.recover}: expecting 'reconnect' or 'cleanup'")
+    if flags.executor_environment_variables is not None:
+        executor_environment_variables(flags)  # fails start-up when malformed
     try:
         resources = detect_resources(flags.resources, flags.work_dir, flags.default_role)
         attributes = parse_attributes(flags.attributes)

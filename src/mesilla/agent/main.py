@@ -134,7 +134,11 @@ async def run(
     `ready` (for embedding and tests) gets the agent once it has recovered and
     started talking to the master.
     """
-    info = agent_info(flags)
+    try:
+        info = agent_info(flags)
+    except FlagError as exc:
+        # A start-up error, not a crash: the message is all the operator needs.
+        raise SystemExit(f"mesilla agent: {exc}") from None
     containerizer = await Containerizer.create(flags)
     agent = Agent(flags, containerizer, info, status_update_interval=status_update_interval)
     runner = await start_server(agent)

@@ -32,6 +32,7 @@ from mesilla.v1.internal import (
     RunTaskGroup,
     Shutdown,
     ShutdownFramework,
+    UpdateFramework,
 )
 from mesilla.v1.mesos import (
     AgentID,
@@ -567,3 +568,46 @@ async def test_task_groups_go_to_one_default_executor(
         )
         == 1
     )
+
+
+async def test_update_framework_reaches_the_agents_record(
+    master: FakeMaster, agent_proc: AgentProcess
+) -> None:
+    agent = await agent_proc.start()
+    await master.wait_for(lambda: master.registers)
+    await run_task(master, command_task("t-upd", "sleep 1000", master.agent_id or ""))
+    await master.wait_update("t-upd", "TASK_RUNNING")
+    renamed = FrameworkInfo(
+        user="root", name="renamed", id=FrameworkID(value="fw-1"), checkpoint=True
+    )
+    await master.send(
+        AgentEvent(
+            type=AgentEventType.UPDATE_FRAMEWORK,
+            update_framework=UpdateFramework(framework_info=renamed),
+        )
+    )
+    await master.wait_for(lambda: agent.frameworks["fw-1"].info.name == "renamed")
+    # Checkpointed too, so a restarted agent knows the new info.
+    path = os.path.join(
+        agent.flags.work_dir,
+        "meta",
+        "slaves",
+        master.agent_id,
+        "frameworks",
+        "fw-1",
+        "framework.info",
+    )
+    with open(path, "rb") as f:
+        assert json.loads(f.read())["name"] == "renamed"
+    # A message for an executor the agent does not run is dropped and counted.
+    await master.send(
+        AgentEvent(
+            type=AgentEventType.FRAMEWORK_MESSAGE,
+            framework_message=FrameworkToExecutor(
+                framework_id=FrameworkID(value="fw-1"),
+                executor_id=ExecutorID(value="nobody"),
+                data=b"x",
+            ),
+        )
+    )
+    await master.wait_for(lambda: agent.metrics["invalid_framework_messages"] == 1)

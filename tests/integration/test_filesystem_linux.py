@@ -14,7 +14,7 @@ from mesilla.containerizer.isolators.filesystem.linux import (
     LinuxFilesystemIsolator,
 )
 from mesilla.containerizer.launcher.linux import LinuxLauncher
-from mesilla.containerizer.types import ContainerConfig
+from mesilla.containerizer.types import ContainerConfig, Mount
 from mesilla.testing.images import base_layer
 from mesilla.v1.mesos import AgentID, ContainerID, TaskID, TaskInfo
 from tests.fixtures.linux_launcher import LinuxEnv
@@ -103,9 +103,15 @@ async def test_command_task_with_image_sees_rootfs_and_sandbox_inside_it(
     inside = os.path.join(rootfs, linux_env.flags.sandbox_directory.lstrip("/"))
     task = TaskInfo(name="t", task_id=TaskID(value="t"), agent_id=AgentID(value="a"))
     script = f"echo via-rootfs > {inside}/file && touch {rootfs}/etc/written && [ -x /usr/bin/env ]"
-    status, config = await _run(
-        linux_env, launcher, "cmdtask", script, rootfs=rootfs, task_info=task
-    )
+    cid = ContainerID(value="cmdtask")
+    config = linux_env.config("cmdtask", rootfs=rootfs, task_info=task)
+    launch_info = await LinuxFilesystemIsolator(linux_env.flags).prepare(cid, config)
+    assert launch_info is not None
+    # The containerizer asks for the rootfs at its host path too: the same mount twice.
+    launch_info.mounts.append(Mount(rootfs, rootfs))
+    await linux_env.run(launcher, cid, script, config, launch_info)
+    status = await launcher.wait(cid)
+    await launcher.destroy(cid)
     assert status == 0, Path(config.sandbox, "stderr").read_text()
     assert _read(config, "file") == "via-rootfs"
     assert os.path.exists(os.path.join(rootfs, "etc/written"))

@@ -216,7 +216,12 @@ class LinuxLauncher(Launcher):
                 oci.tmp_mount(),
             ]
             sandbox_target = config.sandbox
-        extra = [_oci_mount(m) for m in launch_info.mounts]
+        extra: list[dict[str, Any]] = []
+        for mount in map(_oci_mount, launch_info.mounts):
+            # The same mount twice (two isolators asking for it) would hide what was
+            # mounted under the first one in between.
+            if mount not in extra:
+                extra.append(mount)
         # The sandbox is always there, read-write; an isolator's own mount of it wins.
         if not any(m["destination"] == sandbox_target for m in extra):
             mounts.append(oci.bind(config.sandbox, sandbox_target))

@@ -82,6 +82,8 @@ class _Container:
     exited: asyncio.Future[int | None] = field(default_factory=asyncio.Future)
     watcher: asyncio.Task[None] | None = None
     destroyed: bool = False
+    # Known only for containers forked here; a recovered one is treated as sharing.
+    own_pid_namespace: bool = False
 
     @property
     def rid(self) -> str:
@@ -176,6 +178,9 @@ class LinuxLauncher(Launcher):
             await self._release(rid, directory)
             raise
         container = _Container(container_id, directory, monitored.pid, monitored.monitor_pid)
+        container.own_pid_namespace = any(
+            n["type"] == "pid" and "path" not in n for n in spec["linux"]["namespaces"]
+        )
         self._containers[container_id] = container
         self._watch(container)
         return monitored.pid
@@ -348,8 +353,11 @@ class LinuxLauncher(Launcher):
         rid = runtime_id(container_id)
         directory = self.directory(container_id)
         if container is not None and not container.exited.done():
-            # --all: also what escaped into the container's cgroup from a shared pid namespace.
-            await self._runtime.kill(rid, signal.SIGKILL, all_processes=True)
+            # The init of its own pid namespace takes every process with it, and
+            # killing it directly spares a runtime process; otherwise --all, which
+            # also reaches what shares a pid namespace but sits in our cgroup.
+            if not (container.own_pid_namespace and _kill_init(container)):
+                await self._runtime.kill(rid, signal.SIGKILL, all_processes=True)
             try:
                 await asyncio.wait_for(asyncio.shield(container.exited), DESTROY_GRACE)
             except TimeoutError:
@@ -422,6 +430,28 @@ class LinuxLauncher(Launcher):
                     found.append(container_id)
                 found += self._scan(os.path.join(directory, CONTAINERS_DIR), container_id)
         return found
+
+
+def _kill_init(container: _Container) -> bool:
+    """SIGKILLs the container's init through a pidfd, if it still is that process
+    (conmon's child); False when it could not be signalled that way."""
+    if container.pid is None or container.monitor_pid is None:
+        return False
+    try:
+        fd = os.pidfd_open(container.pid)
+    except OSError:
+        return False
+    try:
+        with open(f"/proc/{container.pid}/stat") as f:
+            parent = int(f.read().rsplit(")", 1)[1].split()[1])
+        if parent != container.monitor_pid:
+            return False
+        signal.pidfd_send_signal(fd, signal.SIGKILL)
+        return True
+    except (OSError, ValueError, IndexError):
+        return False
+    finally:
+        os.close(fd)
 
 
 def _parse_runtime_id(rid: str) -> ContainerID:

@@ -7,6 +7,7 @@ Field names follow the OCI runtime spec 1.0 as runc and crun read it.
 
 from __future__ import annotations
 
+import functools
 import os
 from dataclasses import dataclass, field
 from typing import Any
@@ -84,17 +85,17 @@ def capability_names(capabilities: list[str] | None) -> list[str]:
     """Spec names (`CAP_` prefixed, upper case); None means the agent's own bounding set,
     which is what a process the agent forks would keep."""
     if capabilities is None:
-        return [name for number, name in enumerate(CAPABILITIES) if _bounding_set() >> number & 1]
+        return list(_bounding_names())
     names = (c.upper() for c in capabilities)
     return [n if n.startswith("CAP_") else f"CAP_{n}" for n in names]
 
 
-def _bounding_set() -> int:
+@functools.cache
+def _bounding_names() -> tuple[str, ...]:
+    """The agent's bounding set, read once: a process's bounding set only ever shrinks."""
     with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith("CapBnd:"):
-                return int(line.split()[1], 16)
-    return 0
+        mask = next((int(line.split()[1], 16) for line in f if line.startswith("CapBnd:")), 0)
+    return tuple(name for number, name in enumerate(CAPABILITIES) if mask >> number & 1)
 
 
 def rlimits(limits: list[tuple[str, int | None, int | None]]) -> list[dict[str, Any]]:

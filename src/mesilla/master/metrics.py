@@ -88,13 +88,14 @@ def snapshot(master: Master) -> dict[str, float]:
     """The master's ``/metrics/snapshot``: master gauges and counters, allocator and system metrics."""
     out: dict[str, float] = {name: 0.0 for name in _COUNTERS}
     out.update({name: float(value) for name, value in master.counters.items()})
-    out.update(_master_gauges(master))
-    out.update(master.allocator.metrics)
+    allocator = master.allocator.metrics
+    out.update(_master_gauges(master, allocator))
+    out.update(allocator)
     out.update(_system())
     return out
 
 
-def _master_gauges(master: Master) -> dict[str, float]:
+def _master_gauges(master: Master, allocator: dict[str, float]) -> dict[str, float]:
     agents = list(master.agents.values())
     frameworks = list(master.frameworks.values())
     out = {
@@ -120,7 +121,6 @@ def _master_gauges(master: Master) -> dict[str, float]:
         out[f"master/tasks_{state.removeprefix('TASK_').lower()}"] = float(states.get(state, 0))
     # The allocator keeps the cluster's totals; summing agents' resources here
     # would cost a snapshot tens of milliseconds at 10,000 agents.
-    allocator = master.allocator.metrics
     used = _used_scalars(master)
     for name in _SCALARS:
         all_ = allocator.get(f"allocator/mesos/resources/{name}/total", 0.0)

@@ -77,7 +77,7 @@ class Daemon:
             self.process = subprocess.Popen(
                 [sys.executable, "-m", "mesilla", self.kind, *self.flags, *extra],
                 stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                start_new_session=True,
+                start_new_session=True, env={**os.environ, "PYTHONFAULTHANDLER": "1"},
             )  # fmt: skip
 
     def kill(self, signum: int = signal.SIGKILL) -> int:
@@ -87,17 +87,25 @@ class Daemon:
             process.send_signal(signum)
         return process.wait()
 
-    def stop(self, timeout: float = 30.0) -> None:
-        """SIGTERM (a clean stop), then SIGKILL if it does not exit within `timeout`."""
+    def stop(self, timeout: float = 10.0) -> bool:
+        """SIGTERM (a clean stop), then SIGKILL if it does not exit within `timeout`;
+        False if it took SIGKILL."""
         if not self.running:
-            return
+            return True
         process = self._require()
         process.send_signal(signal.SIGTERM)
         try:
             process.wait(timeout)
         except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+            # SIGABRT first: the fault handler writes where it hangs into its log.
+            process.send_signal(signal.SIGABRT)
+            try:
+                process.wait(5)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+            return False
+        return True
 
     def wait_exit(self, timeout: float) -> int:
         try:
@@ -345,10 +353,11 @@ class Cluster:
 
     def cleanup(self) -> list[str]:
         """Stops the daemons, then removes everything of the cluster; returns what it removed
-        besides the daemons (empty after a test that cleaned up after itself)."""
-        for daemon in (*self.agents, self.master):
-            daemon.stop()
+        besides daemons that stopped on SIGTERM (empty after a test that cleaned up after itself)."""
         removed = []
+        for daemon in (*self.agents, self.master):
+            if not daemon.stop():
+                removed.append(f"{daemon.kind} pid {daemon.pid}: no exit within 10s of SIGTERM")
         for binary, root, rid in self.runtime_containers():
             removed.append(f"{binary} container {rid}")
             subprocess.run([binary, "--root", str(root), "delete", "--force", rid],

@@ -12,6 +12,7 @@ goes). Each test asserts itself that its workload left nothing behind.
 from __future__ import annotations
 
 import shutil
+import warnings
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -63,7 +64,10 @@ def make_cluster(tmp_path: Path, docker_registry: Registry) -> Iterator[Callable
         yield make
     finally:
         for cluster in clusters:
-            cluster.cleanup()
+            removed = cluster.cleanup()
+            if removed:
+                # The test's own assertions judge leaks; this tells what a failure left.
+                warnings.warn(f"cleanup of {cluster.root} removed: {removed}", stacklevel=1)
 
 
 @pytest.fixture

@@ -47,9 +47,9 @@ def container(image: str | None = None, shared: str | None = None) -> Json:
     return info
 
 
-def command_health_check(command: str) -> Json:
+def http_health_check(port: int, path: str) -> Json:
     return {
-        "type": "COMMAND", "command": {"value": command},
+        "type": "HTTP", "http": {"port": port, "path": path},
         "delay_seconds": 0, "interval_seconds": 0.5, "timeout_seconds": 10, "grace_period_seconds": 60,
     }  # fmt: skip
 

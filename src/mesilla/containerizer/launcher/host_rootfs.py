@@ -6,7 +6,10 @@ mirror the host's: directories and files are read-only recursive bind mounts
 (performed by the runtime inside the container's mount namespace, so nothing
 is mounted on the host and removing the directory is the whole cleanup),
 symlinks such as Debian's `/bin -> usr/bin` are recreated as symlinks, and
-`/proc`, `/dev`, `/sys` and `/tmp` are fresh (see `oci.base_mounts`).
+`/proc`, `/dev` and `/sys` are fresh (see `oci.base_mounts`).
+
+`/tmp` is the host's, read-write, as Mesos gives such containers: frameworks
+install executors there and expect to write temporary files.
 """
 
 from __future__ import annotations
@@ -15,7 +18,9 @@ import os
 from typing import Any
 
 # Host entries the container gets fresh instead of shared.
-FRESH = frozenset({"proc", "dev", "sys", "tmp", "lost+found"})
+FRESH = frozenset({"proc", "dev", "sys", "lost+found"})
+# Host entries the container shares read-write.
+SHARED_RW = frozenset({"tmp"})
 
 
 def prepare(rootfs: str, host: str = "/") -> list[dict[str, Any]]:
@@ -35,7 +40,7 @@ def prepare(rootfs: str, host: str = "/") -> list[dict[str, Any]]:
                     "destination": "/" + entry,
                     "type": "bind",
                     "source": source,
-                    "options": ["rbind", "ro", "rprivate"],
+                    "options": ["rbind", "rw" if entry in SHARED_RW else "ro", "rprivate"],
                 }
             )
     return mounts

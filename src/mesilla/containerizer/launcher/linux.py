@@ -218,7 +218,6 @@ class LinuxLauncher(Launcher):
             mounts = [
                 *oci.base_mounts(shm=self._shm(container_id, create, enter, linux_info)),
                 *host_rootfs.prepare(rootfs),
-                oci.tmp_mount(),
             ]
             sandbox_target = config.sandbox
         extra: list[dict[str, Any]] = []

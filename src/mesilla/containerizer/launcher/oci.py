@@ -180,15 +180,6 @@ def base_mounts(*, shm: dict[str, Any] | None = None) -> list[dict[str, Any]]:
     ]
 
 
-def tmp_mount() -> dict[str, Any]:
-    return {
-        "destination": "/tmp",
-        "type": "tmpfs",
-        "source": "tmpfs",
-        "options": ["nosuid", "nodev", "mode=1777"],
-    }
-
-
 def bind(source: str, destination: str, *, read_only: bool = False) -> dict[str, Any]:
     options = ["rbind", "ro" if read_only else "rw", "rprivate"]
     return {"destination": destination, "type": "bind", "source": source, "options": options}
@@ -237,7 +228,7 @@ def probe_spec(rootfs: str, host_mounts: list[dict[str, Any]]) -> dict[str, Any]
     return config(
         process_spec=process(["/bin/true"], {}, "/", User(0, 0), [], None),
         rootfs=rootfs,
-        mounts=[*base_mounts(), tmp_mount(), *host_mounts],
+        mounts=[*base_mounts(), *host_mounts],
         namespace_specs=namespaces({"pid", "mount"}, {}),
         cgroups_path=None,
         resources={},

@@ -18,11 +18,11 @@ from mesilla.testing.processes import Cluster, process_start_ticks
 from mesilla.testing.scheduler import Framework
 from tests.fixtures.images import PushedImage
 from tests.integration.faults.workload import (
-    container_of,
     await_gone,
-    http_health_check,
     container,
+    container_of,
     executor_sandbox,
+    http_health_check,
     pod_executor,
     restart_on_failure,
     task,

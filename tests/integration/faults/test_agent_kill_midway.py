@@ -17,7 +17,13 @@ import pytest
 from mesilla.testing.processes import Cluster
 from mesilla.testing.scheduler import TERMINAL_STATES, Framework
 from tests.fixtures.images import PushedImage
-from tests.integration.faults.workload import container, executor_sandbox, pod_executor, task, tid
+from tests.integration.faults.workload import (
+    container,
+    executor_sandbox,
+    pod_executor,
+    task,
+    tid,
+)
 
 pytestmark = [pytest.mark.root, pytest.mark.integration, pytest.mark.slow, pytest.mark.registry]
 

@@ -294,3 +294,128 @@ async def test_session_container_dies_with_its_connection(
         )
         assert status == 200
         assert os.WIFSIGNALED(body["wait_container"]["exit_status"])
+
+
+def _input_record(part: dict[str, Any]) -> bytes:
+    body = json.dumps({"type": "ATTACH_CONTAINER_INPUT", "attach_container_input": part}).encode()
+    return b"%d\n%s" % (len(body), body)
+
+
+def _stdin(data: bytes) -> bytes:
+    return _input_record(
+        {
+            "type": "PROCESS_IO",
+            "process_io": {
+                "type": "DATA",
+                "data": {"type": "STDIN", "data": base64.b64encode(data).decode()},
+            },
+        }
+    )
+
+
+INPUT = {"Content-Type": "application/recordio", "Message-Content-Type": "application/json"}
+
+
+async def test_session_reads_stdin_from_attach_container_input(
+    parent: tuple[AgentProcess, dict[str, Any]],
+) -> None:
+    proc, parent_id = parent
+    child = {"value": "session-in", "parent": parent_id}
+    call = {
+        "type": "LAUNCH_NESTED_CONTAINER_SESSION",
+        "launch_nested_container_session": {
+            "container_id": child,
+            "command": {"value": "cat; echo done >&2; exit 3"},
+        },
+    }
+    release = asyncio.Event()
+
+    async def body() -> AsyncIterator[bytes]:
+        yield _input_record({"type": "CONTAINER_ID", "container_id": child})
+        yield _stdin(b"hello\n")
+        await release.wait()  # held open: a second attacher meanwhile is refused
+        yield _stdin(b"world\n")
+        yield _stdin(b"")  # end-of-file
+
+    async with aiohttp.ClientSession() as s:
+        async with s.post(proc.url + "/api/v1", json=call, headers=STREAMING) as session:
+            assert session.status == 200
+            url = proc.url + "/api/v1"
+
+            async def attach() -> int:
+                async with s.post(url, data=body(), headers=INPUT) as r:
+                    return r.status
+
+            first = asyncio.create_task(attach())
+            try:
+                second = _input_record({"type": "CONTAINER_ID", "container_id": child})
+                for _ in range(100):
+                    async with s.post(url, data=second, headers=INPUT) as r:
+                        if r.status == 409:
+                            break
+                    await asyncio.sleep(0.05)
+                assert r.status == 409
+            finally:
+                release.set()
+            assert await first == 200
+            records = _process_io(await session.read())
+        assert b"".join(d for k, d in records if k == "STDOUT") == b"hello\nworld\n"
+        assert b"".join(d for k, d in records if k == "STDERR") == b"done\n"
+        status, result = await _call(
+            s, proc, {"type": "WAIT_CONTAINER", "wait_container": {"container_id": child}}
+        )
+        assert status == 200 and os.WEXITSTATUS(result["wait_container"]["exit_status"]) == 3
+
+
+async def test_attach_container_input_codes(parent: tuple[AgentProcess, dict[str, Any]]) -> None:
+    proc, parent_id = parent
+    url = proc.url + "/api/v1"
+    async with aiohttp.ClientSession() as s:
+        unknown = _input_record({"type": "CONTAINER_ID", "container_id": {"value": "nope"}})
+        async with s.post(url, data=unknown, headers=INPUT) as r:
+            assert r.status == 404
+        # The executor's container has no switchboard to attach to.
+        executor = _input_record({"type": "CONTAINER_ID", "container_id": parent_id})
+        async with s.post(url, data=executor, headers=INPUT) as r:
+            assert r.status == 400
+        async with s.post(url, data=_stdin(b"x"), headers=INPUT) as r:
+            assert r.status == 400  # the first record must name the container
+        as_json = {
+            "type": "ATTACH_CONTAINER_INPUT",
+            "attach_container_input": {"type": "CONTAINER_ID", "container_id": parent_id},
+        }
+        async with s.post(url, json=as_json) as r:
+            assert r.status == 415
+        streamed_get = json.dumps({"type": "GET_HEALTH"}).encode()
+        async with s.post(
+            url, data=b"%d\n%s" % (len(streamed_get), streamed_get), headers=INPUT
+        ) as r:
+            assert r.status == 415
+
+
+async def test_tty_session(parent: tuple[AgentProcess, dict[str, Any]]) -> None:
+    proc, parent_id = parent
+    child = {"value": "session-tty", "parent": parent_id}
+    call = {
+        "type": "LAUNCH_NESTED_CONTAINER_SESSION",
+        "launch_nested_container_session": {
+            "container_id": child,
+            "command": {"value": "tty; stty size; echo to-err >&2"},
+            "container": {
+                "type": "MESOS",
+                "tty_info": {"window_size": {"rows": 31, "columns": 97}},
+            },
+        },
+    }
+    async with aiohttp.ClientSession() as s:
+        async with s.post(proc.url + "/api/v1", json=call, headers=STREAMING) as r:
+            assert r.status == 200
+            records = _process_io(await r.read())
+        assert {k for k, _ in records} == {"STDOUT"}  # a terminal merges stderr
+        lines = b"".join(d for _, d in records).decode().split("\r\n")
+        assert lines[0].startswith("/dev/pts/")
+        assert lines[1:3] == ["31 97", "to-err"]
+        status, result = await _call(
+            s, proc, {"type": "WAIT_CONTAINER", "wait_container": {"container_id": child}}
+        )
+        assert status == 200 and result["wait_container"]["exit_status"] == 0

@@ -24,6 +24,7 @@ from mesilla.agent.host import attributes_json
 from mesilla.agent.state import Executor, ExecutorState, Framework, make_task
 from mesilla.common.errors import BadRequest, HttpError, ServiceUnavailable
 from mesilla.common.http import (
+    RECORDIO,
     Router,
     check_accept,
     json_response,
@@ -38,6 +39,7 @@ from mesilla.v1.mesos import FrameworkInfo, Image, Task, TaskState
 log = logging.getLogger(__name__)
 
 CallHandler = Callable[[api.Call, web.Request], Awaitable[web.StreamResponse]]
+StreamingHandler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 # Calls a recovering agent still answers (Mesos's http.cpp lets these through).
 _ANSWERED_WHILE_RECOVERING = {
@@ -281,6 +283,7 @@ class AgentApi:
         self.agent = agent
         self.files = files
         self._handlers: dict[api.CallType, CallHandler] = {}
+        self._streaming: StreamingHandler | None = None
         self._install_defaults()
 
     def register(self, call_type: api.CallType, handler: CallHandler) -> None:
@@ -441,7 +444,14 @@ class AgentApi:
         }.items():
             self.register(call_type, handler)
 
+    def register_streaming(self, handler: StreamingHandler) -> None:
+        """The handler of requests whose body is a RecordIO stream of Calls."""
+        self._streaming = handler
+
     async def handle(self, request: web.Request) -> web.StreamResponse:
+        if request.content_type == RECORDIO and self._streaming is not None:
+            _require_recovered(self.agent)
+            return await self._streaming(request)
         call = await read_message(request, api.Call)
         check_accept(request, streaming=True)
         if call.type is api.CallType.UNKNOWN:

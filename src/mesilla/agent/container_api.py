@@ -14,7 +14,7 @@
   running one cannot be removed.
 
 The `_NESTED_` variants are the deprecated names of the same calls, which
-also require a parent. Sessions and ATTACH_CONTAINER_OUTPUT are in
+also require a parent. Sessions and ATTACH_CONTAINER_OUTPUT/_INPUT are in
 `mesilla.agent.container_io`.
 """
 
@@ -32,7 +32,7 @@ from mesilla.agent import checkpoints
 from mesilla.agent.agent import Agent
 from mesilla.agent.agent_api import AgentApi
 from mesilla.agent.container_io import Sessions
-from mesilla.common.errors import BadRequest, HttpError, NotFound
+from mesilla.common.errors import BadRequest, HttpError, NotFound, UnsupportedMediaType
 from mesilla.containerizer.containerizer import (
     ContainerLaunchError,
     ContainerNotRemovable,
@@ -125,6 +125,7 @@ class ContainerCalls:
         field: str,
         *,
         nested: bool,
+        stdin: str | None = None,
         stdout: str | None = None,
         stderr: str | None = None,
         container_class: ContainerClass = ContainerClass.DEFAULT,
@@ -154,6 +155,7 @@ class ContainerCalls:
             user=(launch.command.user if launch.command and launch.command.user else None)
             or (parent_config.user if parent_config else None),
             container_class=container_class,
+            stdin=stdin,
             stdout=stdout,
             stderr=stderr,
         )
@@ -220,8 +222,16 @@ def install(agent_api: AgentApi, agent: Agent) -> None:
         assert isinstance(part, api.ContainerCall)
         return await sessions.attach_output(request, part.container_id)
 
+    async def attach_input(call: api.Call, request: web.Request) -> web.StreamResponse:
+        raise UnsupportedMediaType(
+            "ATTACH_CONTAINER_INPUT streams its records: send 'Content-Type: "
+            "application/recordio' and 'Message-Content-Type: application/json'"
+        )
+
     agent_api.register(t.LAUNCH_NESTED_CONTAINER_SESSION, session)
     agent_api.register(t.ATTACH_CONTAINER_OUTPUT, attach_output)
+    agent_api.register(t.ATTACH_CONTAINER_INPUT, attach_input)
+    agent_api.register_streaming(sessions.attach_input)
 
     def launcher(field: str, nested: bool):  # type: ignore[no-untyped-def]
         async def handler(call: api.Call, request: web.Request) -> web.StreamResponse:

@@ -1,4 +1,4 @@
-"""Container sessions: LAUNCH_NESTED_CONTAINER_SESSION and ATTACH_CONTAINER_OUTPUT.
+"""Container sessions: LAUNCH_NESTED_CONTAINER_SESSION, ATTACH_CONTAINER_OUTPUT/_INPUT.
 
 Mesos gives such containers an I/O switchboard; here the agent is the
 switchboard. The container's stdout and stderr are named pipes (under
@@ -14,8 +14,17 @@ and to every ATTACH_CONTAINER_OUTPUT attached meanwhile. The stream ends when
 the container's output ends; a session whose client goes away first has its
 container destroyed, as Mesos does. The exit status stays available to WAIT.
 
-Not yet: stdin (ATTACH_CONTAINER_INPUT) and TTYs, which need the launcher to
-take a stdin path.
+The container's stdin is a named pipe too, whose write end the agent holds
+(opened read-write, so neither side blocks opening it). ATTACH_CONTAINER_INPUT
+streams a RecordIO request body of agent Calls: first `{type: CONTAINER_ID}`,
+then PROCESS_IO records: DATA(STDIN) is written to the container (empty data
+is end-of-file), CONTROL(TTY_INFO) resizes its terminal, CONTROL(HEARTBEAT) is
+ignored. One input attacher at a time (409 Conflict otherwise, as Mesos's
+switchboard); 200 when the body has ended.
+
+A session whose ContainerInfo has `tty_info` gets a pseudo-terminal instead:
+the pty's slave is its stdin, stdout and stderr (and controlling terminal),
+everything it writes comes back as STDOUT, and STDIN data goes to the master.
 """
 
 from __future__ import annotations
@@ -23,24 +32,35 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
+import fcntl
 import logging
 import os
 import shutil
+import struct
+import termios
 from typing import Any
 
 from aiohttp import web
 
 from mesilla.agent.agent import Agent
 from mesilla.common import recordio
-from mesilla.common.errors import BadRequest, NotAcceptable, NotFound
+from mesilla.common.errors import (
+    BadRequest,
+    Conflict,
+    NotAcceptable,
+    NotFound,
+    UnsupportedMediaType,
+)
 from mesilla.containerizer.types import ContainerClass
+from mesilla.v1 import agent as api
 from mesilla.v1 import codec
-from mesilla.v1.mesos import ContainerID
+from mesilla.v1.mesos import ContainerID, TTYInfo
 
 log = logging.getLogger(__name__)
 
 RECORDIO = "application/recordio"
 HEARTBEAT_INTERVAL = 30.0
+END_OF_TRANSMISSION = b"\x04"  # what a terminal in canonical mode reads as end-of-file
 
 
 def check_streaming_accept(request: web.Request) -> None:
@@ -68,35 +88,100 @@ def _heartbeat() -> bytes:
     return recordio.encode(codec.encode(message))
 
 
-class Switchboard:
-    """The output pipes of one container and who listens to them.
+class InputClosed(Exception):
+    """The container's stdin was closed (end-of-file sent, or the container ended)."""
 
-    The agent holds a write end of each pipe itself until the container has
-    ended, so that the pipes cannot reach end-of-file before the container
-    has even opened them.
+
+class Switchboard:
+    """The I/O of one session container: its pipes (or pty) and who listens to them.
+
+    The agent holds a write end of each output pipe (the pty's slave) itself
+    until the container has ended, so that output cannot reach end-of-file
+    before the container has even opened it.
     """
 
-    def __init__(self, directory: str) -> None:
+    def __init__(self, directory: str, tty: TTYInfo | None = None) -> None:
         self.directory = directory
+        self.tty = tty
+        self.stdin = os.path.join(directory, "stdin")
         self.stdout = os.path.join(directory, "stdout")
         self.stderr = os.path.join(directory, "stderr")
         self.listeners: list[asyncio.Queue[bytes | None]] = []
         self.done = asyncio.Event()
+        self.input_attached = False
+        self._input: int | None = None
+        self._input_waiters: set[asyncio.Future[None]] = set()
         self._readers: list[int] = []
         self._holders: list[int] = []
 
     def open(self) -> None:
         os.makedirs(self.directory, exist_ok=True)
+        if self.tty is not None:
+            master, slave = os.openpty()
+            os.set_blocking(master, False)
+            self.stdin = self.stdout = self.stderr = os.ttyname(slave)
+            self._holders.append(slave)
+            self._readers.append(master)
+            self._input = os.dup(master)
+            if self.tty.window_size:
+                self.resize(self.tty.window_size)
+            return
+        os.mkfifo(self.stdin, 0o600)
+        self._input = os.open(self.stdin, os.O_RDWR | os.O_NONBLOCK)
         for path in (self.stdout, self.stderr):
             os.mkfifo(path, 0o600)
             self._readers.append(os.open(path, os.O_RDONLY | os.O_NONBLOCK))
             self._holders.append(os.open(path, os.O_WRONLY | os.O_NONBLOCK))
 
     def container_ended(self) -> None:
-        """Lets the pipes reach end-of-file once the container's own writers are gone."""
+        """Lets the output reach end-of-file once the container's own writers are gone."""
         for fd in self._holders:
             os.close(fd)
         self._holders.clear()
+        self.close_input()
+
+    def resize(self, window_size: dict[str, Any]) -> None:
+        if self.tty is None or self._input is None:
+            raise BadRequest("The container has no TTY: 'TTY_INFO' cannot resize it")
+        rows, columns = int(window_size.get("rows", 0)), int(window_size.get("columns", 0))
+        fcntl.ioctl(self._input, termios.TIOCSWINSZ, struct.pack("HHHH", rows, columns, 0, 0))
+
+    async def write_input(self, data: bytes) -> None:
+        """Writes to the container's stdin as it reads; empty `data` is end-of-file."""
+        if not data:
+            if self.tty is not None:
+                data = END_OF_TRANSMISSION
+            else:
+                self.close_input()
+                return
+        loop = asyncio.get_running_loop()
+        while data:
+            fd = self._input
+            if fd is None:
+                raise InputClosed
+            try:
+                data = data[os.write(fd, data) :]
+                continue
+            except BlockingIOError:
+                pass
+            writable: asyncio.Future[None] = loop.create_future()
+            self._input_waiters.add(writable)
+            loop.add_writer(fd, _resolve, writable)
+            try:
+                await writable
+            finally:
+                self._input_waiters.discard(writable)
+                if self._input == fd:
+                    loop.remove_writer(fd)
+
+    def close_input(self) -> None:
+        if self._input is None:
+            return
+        asyncio.get_running_loop().remove_writer(self._input)
+        os.close(self._input)
+        self._input = None
+        for waiter in self._input_waiters:
+            _resolve(waiter)
 
     def listen(self) -> asyncio.Queue[bytes | None]:
         queue: asyncio.Queue[bytes | None] = asyncio.Queue()
@@ -107,10 +192,13 @@ class Switchboard:
         return queue
 
     async def pump(self) -> None:
-        """Copies both pipes to the listeners until they reach end-of-file."""
+        """Copies the output to the listeners until it reaches end-of-file."""
         try:
             await asyncio.gather(
-                self._copy(self._readers[0], "STDOUT"), self._copy(self._readers[1], "STDERR")
+                *(
+                    self._copy(fd, kind)
+                    for fd, kind in zip(self._readers, ("STDOUT", "STDERR"), strict=False)
+                )
             )
         finally:
             self.done.set()
@@ -127,6 +215,8 @@ class Switchboard:
             while data := await reader.read(65536):
                 for queue in self.listeners:
                     queue.put_nowait(_record(kind, data))
+        except OSError:
+            pass  # a pty master reads EIO once its last slave is closed: the end
         finally:
             transport.close()
 
@@ -153,7 +243,9 @@ class Sessions:
                 "Expecting 'launch_nested_container_session.container_id.parent' to be present"
             )
         check_streaming_accept(request)
-        board = Switchboard(self.directory(container_id))
+        board = Switchboard(
+            self.directory(container_id), launch.container.tty_info if launch.container else None
+        )
         if container_id in self._boards or os.path.exists(board.directory):
             raise BadRequest(f"Container {container_id} already has a session")
         board.open()
@@ -164,6 +256,7 @@ class Sessions:
                 launch,
                 "launch_nested_container_session",
                 nested=True,
+                stdin=board.stdin,
                 stdout=board.stdout,
                 stderr=board.stderr,
                 container_class=ContainerClass.DEBUG,
@@ -197,18 +290,22 @@ class Sessions:
             self._boards.pop(container_id, None)
             board.close()
 
-    async def attach_output(
-        self, request: web.Request, container_id: ContainerID
-    ) -> web.StreamResponse:
-        check_streaming_accept(request)
+    def _board(self, container_id: ContainerID) -> Switchboard:
         board = self._boards.get(container_id)
         if board is None:
             if container_id in self.agent.containerizer.containers():
                 raise BadRequest(
-                    f"Container {container_id} has no I/O switchboard: only sessions can be attached"
+                    f"Container {container_id} has no I/O switchboard: only sessions can be "
+                    "attached"
                 )
             raise NotFound(f"Container {container_id} cannot be found")
-        queue = board.listen()
+        return board
+
+    async def attach_output(
+        self, request: web.Request, container_id: ContainerID
+    ) -> web.StreamResponse:
+        check_streaming_accept(request)
+        queue = self._board(container_id).listen()
         response = web.StreamResponse(
             status=200,
             headers={"Content-Type": RECORDIO, "Message-Content-Type": "application/json"},
@@ -218,6 +315,79 @@ class Sessions:
         await _stream(request, response, queue)
         await _finish(response)
         return response
+
+    async def attach_input(self, request: web.Request) -> web.StreamResponse:
+        """ATTACH_CONTAINER_INPUT: a RecordIO request body of Calls, read as it arrives."""
+        message_type = request.headers.get("Message-Content-Type", "")
+        if message_type != "application/json":
+            raise UnsupportedMediaType(
+                "Expecting 'Message-Content-Type: application/json' for a streamed "
+                f"request, got '{message_type}'"
+            )
+        records = _calls(request)
+        first = await anext(records, None)
+        if first is None:
+            raise BadRequest("Received EOF while reading the request body")
+        if first.type is not api.CallType.ATTACH_CONTAINER_INPUT:
+            raise UnsupportedMediaType(
+                "A streamed 'Content-Type' is only supported for ATTACH_CONTAINER_INPUT, "
+                f"not {first.type.value}"
+            )
+        attach = first.attach_container_input
+        if attach is None or attach.type != "CONTAINER_ID" or attach.container_id is None:
+            raise BadRequest(
+                "Expecting the first record to be 'attach_container_input' of type "
+                "CONTAINER_ID with its 'container_id'"
+            )
+        board = self._board(attach.container_id)
+        if board.input_attached:
+            raise Conflict(f"Container {attach.container_id} already has an input attached")
+        board.input_attached = True
+        try:
+            async for call in records:
+                if not await _feed(board, call):
+                    break
+        finally:
+            board.input_attached = False
+        return web.Response(status=200)
+
+
+async def _calls(request: web.Request) -> Any:
+    decoder = recordio.Decoder()
+    async for chunk in request.content.iter_any():
+        for record in decoder.feed(chunk):
+            yield codec.decode(record, api.Call)
+    if decoder.pending:
+        raise BadRequest("The request body ended in the middle of a RecordIO record")
+
+
+async def _feed(board: Switchboard, call: api.Call) -> bool:
+    """Applies one PROCESS_IO record; False once the container's stdin is closed."""
+    part = call.attach_container_input
+    if (
+        call.type is not api.CallType.ATTACH_CONTAINER_INPUT
+        or part is None
+        or part.type != "PROCESS_IO"
+        or part.process_io is None
+    ):
+        raise BadRequest("Expecting every record after the first to be a PROCESS_IO input call")
+    io = part.process_io
+    if io.type == "DATA" and io.data is not None and io.data.type == "STDIN":
+        try:
+            await board.write_input(io.data.data)
+        except InputClosed:
+            return False
+    elif io.type == "CONTROL" and io.control is not None:
+        if io.control.type == "TTY_INFO" and io.control.tty_info is not None:
+            board.resize(io.control.tty_info.window_size or {})
+    else:
+        raise BadRequest(f"Expecting STDIN data or a CONTROL record, got {io.type}")
+    return True
+
+
+def _resolve(future: asyncio.Future[None]) -> None:
+    if not future.done():
+        future.set_result(None)
 
 
 async def _finish(response: web.StreamResponse) -> None:

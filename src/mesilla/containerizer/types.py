@@ -54,6 +54,9 @@ class ContainerConfig:
     task_info: TaskInfo | None = None
     container_class: ContainerClass = ContainerClass.DEFAULT
     # Where stdout/stderr go (default: `<sandbox>/stdout`, `<sandbox>/stderr`).
+    # stdin is read from `stdin` (a FIFO or a pty of the agent's I/O switchboard),
+    # else from /dev/null; a terminal given as stdin becomes the controlling one.
+    stdin: str | None = None
     stdout: str | None = None
     stderr: str | None = None
     # Filled in by the provisioner when the container has an image.

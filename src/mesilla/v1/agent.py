@@ -23,6 +23,7 @@ from mesilla.v1.mesos import (
     Task,
     TaskResourceLimitation,
     TaskState,
+    TTYInfo,
 )
 
 
@@ -111,6 +112,31 @@ class KillContainerCall(Message):
     signal: int | None = None
 
 
+class ProcessIOData(Message):
+    type: str = "UNKNOWN"  # STDIN | STDOUT | STDERR
+    data: bytes = b""  # base64 in JSON, as protobuf bytes
+
+
+class ProcessIOControl(Message):
+    type: str = "UNKNOWN"  # TTY_INFO | HEARTBEAT
+    tty_info: TTYInfo | None = None
+    heartbeat: Json | None = None
+
+
+class ProcessIO(Message):
+    """One record of an I/O stream of a container (ATTACH_CONTAINER_INPUT/OUTPUT, sessions)."""
+
+    type: str = "UNKNOWN"  # DATA | CONTROL
+    data: ProcessIOData | None = None
+    control: ProcessIOControl | None = None
+
+
+class AttachContainerInputCall(Message):
+    type: str = "UNKNOWN"  # CONTAINER_ID (the first record) | PROCESS_IO (the others)
+    container_id: ContainerID | None = None
+    process_io: ProcessIO | None = None
+
+
 class Call(Message):
     type: CallType
     get_metrics: GetMetricsCall | None = None
@@ -128,8 +154,8 @@ class Call(Message):
     kill_container: KillContainerCall | None = None
     remove_container: ContainerCall | None = None
     attach_container_output: ContainerCall | None = None
-    # ATTACH_CONTAINER_INPUT streams ProcessIO records in the request body instead.
-    attach_container_input: Json | None = None
+    # ATTACH_CONTAINER_INPUT: every record of the streamed request body is a Call.
+    attach_container_input: AttachContainerInputCall | None = None
     prune_images: Json | None = None
 
 

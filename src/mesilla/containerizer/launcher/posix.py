@@ -119,6 +119,7 @@ class PosixLauncher(Launcher):
             sys.executable, "-s", "-S", NANNY_SCRIPT,
             os.path.join(directory, STATUS_FILE),
             os.path.join(directory, PID_FILE),
+            config.stdin or "-",
             stdout,
             stderr,
             launch_info.working_directory or config.sandbox,

@@ -1,12 +1,14 @@
 """The posix launcher's per-container supervisor ("nanny"); a standalone script.
 
-Run as `python -s -S posix_nanny.py STATUS PID_FILE STDOUT STDERR CWD USER RLIMITS LC_CTYPE -- ARGV`
+Run as `python -s -S posix_nanny.py STATUS PID_FILE STDIN STDOUT STDERR CWD USER RLIMITS LC_CTYPE
+-- ARGV`
 with the container's environment, fd 0 the start gate and fd 1 a pipe to the
 launcher. It imports nothing beyond what the interpreter has already loaded, so
 it stays a few megabytes: it must outlive the agent, so it is paid per container.
 
 It forks the container's first process, which becomes a session (and process
-group) leader, opens its stdout/stderr, applies cwd, user and rlimits, and then
+group) leader, opens its stdout/stderr and stdin ("-": /dev/null; a terminal
+opened there becomes the session's controlling terminal), applies cwd, user and rlimits, and then
 waits on the gate: one byte "1" lets it exec; EOF (the launcher went away
 before `start`) makes it exit 1 without running anything. The nanny writes its own
 and the child's pid files, reports the pid on fd 1, reaps the child and writes its raw
@@ -63,7 +65,18 @@ def switch_user(name):
     os.environ.setdefault("USER", name)
 
 
-def child(stdout, stderr, cwd, user, rlimits, keep_lc_ctype, argv):
+def open_stdin(path):
+    if path == "-":
+        return os.open("/dev/null", os.O_RDONLY)
+    fd = os.open(path, os.O_RDONLY)
+    if os.isatty(fd):
+        # A terminal is both ends; a FIFO must stay read-only or it never reaches EOF.
+        os.close(fd)
+        fd = os.open(path, os.O_RDWR)
+    return fd
+
+
+def child(stdin, stdout, stderr, cwd, user, rlimits, keep_lc_ctype, argv):
     os.setsid()
     if keep_lc_ctype != "1":
         # Python's C-locale coercion added it to our environment, not the container's.
@@ -72,6 +85,7 @@ def child(stdout, stderr, cwd, user, rlimits, keep_lc_ctype, argv):
     os.dup2(os.open(stdout, flags, 0o644), 1)
     os.dup2(os.open(stderr, flags, 0o644), 2)
     try:
+        source = open_stdin(stdin)
         os.chdir(cwd)
         if rlimits != "-":
             apply_rlimits(rlimits)
@@ -82,9 +96,8 @@ def child(stdout, stderr, cwd, user, rlimits, keep_lc_ctype, argv):
         os._exit(EXEC_FAILED_EXIT_CODE)
     if os.read(0, 1) != b"1":
         os._exit(ABORTED_EXIT_CODE)
-    null = os.open("/dev/null", os.O_RDONLY)
-    os.dup2(null, 0)
-    os.close(null)
+    os.dup2(source, 0)
+    os.close(source)
     try:
         os.execvpe(argv[0], argv, os.environ)
     except OSError as exc:
@@ -95,7 +108,9 @@ def child(stdout, stderr, cwd, user, rlimits, keep_lc_ctype, argv):
 def main():
     args = sys.argv[1:]
     separator = args.index("--")
-    status_path, pid_path, stdout, stderr, cwd, user, rlimits, keep_lc_ctype = args[:separator]
+    status_path, pid_path, stdin, stdout, stderr, cwd, user, rlimits, keep_lc_ctype = args[
+        :separator
+    ]
     argv = args[separator + 1 :]
     # Written here, not by the launcher: it exists even if the agent dies right now.
     write_atomically(
@@ -104,7 +119,7 @@ def main():
 
     pid = os.fork()
     if pid == 0:
-        child(stdout, stderr, cwd, user, rlimits, keep_lc_ctype, argv)
+        child(stdin, stdout, stderr, cwd, user, rlimits, keep_lc_ctype, argv)
     # The gate belongs to the child alone: its EOF must follow the launcher's end.
     null = os.open("/dev/null", os.O_RDWR)
     os.dup2(null, 0)

@@ -86,6 +86,12 @@ async def test_first_process_is_held_before_exec_until_start(linux_env: LinuxEnv
     await launcher.destroy(cid)
 
 
+def _descendants(pid: int) -> list[int]:
+    with open(f"/proc/{pid}/task/{pid}/children") as f:
+        children = [int(p) for p in f.read().split()]
+    return [p for child in children for p in (child, *_descendants(child))]
+
+
 async def test_destroy_leaves_no_process_mount_bundle_or_runtime_container(
     linux_env: LinuxEnv,
 ) -> None:
@@ -95,9 +101,8 @@ async def test_destroy_leaves_no_process_mount_bundle_or_runtime_container(
     pid = await linux_env.run(launcher, cid, f"sleep 1000 & sleep 1000 & touch {ready}; wait")
     await _await_file(ready)
     directory = launcher.directory(cid)
-    with open(f"/proc/{pid}/task/{pid}/children") as f:
-        children = [int(p) for p in f.read().split()]
-    assert len(children) >= 2
+    children = _descendants(pid)
+    assert len(children) >= 3  # the shell (under the init) and its two sleeps
     assert linux_env.monitors() and linux_env.runtime_ids() == ["doomed"]
 
     await launcher.destroy(cid)
@@ -123,7 +128,7 @@ async def test_container_without_image_sees_the_host_and_its_sandbox(
     os.write(fd, b"from the host")
     os.close(fd)
     script = (
-        f'cd "$MESOS_SANDBOX" && echo $$ > pid && cat {marker} > tmp_marker && '
+        f'cd "$MESOS_SANDBOX" && echo $$ > pid && cat /proc/1/comm > init && cat {marker} > tmp_marker && '
         "readlink /proc/self/ns/pid > pidns && "
         "(touch /usr/mesilla-test 2>/dev/null && echo writable || echo readonly) > usr && "
         "/usr/bin/env true"
@@ -139,7 +144,9 @@ async def test_container_without_image_sees_the_host_and_its_sandbox(
         with open(os.path.join(sandbox, name)) as f:
             return f.read().strip()
 
-    assert read("pid") == "1"  # its own pid namespace
+    # Its own pid namespace, whose pid 1 is the init that forwards signals.
+    assert int(read("pid")) > 1
+    assert read("init") == ".mesilla-init"
     assert read("pidns") != _ns(os.getpid(), "pid")
     assert read("tmp_marker") == "from the host"  # /tmp is the host's, as in Mesos
     assert read("usr") == "readonly"  # the host is shared read-only

@@ -60,6 +60,12 @@ from mesilla.containerizer.types import (
 )
 from mesilla.v1.mesos import ContainerID
 
+
+# The init of containers with their own pid namespace (Debian's tini-static: a
+# static binary, so it runs in any image), and where containers see it.
+_INIT = shutil.which("tini-static")
+INIT_PATH = "/.mesilla-init"
+
 log = logging.getLogger(__name__)
 
 BUNDLE_DIR = "bundle"
@@ -230,6 +236,13 @@ class LinuxLauncher(Launcher):
         if not any(m["destination"] == sandbox_target for m in extra):
             mounts.append(oci.bind(config.sandbox, sandbox_target))
         mounts.extend(extra)
+
+        if "pid" in create and _INIT is not None:
+            # A process that is pid 1 of its namespace gets no default signal
+            # actions, so a plain `sleep` would ignore SIGTERM; tini runs as pid 1
+            # instead, forwarding signals to the command's process group and reaping.
+            mounts.append(oci.bind(_INIT, INIT_PATH, read_only=True))
+            argv = [INIT_PATH, "-g", "--", *argv]
 
         user = oci.resolve_user(
             launch_info.user or config.user or config.command.user,

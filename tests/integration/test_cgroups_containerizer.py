@@ -25,6 +25,8 @@ from mesilla.v1.mesos import (
     CommandInfo,
     ContainerID,
     ContainerInfo,
+    ExecutorID,
+    ExecutorInfo,
     LinuxInfo,
     Reason,
     Resource,
@@ -303,8 +305,13 @@ async def test_after_agent_restart_oom_is_still_reported_and_orphans_lose_their_
     orphan = ContainerID(value=str(uuid.uuid4()))
     gated = "while [ ! -e go ]; do sleep 0.05; done; x=a; while :; do x=$x$x; done"
     hog_config = shell(env, "gated-hog", gated)
+    orphan_config = shell(env, "orphan", "sleep 1000")
+    # Executors' containers: without an executor they would be standalone
+    # containers, which recovery keeps as the containerizer's own.
+    for name, config in (("hog", hog_config), ("orphan", orphan_config)):
+        config.executor_info = ExecutorInfo(executor_id=ExecutorID(value=name))
     await containerizer.launch(hog, hog_config)
-    await containerizer.launch(orphan, shell(env, "orphan", "sleep 1000"))
+    await containerizer.launch(orphan, orphan_config)
     await containerizer.close()  # the agent goes away; its containers keep running
 
     restarted = await Containerizer.create(env.flags)

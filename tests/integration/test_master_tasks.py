@@ -511,6 +511,48 @@ async def test_invalid_launch_group_fails_whole(
     assert run["type"] == "RUN_TASK"
 
 
+async def test_default_executor_without_cpus_and_mem_gets_the_defaults(
+    cluster: tuple[Scheduler, FakeAgent],
+) -> None:
+    scheduler, agent = cluster
+    offer = await scheduler.offer()
+    # The whole offer's cpus (2) go to tasks: the executor's default 0.1 cpus do not fit.
+    greedy = _group(offer["agent_id"], tasks=2)
+    greedy["executor"]["resources"] = [scalar("disk", 10)]
+    for task in greedy["task_group"]["tasks"]:
+        task["resources"] = [scalar("cpus", 1), scalar("mem", 32)]
+    fitting = _group(offer["agent_id"], tasks=1)
+    fitting["executor"]["resources"] = [scalar("disk", 10)]
+    fitting["executor"]["executor_id"] = {"value": "default-2"}
+    fitting["task_group"]["tasks"][0]["task_id"] = {"value": "fits"}
+    fitting["task_group"]["tasks"][0]["resources"] = [scalar("cpus", 1.9), scalar("mem", 960)]
+    await scheduler.call(
+        "ACCEPT",
+        {
+            "offer_ids": [offer["id"]],
+            "operations": [
+                {"type": "LAUNCH_GROUP", "launch_group": greedy},
+                {"type": "LAUNCH_GROUP", "launch_group": fitting},
+            ],
+        },
+    )
+    for _ in range(2):
+        status = await scheduler.update()
+        assert status["state"] == "TASK_ERROR"
+        assert "more resources" in status["message"]
+    group = (await agent.next_event("RUN_TASK_GROUP"))["run_task_group"]
+    assert [t["task_id"]["value"] for t in group["task_group"]["tasks"]] == ["fits"]
+    by_name = {r["name"]: r for r in group["executor_info"]["resources"]}
+    assert by_name["cpus"]["scalar"] == {"value": 0.1}
+    assert by_name["mem"]["scalar"] == {"value": 32}
+    # Allocated and reserved as the executor's own resources.
+    assert by_name["cpus"].get("allocation_info") == by_name["disk"].get("allocation_info")
+    assert by_name["mem"].get("reservations") == by_name["disk"].get("reservations")
+    assert group["task_group"]["tasks"][0]["executor"]["resources"] == group["executor_info"][
+        "resources"
+    ]
+
+
 async def test_observers_see_tasks_agents_and_frameworks(master: MasterServer) -> None:
     seen: list[tuple[str, Any]] = []
     master.master.add_observer(lambda kind, payload: seen.append((kind, payload)))

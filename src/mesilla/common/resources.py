@@ -28,6 +28,11 @@ from mesilla.v1.mesos import (
 )
 
 UNRESERVED = "*"
+
+# What a DEFAULT executor gets when its ExecutorInfo leaves `cpus` or `mem` out
+# (the seed's ExecutorInfo.Type notes); schedulers must account for it in offers.
+DEFAULT_EXECUTOR_CPUS = 0.1
+DEFAULT_EXECUTOR_MEM_MB = 32.0
 _SCALE = 1000
 
 
@@ -341,3 +346,33 @@ class Resources:
                 text = "{" + ",".join(sorted(value)) + "}"  # type: ignore[arg-type]
             parts.append(f"{key.name}{role}:{text}")
         return ";".join(parts)
+
+
+def with_default_executor_resources(
+    resources: list[Resource], allocation_role: str | None = None
+) -> list[Resource]:
+    """A DEFAULT executor's `resources`, plus the default `cpus` and `mem` it left out.
+
+    The added scalars are reserved and allocated like the executor's other
+    resources (else unreserved, allocated to `allocation_role`).
+    """
+    names = {r.name for r in resources}
+    model = resources[0] if resources else None
+    allocation = (
+        model.allocation_info
+        if model is not None
+        else (AllocationInfo(role=allocation_role) if allocation_role is not None else None)
+    )
+    added = [
+        Resource(
+            name=name,
+            type=ValueType.SCALAR,
+            scalar=Scalar(value=value),
+            role=model.role if model is not None else None,
+            allocation_info=allocation,
+            reservations=list(model.reservations) if model is not None else [],
+        )
+        for name, value in (("cpus", DEFAULT_EXECUTOR_CPUS), ("mem", DEFAULT_EXECUTOR_MEM_MB))
+        if name not in names
+    ]
+    return [*resources, *added] if added else resources

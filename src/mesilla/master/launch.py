@@ -15,7 +15,7 @@ import logging
 import msgspec
 
 from mesilla.common.errors import BadRequest
-from mesilla.common.resources import Resources
+from mesilla.common.resources import Resources, with_default_executor_resources
 from mesilla.master.agent import Agent
 from mesilla.master.base import MasterBase
 from mesilla.master.framework import Framework
@@ -121,6 +121,7 @@ class LaunchMixin(MasterBase):
             available=available,
             live_task_ids=(framework.tasks, framework.unreachable_tasks),
             executors=dict(agent.executors.get(framework.id, {})),
+            role=offers[0].allocation_info.role if offers[0].allocation_info else None,
         )
         for op in call.operations:
             if op.launch is not None:
@@ -245,6 +246,8 @@ class LaunchMixin(MasterBase):
         executor = msgspec.structs.replace(
             op.executor, framework_id=FrameworkID(value=framework.id)
         )
+        if executor.type == "DEFAULT":
+            executor.resources = with_default_executor_resources(executor.resources, ctx.role)
         try:
             needed = check_task_group(executor, op.task_group, ctx)
         except InvalidTask as exc:

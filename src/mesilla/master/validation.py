@@ -191,6 +191,8 @@ class LaunchContext:
     live_task_ids: tuple[Container[str], ...] = ()
     #: executor_id -> ExecutorInfo of the framework's executors on the agent (running or launched).
     executors: dict[str, ExecutorInfo] = field(default_factory=dict)
+    #: The role the offers were allocated to.
+    role: str | None = None
 
 
 def _resources(kind: str, resources: list) -> Resources | str:  # type: ignore[type-arg]

@@ -122,43 +122,77 @@ def _run_local(argv: Sequence[str]) -> int:
     master_addr = f"{flags.ip}:{flags.port}"
     given = {a[2:].partition("=")[0] for a in agent_argv}
     cmd = [sys.executable, "-m", "mesilla"]
-    children: list[subprocess.Popen[bytes]] = []
-    children.append(
-        subprocess.Popen(
-            [*cmd, "master", f"--ip={flags.ip}", f"--port={flags.port}",
-             f"--work_dir={work_dir}/master", *master_argv]
-        )
+    # Own process groups: a terminal's Ctrl-C reaches only us, and we stop the
+    # cluster in order (an agent that saw SIGINT itself would leave its executors).
+    master = subprocess.Popen(
+        [*cmd, "master", f"--ip={flags.ip}", f"--port={flags.port}",
+         f"--work_dir={work_dir}/master", *master_argv],
+        process_group=0,
     )
+    agents: list[subprocess.Popen[bytes]] = []
     for i in range(flags.num_agents):
         agent_dir = f"{work_dir}/agent-{i}"
         extra = [] if "runtime_dir" in given else [f"--runtime_dir={agent_dir}/run"]
-        children.append(
+        agents.append(
             subprocess.Popen(
                 [*cmd, "agent", f"--ip={flags.ip}", f"--port={flags.agent_port + i}",
-                 f"--master={master_addr}", f"--work_dir={agent_dir}", *extra, *agent_argv]
+                 f"--master={master_addr}", f"--work_dir={agent_dir}", *extra, *agent_argv],
+                process_group=0,
             )
         )
     log.info("master on http://%s, %d agent(s) from port %d; Ctrl-C stops all",
              master_addr, flags.num_agents, flags.agent_port)
+    return _supervise(master, agents, log)
 
-    def stop(signum: int, _frame: object) -> None:
-        for child in children:
-            if child.poll() is None:
-                child.send_signal(signal.SIGTERM)
 
-    signal.signal(signal.SIGINT, stop)
-    signal.signal(signal.SIGTERM, stop)
+def _supervise(
+    master: subprocess.Popen[bytes], agents: list[subprocess.Popen[bytes]], log: logging.Logger
+) -> int:
+    """Runs the cluster until a signal (or a failed daemon) stops it, in this order:
+
+    the agents get SIGUSR1, which (as Mesos's) shuts their executors down and
+    unregisters them, so that nothing of the cluster outlives it; the master
+    gets SIGTERM once they are gone. A second signal stops everything at once
+    with SIGTERM (the agents' executors then keep running, as on an agent restart).
+    """
+    signals = 0
+
+    def on_signal(signum: int, _frame: object) -> None:
+        nonlocal signals
+        signals += 1
+
+    signal.signal(signal.SIGINT, on_signal)
+    signal.signal(signal.SIGTERM, on_signal)
+    children = [master, *agents]
     code = 0
+    handled = 0  # signals acted upon
+    master_stopped = False
     while any(child.poll() is None for child in children):
+        if signals > handled:
+            handled = signals
+            doomed, sig = (agents, signal.SIGUSR1) if handled == 1 else (children, signal.SIGTERM)
+            for child in doomed:
+                if child.poll() is None:
+                    child.send_signal(sig)
+            master_stopped = master_stopped or handled > 1
+        if (
+            handled
+            and not master_stopped
+            and all(a.poll() is not None for a in agents)
+            and master.poll() is None
+        ):
+            master.send_signal(signal.SIGTERM)
+            master_stopped = True
         for child in children:
             try:
-                rc = child.wait(timeout=0.5)
+                rc = child.wait(timeout=0.2)
             except subprocess.TimeoutExpired:
                 continue
             if rc not in (0, -signal.SIGTERM) and code == 0:
                 code = rc if rc > 0 else 1
-                log.error("%s exited with %s; stopping the cluster", child.args[3], rc)
-                stop(signal.SIGTERM, None)
+                name = "the master" if child is master else f"agent {agents.index(child)}"
+                log.error("%s exited with %s; stopping the cluster", name, rc)
+                signals = max(signals, 1)
     return code
 
 

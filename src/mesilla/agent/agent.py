@@ -585,14 +585,19 @@ class Agent:
         if framework.idle():
             self._remove_framework(framework)
 
-    def shutdown(self) -> None:
-        """The master told the agent to go: end every framework, then stop.
+    def shutdown(self, *, unregister: bool = False) -> None:
+        """End every framework, then stop: the master told the agent to go, or
+        (`unregister`) the operator did with SIGUSR1, and the master is told.
 
         As Mesos, the agent forgets its id (the master has removed it), so
         that it registers as a new agent when started again.
         """
         if self.status is AgentStatus.TERMINATING:
             return
+        if unregister and self.info.id is not None:
+            self.send_to_master(
+                internal.AgentCall(type=internal.AgentCallType.UNREGISTER, agent_id=self.info.id)
+            )
         self.status = AgentStatus.TERMINATING
         for framework_id in list(self.frameworks):
             self.shutdown_framework(framework_id)

@@ -410,7 +410,8 @@ async def _stream(
         if transport is None or transport.is_closing():
             return False
         try:
-            record = await asyncio.wait_for(queue.get(), 1.0)
+            async with asyncio.timeout(1.0):  # not wait_for, which can swallow a cancel
+                record = await queue.get()
         except TimeoutError:
             if loop.time() - quiet_since < HEARTBEAT_INTERVAL:
                 continue

@@ -122,7 +122,8 @@ async def _serve_stream(request: web.Request, stream: EventStream) -> None:
             stream.close()
             return
         try:
-            await asyncio.wait_for(stream.closed.wait(), timeout=1.0)
+            async with asyncio.timeout(1.0):  # not wait_for, which can swallow a cancel
+                await stream.closed.wait()
         except TimeoutError:
             pass
         if loop.time() >= next_heartbeat:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import signal
 import socket
 
 from aiohttp import web
@@ -123,6 +124,22 @@ async def start_server(agent: Agent) -> web.AppRunner:
     return runner
 
 
+def _handle_sigusr1(agent: Agent) -> bool:
+    """SIGUSR1 shuts the agent down for good, as Mesos: its executors are shut down
+    and it unregisters from the master (SIGINT and SIGTERM stop only the agent,
+    whose executors keep running for its next start to recover)."""
+
+    def shutdown() -> None:
+        log.info("Received SIGUSR1: shutting down every executor and unregistering")
+        agent.shutdown(unregister=True)
+
+    try:
+        asyncio.get_running_loop().add_signal_handler(signal.SIGUSR1, shutdown)
+    except (ValueError, RuntimeError):  # not the main thread (an embedded agent)
+        return False
+    return True
+
+
 async def run(
     flags: Flags,
     *,
@@ -143,6 +160,7 @@ async def run(
     agent = Agent(flags, containerizer, info, status_update_interval=status_update_interval)
     runner = await start_server(agent)
     link_task: asyncio.Task[None] | None = None
+    shutdown_on_signal = False
     try:
         await recover(agent)
         if flags.recover == "cleanup":
@@ -152,6 +170,7 @@ async def run(
         link_task = asyncio.create_task(link.run(), name="master link")
         if ready is not None and not ready.done():
             ready.set_result(agent)
+        shutdown_on_signal = _handle_sigusr1(agent)
         shutdown = asyncio.create_task(agent.shutdown_requested.wait())
         try:
             await asyncio.wait({link_task, shutdown}, return_when=asyncio.FIRST_COMPLETED)
@@ -161,6 +180,8 @@ async def run(
             link_task.result()
         return agent
     finally:
+        if shutdown_on_signal:
+            asyncio.get_running_loop().remove_signal_handler(signal.SIGUSR1)
         if link_task is not None:
             link_task.cancel()
             await asyncio.gather(link_task, return_exceptions=True)

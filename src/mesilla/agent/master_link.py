@@ -106,7 +106,11 @@ class MasterLink:
             while True:
                 read_timeout = None if interval is None else interval * MISSED_HEARTBEATS
                 try:
-                    chunk = await asyncio.wait_for(response.content.readany(), read_timeout)
+                    # Not wait_for: on Python 3.11 it swallows a cancellation that
+                    # comes with the read's completion (say the master dying as
+                    # the agent is told to stop), and the agent would never stop.
+                    async with asyncio.timeout(read_timeout):
+                        chunk = await response.content.readany()
                 except TimeoutError:
                     log.warning(
                         "Missed %d heartbeats from the master: re-registering", MISSED_HEARTBEATS

@@ -44,6 +44,10 @@ def identities(cluster: Cluster) -> dict[str, tuple[int | None, int | None]]:
     }
 
 
+def executor_processes(cluster: Cluster) -> set[tuple[int, int | None]]:
+    return {(pid, process_start_ticks(pid)) for pid, cmd in cluster.processes().items() if "mesilla.executor" in cmd}
+
+
 async def test_agent_killed_and_restarted_keeps_every_container(
     make_cluster: MakeCluster, make_framework: MakeFramework, busybox_image: PushedImage
 ) -> None:
@@ -79,6 +83,7 @@ async def test_agent_killed_and_restarted_keeps_every_container(
     restarted = ["TASK_STARTING", "TASK_RUNNING", "TASK_RESTARTING", "TASK_RUNNING"]
     await framework.until(lambda: framework.states(tid(flaky)) == restarted, 60, "restart of the flaky task")
     before = identities(cluster)
+    executors_before = executor_processes(cluster)
     cluster_before = cluster.containers()
     assert len(before) == 1 + len(pod) + 2, before  # the pod executor, its tasks, 2 command executors
     fw_id = framework.framework_id["value"]  # type: ignore[index]
@@ -107,6 +112,8 @@ async def test_agent_killed_and_restarted_keeps_every_container(
 
     # Every other container is the very same process; the ended ones may linger until reaped.
     after = identities(cluster)
+    # No executor was started twice: the restarted agent re-attached to the same ones.
+    assert executor_processes(cluster) <= executors_before
     ended = {container_of(framework, cluster_before, tid(t)) for t in (pod_ender, cmd_ender)}
     for name, identity in before.items():
         if name not in ended:

@@ -1,13 +1,15 @@
 """An agent that stops answering (`kill -9`, not restarted within the master's timeouts).
 
 Its tasks become TASK_UNREACHABLE for a PARTITION_AWARE framework and TASK_LOST
-for another, once each, after `--agent_ping_timeout` x `--max_agent_ping_timeouts`.
+for another, once each, after `--agent_ping_timeout` x `--max_agent_ping_timeouts`;
+its executors shut themselves down after `--recovery_timeout`.
 When it does come back, both tasks are running again, and both frameworks are
 told so by the master (REASON_AGENT_REREGISTERED), as in Mesos 1.11.
 """
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Awaitable, Callable
 
@@ -23,14 +25,16 @@ MakeCluster = Callable[..., Cluster]
 MakeFramework = Callable[..., Awaitable[Framework]]
 
 SHORT_PINGS = ["--agent_ping_timeout=500ms", "--max_agent_ping_timeouts=2"]
+# How long executors wait for an agent that went away (MESOS_RECOVERY_TIMEOUT).
+RECOVERY_TIMEOUT = 3
 
 
 async def unreachable_agent(
-    make_cluster: MakeCluster, make_framework: MakeFramework
+    make_cluster: MakeCluster, make_framework: MakeFramework, *agent_flags: str
 ) -> tuple[Cluster, Framework, Json, Framework, Json]:
     """A PARTITION_AWARE and a plain framework, a task each; the agent killed and declared
     unreachable (their tasks TASK_UNREACHABLE and TASK_LOST)."""
-    cluster = make_cluster(master_flags=SHORT_PINGS)
+    cluster = make_cluster(master_flags=SHORT_PINGS, agent_flags=list(agent_flags))
     aware = await make_framework(cluster, name="aware", capabilities=["PARTITION_AWARE"])
     plain = await make_framework(cluster, name="plain")
     aware_task, plain_task = task("aware", "sleep 3600"), task("plain", "sleep 3600")
@@ -46,7 +50,9 @@ async def unreachable_agent(
 
 
 async def test_agent_that_does_not_return_in_time(make_cluster: MakeCluster, make_framework: MakeFramework) -> None:
-    cluster, aware, aware_task, plain, plain_task = await unreachable_agent(make_cluster, make_framework)
+    cluster, aware, aware_task, plain, plain_task = await unreachable_agent(
+        make_cluster, make_framework, f"--recovery_timeout={RECOVERY_TIMEOUT}secs"
+    )
     [unreachable] = aware.distinct(tid(aware_task))[2:]
     assert unreachable.state == "TASK_UNREACHABLE" and unreachable.status.get("unreachable_time"), unreachable.status
     assert unreachable.status["source"] == "SOURCE_MASTER", unreachable.status
@@ -60,6 +66,12 @@ async def test_agent_that_does_not_return_in_time(make_cluster: MakeCluster, mak
     await plain.until(lambda: plain.reconciled(tid(plain_task)) is not None, 30, "reconciliation answer")
     assert aware.reconciled(tid(aware_task)).state == "TASK_UNREACHABLE"  # type: ignore[union-attr]
     assert plain.reconciled(tid(plain_task)).state == "TASK_LOST"  # type: ignore[union-attr]
+    # The executors give up on their agent after the recovery timeout and end with their
+    # tasks. (Their containers' runtime state and cgroups wait for an agent to clean them.)
+    deadline = time.monotonic() + RECOVERY_TIMEOUT + 30
+    while cluster.processes() and time.monotonic() < deadline:
+        await asyncio.sleep(0.2)
+    assert cluster.processes() == {}
 
 
 async def test_unreachable_agent_that_comes_back(make_cluster: MakeCluster, make_framework: MakeFramework) -> None:

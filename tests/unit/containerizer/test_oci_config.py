@@ -80,7 +80,7 @@ def test_process_runs_argv_with_env_cwd_and_ambient_caps_for_non_root() -> None:
     assert oci.process(["/x"], {}, "/", oci.User(0, 0), [], [])["capabilities"]["ambient"] == []
 
 
-def test_host_view_binds_directories_read_only_and_recreates_symlinks(tmp_path: Path) -> None:
+def test_host_view_binds_the_host_read_only_but_tmp_and_recreates_symlinks(tmp_path: Path) -> None:
     host = tmp_path / "host"
     for name in ("usr", "etc", "proc", "tmp", "dev"):
         (host / name).mkdir(parents=True)
@@ -89,8 +89,10 @@ def test_host_view_binds_directories_read_only_and_recreates_symlinks(tmp_path: 
     rootfs = tmp_path / "rootfs"
     rootfs.mkdir()
     mounts = host_rootfs.prepare(str(rootfs), str(host))
-    assert [m["destination"] for m in mounts] == ["/etc", "/marker", "/usr"]
-    assert all("ro" in m["options"] and "rbind" in m["options"] for m in mounts)
+    assert [m["destination"] for m in mounts] == ["/etc", "/marker", "/tmp", "/usr"]
+    assert all("rbind" in m["options"] for m in mounts)
+    writable = [m["destination"] for m in mounts if "rw" in m["options"]]
+    assert writable == ["/tmp"]  # the host's /tmp, shared as Mesos shares it
     assert os.readlink(rootfs / "bin") == "usr/bin"
     assert sorted(os.listdir(rootfs)) == ["bin"]  # the runtime makes the mount points
 

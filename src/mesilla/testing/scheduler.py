@@ -217,8 +217,14 @@ class Framework:
                 raise FrameworkError(f"{kind} answered {response.status}: {await response.text()}")
 
     async def offer(self, timeout: float = 30.0) -> Json:
-        await self.until(lambda: bool(self.offers), timeout, "an offer")
+        await self.until(lambda: bool(self.offers), timeout, "offer")
         return self.offers.pop(0)
+
+    async def decline_offers(self) -> None:
+        """Declines every offer held, so that other frameworks get those resources."""
+        offers, self.offers = self.offers, []
+        if offers:
+            await self.call("DECLINE", {"offer_ids": [o["id"] for o in offers], "filters": {"refuse_seconds": 0}})
 
     async def accept(self, offer: Json, operations: list[Json]) -> None:
         await self.call("ACCEPT", {"offer_ids": [offer["id"]], "operations": operations,

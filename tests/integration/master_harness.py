@@ -29,6 +29,9 @@ Json = dict[str, Any]
 # Upper bound on waiting for an event; tests never assert on timing.
 EVENT_TIMEOUT = 10.0
 
+# FrameworkInfo fields of a framework that handles TASK_UNREACHABLE and friends.
+PARTITION_AWARE: Json = {"capabilities": [{"type": "PARTITION_AWARE"}]}
+
 
 @asynccontextmanager
 async def running_master(work_dir: Path, *extra: str) -> AsyncIterator[MasterServer]:
@@ -52,6 +55,10 @@ async def until(predicate: Callable[[], bool], what: str) -> None:
         await asyncio.wait_for(poll(), EVENT_TIMEOUT)
     except TimeoutError:
         raise AssertionError(f"timed out waiting for {what}") from None
+
+
+def base_url(server: MasterServer) -> str:
+    return f"http://127.0.0.1:{server.port}"
 
 
 def scalar(name: str, value: float) -> Json:
@@ -292,3 +299,41 @@ class FakeAgent:
         if self.stream is not None:
             await self.stream.close()
             self.stream = None
+
+
+async def agent_and_scheduler(
+    session: aiohttp.ClientSession,
+    server: MasterServer,
+    framework_info: Json | None = None,
+) -> tuple[FakeAgent, Scheduler]:
+    """A registered agent, then a subscribed scheduler (so its first offer is the agent's)."""
+    agent = FakeAgent(session, base_url(server))
+    await agent.register()
+    scheduler = Scheduler(session, base_url(server))
+    await scheduler.subscribe(framework_info)
+    return agent, scheduler
+
+
+def reported_task(
+    task_id: str, framework_id: str | None, agent_id: Json | None, **extra: Any
+) -> Json:
+    """A running task as a re-registering agent reports it in REGISTER's `tasks`."""
+    return {
+        "name": task_id,
+        "task_id": {"value": task_id},
+        "framework_id": {"value": framework_id},
+        "agent_id": agent_id,
+        "state": "TASK_RUNNING",
+        **extra,
+    }
+
+
+async def running_task(
+    scheduler: Scheduler, agent: FakeAgent, task_id: str = "t"
+) -> None:
+    """Launches a command task on the next offer; the agent reports it TASK_RUNNING."""
+    offer = await scheduler.offer()
+    await scheduler.launch(offer, command_task(task_id, offer["agent_id"]))
+    await agent.next_event("RUN_TASK")
+    await agent.send_status(scheduler.framework_id or "", task_id, "TASK_RUNNING")
+    await scheduler.update(task_id)

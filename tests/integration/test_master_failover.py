@@ -3,51 +3,37 @@ disconnect, become unreachable and re-register, and a master restart that recove
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import aiohttp
 import pytest
 
 from tests.integration.master_harness import (
+    PARTITION_AWARE,
     FakeAgent,
     Scheduler,
+    agent_and_scheduler,
+    base_url,
     command_task,
+    reported_task,
     running_master,
+    running_task,
     until,
 )
 
 pytestmark = pytest.mark.integration
 
 
-@pytest.fixture
-async def session() -> AsyncIterator[aiohttp.ClientSession]:
-    async with aiohttp.ClientSession() as s:
-        yield s
-
-
-async def _running_task(
-    scheduler: Scheduler, agent: FakeAgent, task_id: str = "t"
-) -> None:
-    offer = await scheduler.offer()
-    await scheduler.launch(offer, command_task(task_id, offer["agent_id"]))
-    await agent.next_event("RUN_TASK")
-    await agent.send_status(scheduler.framework_id or "", task_id, "TASK_RUNNING")
-    await scheduler.update(task_id)
-
-
 async def test_failover_within_timeout_keeps_tasks(
     tmp_path: Path, session: aiohttp.ClientSession
 ) -> None:
     async with running_master(tmp_path) as server:
-        base = f"http://127.0.0.1:{server.port}"
-        agent = FakeAgent(session, base)
-        await agent.register()
-        first = Scheduler(session, base)
-        await first.subscribe({"failover_timeout": 3600})
-        await _running_task(first, agent)
+        agent, first = await agent_and_scheduler(
+            session, server, {"failover_timeout": 3600}
+        )
+        await running_task(first, agent)
 
-        second = Scheduler(session, base)
+        second = Scheduler(session, base_url(server))
         event = await second.subscribe(
             {"failover_timeout": 3600, "id": {"value": first.framework_id}}
         )
@@ -68,12 +54,10 @@ async def test_disconnected_framework_is_removed_after_its_failover_timeout(
     tmp_path: Path, session: aiohttp.ClientSession
 ) -> None:
     async with running_master(tmp_path) as server:
-        base = f"http://127.0.0.1:{server.port}"
-        agent = FakeAgent(session, base)
-        await agent.register()
-        scheduler = Scheduler(session, base)
-        await scheduler.subscribe({"failover_timeout": 0.2})
-        await _running_task(scheduler, agent)
+        agent, scheduler = await agent_and_scheduler(
+            session, server, {"failover_timeout": 0.2}
+        )
+        await running_task(scheduler, agent)
         await scheduler.close()
         shutdown = await agent.next_event("SHUTDOWN_FRAMEWORK")
         assert (
@@ -89,7 +73,7 @@ async def test_disconnected_framework_is_removed_after_its_failover_timeout(
             completed and completed[0].completed_tasks[0].state.value == "TASK_KILLED"
         )
 
-        again = Scheduler(session, base)
+        again = Scheduler(session, base_url(server))
         event = await again.subscribe({"id": {"value": scheduler.framework_id}})
         assert event["type"] == "ERROR"
         assert event["error"]["message"] == "Framework has been removed"
@@ -103,12 +87,10 @@ async def test_teardown_kills_tasks_and_ends_the_stream(
     tmp_path: Path, session: aiohttp.ClientSession
 ) -> None:
     async with running_master(tmp_path) as server:
-        base = f"http://127.0.0.1:{server.port}"
-        agent = FakeAgent(session, base)
-        await agent.register()
-        scheduler = Scheduler(session, base)
-        await scheduler.subscribe({"failover_timeout": 3600})
-        await _running_task(scheduler, agent)
+        agent, scheduler = await agent_and_scheduler(
+            session, server, {"failover_timeout": 3600}
+        )
+        await running_task(scheduler, agent)
         assert (await scheduler.call("TEARDOWN")).status == 202
         assert scheduler.stream is not None and await scheduler.stream.ended()
         await agent.next_event("SHUTDOWN_FRAMEWORK")
@@ -125,15 +107,11 @@ async def test_disconnected_agent_becomes_unreachable_and_comes_back(
     async with running_master(
         tmp_path, "--agent_ping_timeout=50ms", "--max_agent_ping_timeouts=2"
     ) as server:
-        base = f"http://127.0.0.1:{server.port}"
-        agent = FakeAgent(session, base)
-        await agent.register()
-        aware = Scheduler(session, base)
-        await aware.subscribe({"capabilities": [{"type": "PARTITION_AWARE"}]})
-        await _running_task(aware, agent, "aware-task")
-        plain = Scheduler(session, base)
+        agent, aware = await agent_and_scheduler(session, server, PARTITION_AWARE)
+        await running_task(aware, agent, "aware-task")
+        plain = Scheduler(session, base_url(server))
         await plain.subscribe()
-        await _running_task(plain, agent, "plain-task")
+        await running_task(plain, agent, "plain-task")
 
         await agent.disconnect()
         unreachable = await aware.update("aware-task")
@@ -150,14 +128,12 @@ async def test_disconnected_agent_becomes_unreachable_and_comes_back(
         framework = server.master.frameworks[aware.framework_id or ""]
         assert "aware-task" in framework.unreachable_tasks
 
-        task = {
-            "name": "aware-task",
-            "task_id": {"value": "aware-task"},
-            "framework_id": {"value": aware.framework_id},
-            "agent_id": agent.agent_id,
-            "state": "TASK_RUNNING",
-            "resources": command_task("x", agent.agent_id)["resources"],
-        }
+        task = reported_task(
+            "aware-task",
+            aware.framework_id,
+            agent.agent_id,
+            resources=command_task("x", agent.agent_id)["resources"],
+        )
         event = await agent.register(tasks=[task])
         assert event["type"] == "REGISTERED"
         assert "aware-task" in framework.tasks and not framework.unreachable_tasks
@@ -177,11 +153,7 @@ async def test_disconnected_agent_offers_are_rescinded(
     tmp_path: Path, session: aiohttp.ClientSession
 ) -> None:
     async with running_master(tmp_path) as server:
-        base = f"http://127.0.0.1:{server.port}"
-        agent = FakeAgent(session, base)
-        await agent.register()
-        scheduler = Scheduler(session, base)
-        await scheduler.subscribe()
+        agent, scheduler = await agent_and_scheduler(session, server)
         offer = await scheduler.offer()
         await agent.disconnect()
         rescind = await scheduler.next_event("RESCIND")
@@ -194,12 +166,8 @@ async def test_reregistering_agent_reconciles_tasks_it_does_not_know(
     tmp_path: Path, session: aiohttp.ClientSession
 ) -> None:
     async with running_master(tmp_path) as server:
-        base = f"http://127.0.0.1:{server.port}"
-        agent = FakeAgent(session, base)
-        await agent.register()
-        scheduler = Scheduler(session, base)
-        await scheduler.subscribe()
-        await _running_task(scheduler, agent)
+        agent, scheduler = await agent_and_scheduler(session, server)
+        await running_task(scheduler, agent)
         await agent.disconnect()
         await until(
             lambda: not server.master.agents[agent.agent_id["value"]].connected,
@@ -220,7 +188,7 @@ async def test_agent_api_status_codes(
     tmp_path: Path, session: aiohttp.ClientSession
 ) -> None:
     async with running_master(tmp_path) as server:
-        url = f"http://127.0.0.1:{server.port}/internal/agent"
+        url = f"{base_url(server)}/internal/agent"
         bad_resources = {
             "type": "REGISTER",
             "register": {
@@ -246,7 +214,7 @@ async def test_agent_api_status_codes(
         }
         async with session.post(url, json=unknown) as r:
             assert r.status == 403
-        agent = FakeAgent(session, f"http://127.0.0.1:{server.port}")
+        agent = FakeAgent(session, base_url(server))
         await agent.register()
         unknown["agent_id"] = agent.agent_id
         async with session.post(
@@ -272,12 +240,10 @@ async def test_restarted_master_recovers_agents_and_frameworks(
     tmp_path: Path, session: aiohttp.ClientSession
 ) -> None:
     async with running_master(tmp_path) as server:
-        base = f"http://127.0.0.1:{server.port}"
-        agent = FakeAgent(session, base)
-        await agent.register()
-        scheduler = Scheduler(session, base)
-        await scheduler.subscribe({"failover_timeout": 3600, "name": "survivor"})
-        await _running_task(scheduler, agent)
+        agent, scheduler = await agent_and_scheduler(
+            session, server, {"failover_timeout": 3600, "name": "survivor"}
+        )
+        await running_task(scheduler, agent)
         await scheduler.close()
         await agent.disconnect()
     framework_id = scheduler.framework_id or ""
@@ -288,18 +254,15 @@ async def test_restarted_master_recovers_agents_and_frameworks(
         assert agent_id in master.recovered_agents
         assert master.frameworks[framework_id].recovered
         assert master.frameworks[framework_id].info.name == "survivor"
-        base = f"http://127.0.0.1:{server.port}"
         # While the agent has not re-registered, reconciliation of its tasks waits.
-        agent = FakeAgent(session, base)
+        agent = FakeAgent(session, base_url(server))
         agent.agent_id = {"value": agent_id}
-        task = {
-            "name": "t",
-            "task_id": {"value": "t"},
-            "framework_id": {"value": framework_id},
-            "agent_id": agent.agent_id,
-            "state": "TASK_RUNNING",
-            "resources": command_task("x", agent.agent_id)["resources"],
-        }
+        task = reported_task(
+            "t",
+            framework_id,
+            agent.agent_id,
+            resources=command_task("x", agent.agent_id)["resources"],
+        )
         await agent.register(
             tasks=[task],
             frameworks=[
@@ -307,7 +270,7 @@ async def test_restarted_master_recovers_agents_and_frameworks(
             ],
         )
         assert agent_id in master.agents and agent_id not in master.recovered_agents
-        again = Scheduler(session, base)
+        again = Scheduler(session, base_url(server))
         event = await again.subscribe(
             {
                 "failover_timeout": 3600,
@@ -331,7 +294,7 @@ async def test_agents_that_do_not_reregister_become_unreachable(
     tmp_path: Path, session: aiohttp.ClientSession
 ) -> None:
     async with running_master(tmp_path) as server:
-        agent = FakeAgent(session, f"http://127.0.0.1:{server.port}")
+        agent = FakeAgent(session, base_url(server))
         await agent.register()
         await agent.disconnect()
     agent_id = agent.agent_id["value"]  # type: ignore[index]
@@ -349,21 +312,11 @@ async def test_reregistering_agent_is_told_to_shut_down_removed_frameworks(
     tmp_path: Path, session: aiohttp.ClientSession
 ) -> None:
     async with running_master(tmp_path) as server:
-        base = f"http://127.0.0.1:{server.port}"
-        agent = FakeAgent(session, base)
-        await agent.register()
-        scheduler = Scheduler(session, base)
-        await scheduler.subscribe()
-        await _running_task(scheduler, agent)
+        agent, scheduler = await agent_and_scheduler(session, server)
+        await running_task(scheduler, agent)
         await agent.disconnect()
         await scheduler.call("TEARDOWN")
-        task = {
-            "name": "t",
-            "task_id": {"value": "t"},
-            "framework_id": {"value": scheduler.framework_id},
-            "agent_id": agent.agent_id,
-            "state": "TASK_RUNNING",
-        }
+        task = reported_task("t", scheduler.framework_id, agent.agent_id)
         await agent.register(tasks=[task])
         shutdown = await agent.next_event("SHUTDOWN_FRAMEWORK")
         assert (
@@ -379,12 +332,8 @@ async def test_agent_marked_gone_is_shut_down_and_its_tasks_are_gone(
     tmp_path: Path, session: aiohttp.ClientSession
 ) -> None:
     async with running_master(tmp_path) as server:
-        base = f"http://127.0.0.1:{server.port}"
-        agent = FakeAgent(session, base)
-        await agent.register()
-        scheduler = Scheduler(session, base)
-        await scheduler.subscribe({"capabilities": [{"type": "PARTITION_AWARE"}]})
-        await _running_task(scheduler, agent)
+        agent, scheduler = await agent_and_scheduler(session, server, PARTITION_AWARE)
+        await running_task(scheduler, agent)
         agent_id = agent.agent_id["value"]  # type: ignore[index]
         await server.master.mark_agent_gone(agent_id)
         assert (await agent.next_event("SHUTDOWN"))["shutdown"]["message"]
@@ -405,11 +354,10 @@ async def test_roles_flag_limits_the_roles_frameworks_may_use(
     tmp_path: Path, session: aiohttp.ClientSession
 ) -> None:
     async with running_master(tmp_path, "--roles=web") as server:
-        base = f"http://127.0.0.1:{server.port}"
-        denied = Scheduler(session, base)
+        denied = Scheduler(session, base_url(server))
         event = await denied.subscribe({"role": "batch"})
         assert event["type"] == "ERROR" and "--roles" in event["error"]["message"]
-        allowed = Scheduler(session, base)
+        allowed = Scheduler(session, base_url(server))
         assert (await allowed.subscribe({"role": "web"}))["type"] == "SUBSCRIBED"
         await allowed.close()
         await denied.close()
@@ -419,12 +367,8 @@ async def test_unregistering_agent_takes_its_tasks_with_it(
     tmp_path: Path, session: aiohttp.ClientSession
 ) -> None:
     async with running_master(tmp_path) as server:
-        base = f"http://127.0.0.1:{server.port}"
-        agent = FakeAgent(session, base)
-        await agent.register()
-        scheduler = Scheduler(session, base)
-        await scheduler.subscribe({"capabilities": [{"type": "PARTITION_AWARE"}]})
-        await _running_task(scheduler, agent)
+        agent, scheduler = await agent_and_scheduler(session, server, PARTITION_AWARE)
+        await running_task(scheduler, agent)
         response = await agent.session.post(
             agent.url,
             json={"type": "UNREGISTER", "agent_id": agent.agent_id},

@@ -21,8 +21,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.integration.master_harness import (
-    FakeAgent,
-    Scheduler,
+    agent_and_scheduler,
     command_task,
     running_master,
 )
@@ -114,11 +113,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
             running_master(work_dir) as server,
             aiohttp.ClientSession() as session,
         ):
-            base = f"http://127.0.0.1:{server.port}"
-            agent = FakeAgent(session, base)
-            await agent.register()
-            scheduler = Scheduler(session, base)
-            await scheduler.subscribe()
+            agent, scheduler = await agent_and_scheduler(session, server)
             offer = await scheduler.offer()
             await scheduler.launch(
                 offer,

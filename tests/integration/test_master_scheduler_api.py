@@ -12,8 +12,9 @@ import pytest
 
 from mesilla.master.main import MasterServer, MasterStartError
 from tests.integration.master_harness import (
-    FakeAgent,
     Scheduler,
+    agent_and_scheduler,
+    base_url,
     command_task,
     running_master,
     until,
@@ -28,16 +29,6 @@ async def master(tmp_path: Path) -> AsyncIterator[MasterServer]:
         yield server
 
 
-@pytest.fixture
-async def session() -> AsyncIterator[aiohttp.ClientSession]:
-    async with aiohttp.ClientSession() as s:
-        yield s
-
-
-def base(master: MasterServer) -> str:
-    return f"http://127.0.0.1:{master.port}"
-
-
 async def test_subscribe_answers_a_recordio_stream_of_json_events(
     master: MasterServer, session: aiohttp.ClientSession
 ) -> None:
@@ -45,7 +36,9 @@ async def test_subscribe_answers_a_recordio_stream_of_json_events(
         "type": "SUBSCRIBE",
         "subscribe": {"framework_info": {"user": "root", "name": "f"}},
     }
-    async with session.post(f"{base(master)}/api/v1/scheduler", json=call) as response:
+    async with session.post(
+        f"{base_url(master)}/api/v1/scheduler", json=call
+    ) as response:
         assert response.status == 200
         assert response.headers["Content-Type"].startswith("application/json")
         assert response.headers["Transfer-Encoding"] == "chunked"
@@ -71,7 +64,7 @@ async def test_subscribe_answers_a_recordio_stream_of_json_events(
 async def test_heartbeats_keep_coming(
     master: MasterServer, session: aiohttp.ClientSession
 ) -> None:
-    scheduler = Scheduler(session, base(master))
+    scheduler = Scheduler(session, base_url(master))
     await scheduler.subscribe()
     for _ in range(3):
         assert (await scheduler.next_event(skip=())) == {"type": "HEARTBEAT"}
@@ -128,7 +121,7 @@ async def test_malformed_calls_get_4xx_with_a_reason(
 ) -> None:
     headers = {"Content-Type": "application/json", **headers}
     async with session.post(
-        f"{base(master)}/api/v1/scheduler", data=body, headers=headers
+        f"{base_url(master)}/api/v1/scheduler", data=body, headers=headers
     ) as response:
         assert response.status == status
         assert reason in await response.text()
@@ -137,14 +130,14 @@ async def test_malformed_calls_get_4xx_with_a_reason(
 async def test_only_post_is_allowed(
     master: MasterServer, session: aiohttp.ClientSession
 ) -> None:
-    async with session.get(f"{base(master)}/api/v1/scheduler") as response:
+    async with session.get(f"{base_url(master)}/api/v1/scheduler") as response:
         assert response.status == 405
 
 
 async def test_stream_id_is_checked(
     master: MasterServer, session: aiohttp.ClientSession
 ) -> None:
-    scheduler = Scheduler(session, base(master))
+    scheduler = Scheduler(session, base_url(master))
     await scheduler.subscribe()
     wrong = await scheduler.call(
         "REVIVE", {}, stream_id="00000000-0000-0000-0000-000000000000"
@@ -170,7 +163,7 @@ async def test_unknown_fields_are_ignored_and_missing_accept_means_json(
         },
     }
     async with session.post(
-        f"{base(master)}/api/v1/scheduler",
+        f"{base_url(master)}/api/v1/scheduler",
         data=json.dumps(call),
         headers={"Content-Type": "application/json", "Accept": ""},
     ) as response:
@@ -181,7 +174,7 @@ async def test_unknown_fields_are_ignored_and_missing_accept_means_json(
 async def test_calls_of_a_disconnected_framework_are_forbidden(
     master: MasterServer, session: aiohttp.ClientSession
 ) -> None:
-    scheduler = Scheduler(session, base(master))
+    scheduler = Scheduler(session, base_url(master))
     await scheduler.subscribe({"failover_timeout": 3600})
     stream_id = scheduler.stream.stream_id if scheduler.stream else None
     await scheduler.close()
@@ -200,7 +193,7 @@ async def test_calls_of_a_disconnected_framework_are_forbidden(
 async def test_invalid_framework_info_gets_an_error_event(
     master: MasterServer, session: aiohttp.ClientSession
 ) -> None:
-    scheduler = Scheduler(session, base(master))
+    scheduler = Scheduler(session, base_url(master))
     event = await scheduler.subscribe({"roles": ["a"]})
     assert event["type"] == "ERROR"
     assert "MULTI_ROLE" in event["error"]["message"]
@@ -210,7 +203,7 @@ async def test_invalid_framework_info_gets_an_error_event(
 async def test_request_and_inverse_offer_calls_are_accepted(
     master: MasterServer, session: aiohttp.ClientSession
 ) -> None:
-    scheduler = Scheduler(session, base(master))
+    scheduler = Scheduler(session, base_url(master))
     await scheduler.subscribe()
     assert (await scheduler.call("REQUEST", {"requests": []})).status == 202
     assert (
@@ -222,10 +215,7 @@ async def test_request_and_inverse_offer_calls_are_accepted(
 async def test_unsupported_operations_are_rejected_whole(
     master: MasterServer, session: aiohttp.ClientSession
 ) -> None:
-    agent = FakeAgent(session, base(master))
-    await agent.register()
-    scheduler = Scheduler(session, base(master))
-    await scheduler.subscribe()
+    agent, scheduler = await agent_and_scheduler(session, master)
     offer = await scheduler.offer()
     response = await scheduler.call(
         "ACCEPT",
@@ -249,10 +239,7 @@ async def test_unsupported_operations_are_rejected_whole(
 async def test_update_framework(
     master: MasterServer, session: aiohttp.ClientSession
 ) -> None:
-    agent = FakeAgent(session, base(master))
-    await agent.register()
-    scheduler = Scheduler(session, base(master))
-    await scheduler.subscribe()
+    agent, scheduler = await agent_and_scheduler(session, master)
     offer = await scheduler.offer()
     await scheduler.launch(offer, command_task("t", offer["agent_id"]))
     await agent.next_event("RUN_TASK")
@@ -277,7 +264,7 @@ async def test_calls_before_recovery_get_503(
     async with running_master(tmp_path) as server:
         server.master.recovered = False
         async with session.post(
-            f"http://127.0.0.1:{server.port}/api/v1/scheduler",
+            f"{base_url(server)}/api/v1/scheduler",
             json={
                 "type": "SUBSCRIBE",
                 "subscribe": {"framework_info": {"user": "u", "name": "n"}},

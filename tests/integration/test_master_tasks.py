@@ -11,10 +11,14 @@ import pytest
 
 from mesilla.master.main import MasterServer
 from tests.integration.master_harness import (
+    PARTITION_AWARE,
     FakeAgent,
     Scheduler,
+    agent_and_scheduler,
+    base_url,
     command_task,
     running_master,
+    running_task,
     scalar,
 )
 
@@ -28,16 +32,13 @@ async def master(tmp_path: Path) -> AsyncIterator[MasterServer]:
 
 
 @pytest.fixture
-async def cluster(master: MasterServer) -> AsyncIterator[tuple[Scheduler, FakeAgent]]:
-    base = f"http://127.0.0.1:{master.port}"
-    async with aiohttp.ClientSession() as session:
-        agent = FakeAgent(session, base)
-        await agent.register()
-        scheduler = Scheduler(session, base)
-        await scheduler.subscribe()
-        yield scheduler, agent
-        await scheduler.close()
-        await agent.disconnect()
+async def cluster(
+    master: MasterServer, session: aiohttp.ClientSession
+) -> AsyncIterator[tuple[Scheduler, FakeAgent]]:
+    agent, scheduler = await agent_and_scheduler(session, master)
+    yield scheduler, agent
+    await scheduler.close()
+    await agent.disconnect()
 
 
 async def test_offer_has_the_agents_resources_and_address(
@@ -211,8 +212,8 @@ async def test_invalid_offers_drop_tasks_of_partition_aware_frameworks(
 ) -> None:
     _, agent = cluster
     async with aiohttp.ClientSession() as session:
-        scheduler = Scheduler(session, f"http://127.0.0.1:{master.port}")
-        await scheduler.subscribe({"capabilities": [{"type": "PARTITION_AWARE"}]})
+        scheduler = Scheduler(session, base_url(master))
+        await scheduler.subscribe(PARTITION_AWARE)
         offer = {"id": {"value": "gone"}, "agent_id": agent.agent_id}
         await scheduler.launch(offer, command_task("t", agent.agent_id or {}))
         assert (await scheduler.update("t"))["state"] == "TASK_DROPPED"
@@ -271,11 +272,7 @@ async def test_offer_timeout_rescinds(tmp_path: Path) -> None:
         running_master(tmp_path, "--offer_timeout=100ms") as server,
         aiohttp.ClientSession() as session,
     ):
-        base = f"http://127.0.0.1:{server.port}"
-        agent = FakeAgent(session, base)
-        await agent.register()
-        scheduler = Scheduler(session, base)
-        await scheduler.subscribe()
+        agent, scheduler = await agent_and_scheduler(session, server)
         offer = await scheduler.offer()
         rescind = await scheduler.next_event("RESCIND")
         assert rescind["rescind"]["offer_id"] == offer["id"]
@@ -351,8 +348,8 @@ async def test_partition_aware_reconciliation_states(
 ) -> None:
     _, agent = cluster
     async with aiohttp.ClientSession() as session:
-        scheduler = Scheduler(session, f"http://127.0.0.1:{master.port}")
-        await scheduler.subscribe({"capabilities": [{"type": "PARTITION_AWARE"}]})
+        scheduler = Scheduler(session, base_url(master))
+        await scheduler.subscribe(PARTITION_AWARE)
         await scheduler.call(
             "RECONCILE",
             {
@@ -556,17 +553,9 @@ async def test_default_executor_without_cpus_and_mem_gets_the_defaults(
 async def test_observers_see_tasks_agents_and_frameworks(master: MasterServer) -> None:
     seen: list[tuple[str, Any]] = []
     master.master.add_observer(lambda kind, payload: seen.append((kind, payload)))
-    base = f"http://127.0.0.1:{master.port}"
     async with aiohttp.ClientSession() as session:
-        agent = FakeAgent(session, base)
-        await agent.register()
-        scheduler = Scheduler(session, base)
-        await scheduler.subscribe()
-        offer = await scheduler.offer()
-        await scheduler.launch(offer, command_task("t", offer["agent_id"]))
-        await agent.next_event("RUN_TASK")
-        await agent.send_status(scheduler.framework_id or "", "t", "TASK_RUNNING")
-        await scheduler.update("t")
+        agent, scheduler = await agent_and_scheduler(session, master)
+        await running_task(scheduler, agent)
         await scheduler.call("TEARDOWN")
         await agent.next_event("SHUTDOWN_FRAMEWORK")
         await scheduler.close()

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 
 from mesilla.common.http import EventStream
 from mesilla.common.resources import Resources
+from mesilla.master import accounting
 from mesilla.v1 import internal
 from mesilla.v1.mesos import (
     AgentCapability,
@@ -61,25 +62,15 @@ class Agent:
 
     def used_resources(self) -> dict[str, Resources]:
         """framework_id -> resources of its live tasks and executors on this agent."""
-        used: dict[str, Resources] = {}
-        for framework_id, tasks in self.tasks.items():
-            for task in tasks.values():
-                if not task.state.terminal:
-                    used[framework_id] = used.get(
-                        framework_id, Resources()
-                    ) + Resources.from_list(task.resources)
-        for framework_id, executors in self.executors.items():
-            for executor in executors.values():
-                used[framework_id] = used.get(
-                    framework_id, Resources()
-                ) + Resources.from_list(executor.resources)
-        return used
+        tasks = (
+            (framework_id, task)
+            for framework_id, by_id in self.tasks.items()
+            for task in by_id.values()
+        )
+        return accounting.used_resources(tasks, self.executors)
 
     def offered_resources(self) -> Resources:
-        total = Resources()
-        for offer in self.offers.values():
-            total = total + Resources.from_list(offer.resources)
-        return total
+        return accounting.offered_resources(self.offers.values())
 
     def add_task(self, task: Task) -> None:
         self.tasks.setdefault(task.framework_id.value, {})[task.task_id.value] = task

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 
 from mesilla.common.http import EventStream
 from mesilla.common.resources import Resources
+from mesilla.master import accounting
 from mesilla.v1 import scheduler as sched
 from mesilla.v1.mesos import ExecutorInfo, FrameworkInfo, Offer, Task
 
@@ -70,25 +71,11 @@ class Framework:
 
     def used_resources(self) -> dict[str, Resources]:
         """agent_id -> resources of its live tasks and executors (what the allocator calls `used`)."""
-        used: dict[str, Resources] = {}
-        for task in self.tasks.values():
-            if not task.state.terminal:
-                agent = task.agent_id.value
-                used[agent] = used.get(agent, Resources()) + Resources.from_list(
-                    task.resources
-                )
-        for agent_id, executors in self.executors.items():
-            for executor in executors.values():
-                used[agent_id] = used.get(agent_id, Resources()) + Resources.from_list(
-                    executor.resources
-                )
-        return used
+        tasks = ((task.agent_id.value, task) for task in self.tasks.values())
+        return accounting.used_resources(tasks, self.executors)
 
     def offered_resources(self) -> Resources:
-        total = Resources()
-        for offer in self.offers.values():
-            total = total + Resources.from_list(offer.resources)
-        return total
+        return accounting.offered_resources(self.offers.values())
 
     async def send(self, event: sched.Event) -> None:
         if self.stream is not None:

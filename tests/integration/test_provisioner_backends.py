@@ -68,6 +68,12 @@ async def make_provisioner(tmp_path: Path, backend: str | None) -> Provisioner:
     return await Provisioner.create(provisioner_flags(tmp_path, backend))
 
 
+def rootfses_dir(tmp_path: Path, container: str, backend: str) -> Path:
+    """Where the provisioner puts a container's rootfses made by `backend`."""
+    store = tmp_path / "store" / "provisioner" / "containers"
+    return store / container / "backends" / backend / "rootfses"
+
+
 @pytest.fixture
 async def destroy_after(
     tmp_path: Path,
@@ -78,6 +84,19 @@ async def destroy_after(
     for provisioner, container_id in created:
         await provisioner.destroy(container_id)
         await provisioner.close()
+
+
+async def provisioner_for(
+    tmp_path: Path,
+    backend: str,
+    container: str,
+    destroy_after: list[tuple[Provisioner, ContainerID]],
+) -> tuple[Provisioner, ContainerID]:
+    """A provisioner using `backend` and the id of a container it destroys after the test."""
+    provisioner = await make_provisioner(tmp_path, backend)
+    container_id = ContainerID(value=container)
+    destroy_after.append((provisioner, container_id))
+    return provisioner, container_id
 
 
 def in_rootfs(rootfs: str, script: str) -> str:
@@ -131,25 +150,14 @@ async def test_layers_stack_with_whiteouts(
     backend: str,
     destroy_after: list[tuple[Provisioner, ContainerID]],
 ) -> None:
-    provisioner = await make_provisioner(tmp_path, backend)
-    container_id = ContainerID(value="c1")
-    destroy_after.append((provisioner, container_id))
+    provisioner, container_id = await provisioner_for(
+        tmp_path, backend, "c1", destroy_after
+    )
 
     info = await provisioner.provision(container_id, docker_image("layered:latest"))
 
     rootfs = info.rootfs
-    assert rootfs.startswith(
-        str(
-            tmp_path
-            / "store"
-            / "provisioner"
-            / "containers"
-            / "c1"
-            / "backends"
-            / backend
-            / "rootfses"
-        )
-    )
+    assert rootfs.startswith(str(rootfses_dir(tmp_path, "c1", backend)))
     assert len(info.layers) == 2
     listing = in_rootfs(
         rootfs, "cat /etc/base-marker /etc/upper-marker; ls /opt/dir; ls /etc"
@@ -182,9 +190,9 @@ async def test_a_repeated_layer_applies_at_its_top_place(
     backend: str,
     destroy_after: list[tuple[Provisioner, ContainerID]],
 ) -> None:
-    provisioner = await make_provisioner(tmp_path, backend)
-    container_id = ContainerID(value="repeated")
-    destroy_after.append((provisioner, container_id))
+    provisioner, container_id = await provisioner_for(
+        tmp_path, backend, "repeated", destroy_after
+    )
 
     info = await provisioner.provision(container_id, docker_image("repeated:latest"))
 
@@ -198,9 +206,9 @@ async def test_a_repeated_layer_applies_at_its_top_place(
 async def test_bind_backend_mounts_a_single_layer_read_only(
     tmp_path: Path, images: Path, destroy_after: list[tuple[Provisioner, ContainerID]]
 ) -> None:
-    provisioner = await make_provisioner(tmp_path, "bind")
-    container_id = ContainerID(value="bound")
-    destroy_after.append((provisioner, container_id))
+    provisioner, container_id = await provisioner_for(
+        tmp_path, "bind", "bound", destroy_after
+    )
 
     info = await provisioner.provision(container_id, docker_image("single:latest"))
 
@@ -246,9 +254,9 @@ async def test_recover_removes_orphans_and_keeps_known(
 async def test_prune_keeps_images_in_use(
     tmp_path: Path, images: Path, destroy_after: list[tuple[Provisioner, ContainerID]]
 ) -> None:
-    provisioner = await make_provisioner(tmp_path, "overlay")
-    running = ContainerID(value="running")
-    destroy_after.append((provisioner, running))
+    provisioner, running = await provisioner_for(
+        tmp_path, "overlay", "running", destroy_after
+    )
     in_use = await provisioner.provision(running, docker_image("layered:latest"))
     other = await provisioner.provision(
         ContainerID(value="gone"), docker_image("other:latest")
@@ -279,32 +287,23 @@ async def test_prune_keeps_images_in_use(
 async def test_failed_provision_leaves_no_rootfs(
     tmp_path: Path, images: Path, destroy_after: list[tuple[Provisioner, ContainerID]]
 ) -> None:
-    provisioner = await make_provisioner(tmp_path, "bind")
-    container_id = ContainerID(value="fails")
-    destroy_after.append((provisioner, container_id))
+    provisioner, container_id = await provisioner_for(
+        tmp_path, "bind", "fails", destroy_after
+    )
 
     with pytest.raises(BackendError):
         await provisioner.provision(container_id, docker_image("layered:latest"))
 
-    rootfses = (
-        tmp_path
-        / "store"
-        / "provisioner"
-        / "containers"
-        / "fails"
-        / "backends"
-        / "bind"
-        / "rootfses"
-    )
+    rootfses = rootfses_dir(tmp_path, "fails", "bind")
     assert not rootfses.exists() or list(rootfses.iterdir()) == []
 
 
 async def test_cancelled_provision_is_undone(
     tmp_path: Path, images: Path, destroy_after: list[tuple[Provisioner, ContainerID]]
 ) -> None:
-    provisioner = await make_provisioner(tmp_path, "overlay")
-    container_id = ContainerID(value="cancelled")
-    destroy_after.append((provisioner, container_id))
+    provisioner, container_id = await provisioner_for(
+        tmp_path, "overlay", "cancelled", destroy_after
+    )
     await provisioner.provision(
         ContainerID(value="warm"), docker_image("layered:latest")
     )
@@ -324,16 +323,7 @@ async def test_cancelled_provision_is_undone(
         with pytest.raises(asyncio.CancelledError):
             await task
         assert mount_points_under(str(tmp_path)) == []
-        rootfses = (
-            tmp_path
-            / "store"
-            / "provisioner"
-            / "containers"
-            / "cancelled"
-            / "backends"
-            / "overlay"
-            / "rootfses"
-        )
+        rootfses = rootfses_dir(tmp_path, "cancelled", "overlay")
         assert not rootfses.exists() or list(rootfses.iterdir()) == []
     else:
         pytest.fail("provision never finished within 2000 event-loop steps")
@@ -373,9 +363,9 @@ async def test_provisioned_rootfs_runs_under_runc(
     backend: str,
     destroy_after: list[tuple[Provisioner, ContainerID]],
 ) -> None:
-    provisioner = await make_provisioner(tmp_path, backend)
-    container_id = ContainerID(value="runc")
-    destroy_after.append((provisioner, container_id))
+    provisioner, container_id = await provisioner_for(
+        tmp_path, backend, "runc", destroy_after
+    )
     info = await provisioner.provision(container_id, docker_image("layered:latest"))
     result = runc_run(
         tmp_path / "bundle",

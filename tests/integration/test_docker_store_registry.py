@@ -8,7 +8,9 @@ import os
 import sys
 import uuid
 from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -57,6 +59,20 @@ async def store(
         yield store
     finally:
         await store.close()
+
+
+@asynccontextmanager
+async def store_behind_front(
+    registry: Registry, tmp_path: Path, **front_options: Any
+) -> AsyncIterator[tuple[RegistryFront, DockerStore]]:
+    """A store pulling through a `RegistryFront` of `registry`; both closed afterwards."""
+    front = await RegistryFront(registry, **front_options).start()
+    store = DockerStore(os.path.join(tmp_path, "store"), front.url)
+    try:
+        yield front, store
+    finally:
+        await store.close()
+        await front.close()
 
 
 def corrupt(path: str) -> None:
@@ -189,14 +205,12 @@ async def test_corrupted_blob_is_rejected_and_leaves_no_layer(
 
 
 async def test_interrupted_pull_leaves_nothing_and_retry_succeeds(
-    store: DockerStore, docker_registry: Registry, tmp_path: Path
+    docker_registry: Registry, tmp_path: Path
 ) -> None:
     built = unique_image()
     push_image(docker_registry.url, "flaky/net", "latest", built)
-    front = await RegistryFront(docker_registry).start()
-    try:
+    async with store_behind_front(docker_registry, tmp_path) as (front, store):
         front.cut_blobs = True
-        store = DockerStore(os.path.join(tmp_path, "front-store"), front.url)
         name = f"{front.host}/flaky/net:latest"
         with pytest.raises(RegistryError, match="broke off"):
             await store.get(name, "rootfs")
@@ -208,24 +222,16 @@ async def test_interrupted_pull_leaves_nothing_and_retry_succeeds(
         image, layers = await store.get(name, "rootfs")
         assert os.path.isfile(os.path.join(layers[0], "bin", "busybox"))
         assert image.manifest_digest == built.manifest_digest
-        await store.close()
-    finally:
-        await front.close()
 
 
 async def test_manifest_not_matching_its_digest_header_is_rejected(
     docker_registry: Registry, busybox_image: PushedImage, tmp_path: Path
 ) -> None:
-    front = await RegistryFront(docker_registry).start()
-    front.wrong_manifest_digest = True
-    store = DockerStore(os.path.join(tmp_path, "store"), front.url)
-    try:
+    async with store_behind_front(docker_registry, tmp_path) as (front, store):
+        front.wrong_manifest_digest = True
         with pytest.raises(BlobDigestMismatch, match="Manifest"):
             await store.get(f"{front.host}/library/busybox:latest", "rootfs")
         assert store.images() == []
-    finally:
-        await store.close()
-        await front.close()
 
 
 async def test_concurrent_pulls_download_each_layer_once(
@@ -299,11 +305,13 @@ async def test_uncached_image_is_pulled_again(
 async def test_bearer_token_auth(
     docker_registry: Registry, busybox_image: PushedImage, tmp_path: Path
 ) -> None:
-    front = await RegistryFront(
-        docker_registry, token="s3cret", user="alice", password="pw"
-    ).start()
-    store = DockerStore(os.path.join(tmp_path, "store"), front.url)
-    try:
+    async with store_behind_front(
+        docker_registry,
+        tmp_path,
+        token="s3cret",
+        user="alice",
+        password="pw",
+    ) as (front, store):
         name = f"{front.host}/library/busybox:latest"
         with pytest.raises(RegistryAuthError, match="token"):
             await store.get(name, "rootfs")
@@ -315,9 +323,6 @@ async def test_bearer_token_auth(
             "scope": "repository:library/busybox:pull",
             "service": "mesilla-test",
         }
-    finally:
-        await store.close()
-        await front.close()
 
 
 async def test_close_stops_a_pull_and_leaves_nothing(
@@ -325,10 +330,8 @@ async def test_close_stops_a_pull_and_leaves_nothing(
 ) -> None:
     built = unique_image()
     push_image(docker_registry.url, "closed/early", "latest", built)
-    front = await RegistryFront(docker_registry).start()
-    front.stall_blobs = True
-    store = DockerStore(os.path.join(tmp_path, "store"), front.url)
-    try:
+    async with store_behind_front(docker_registry, tmp_path) as (front, store):
+        front.stall_blobs = True
         pull = asyncio.create_task(
             store.get(f"{front.host}/closed/early:latest", "rootfs")
         )
@@ -340,9 +343,6 @@ async def test_close_stops_a_pull_and_leaves_nothing(
             await pull
         assert staging_is_empty(store)
         assert os.listdir(os.path.join(store.store_dir, "layers", "sha256")) == []
-    finally:
-        await store.close()
-        await front.close()
 
 
 PULL_SCRIPT = """

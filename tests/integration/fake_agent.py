@@ -166,6 +166,10 @@ class FakeAgent:
     def reached(self, task_id: str, state: str, count: int = 1) -> Callable[[], bool]:
         return lambda: self.states(task_id).count(state) >= count
 
+    def running(self, *task_ids: str) -> Callable[[], bool]:
+        """True once every one of `task_ids` has reported TASK_RUNNING."""
+        return lambda: all("TASK_RUNNING" in self.states(t) for t in task_ids)
+
     async def _notify(self) -> None:
         async with self._changed:
             self._changed.notify_all()

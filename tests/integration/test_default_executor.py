@@ -117,7 +117,7 @@ async def test_kill_of_one_task_kills_the_group_with_task_killing(start_pod: Sta
     pod = await start_pod("TASK_KILLING_STATE")
     agent = pod.agent
     await agent.launch_group(task("a", "sleep 600"), task("b", "sleep 600"))
-    await agent.wait_for(lambda: agent.reached("a", "TASK_RUNNING")() and agent.reached("b", "TASK_RUNNING")())
+    await agent.wait_for(agent.running("a", "b"))
     await agent.kill("a")
     await agent.wait_for(agent.terminal("a", "b"))
     for name in ("a", "b"):
@@ -146,7 +146,7 @@ async def test_agent_limitation_is_reported_and_applies_the_group_policy(start_p
     pod = await start_pod()
     agent = pod.agent
     await agent.launch_group(task("hog", "sleep 600"), task("peer", "sleep 600"))
-    await agent.wait_for(lambda: agent.reached("hog", "TASK_RUNNING")() and agent.reached("peer", "TASK_RUNNING")())
+    await agent.wait_for(agent.running("hog", "peer"))
     cid = agent.last("hog")["container_status"]["container_id"]["value"]
     container = agent.containers[cid]
     container.limitation = {
@@ -181,7 +181,7 @@ async def test_shutdown_kills_every_task_and_exits(start_pod: StartPod) -> None:
     agent = pod.agent
     await agent.launch_group(task("a", "sleep 600"), task("b", "sleep 600"))
     await agent.launch_group(task("c", "sleep 600"))
-    await agent.wait_for(lambda: all(agent.reached(t, "TASK_RUNNING")() for t in "abc"))
+    await agent.wait_for(agent.running("a", "b", "c"))
     await agent.shutdown()
     await agent.wait_for(agent.terminal("a", "b", "c"))
     assert {agent.last(t)["state"] for t in "abc"} == {"TASK_KILLED"}

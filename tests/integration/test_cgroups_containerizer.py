@@ -39,6 +39,7 @@ from mesilla.v1.mesos import (
     VolumeSource,
 )
 from tests.fixtures.linux_launcher import LinuxEnv, linux_env  # noqa: F401
+from tests.integration.cgroups_programs import FORK_BOMB
 
 pytestmark = [pytest.mark.root]
 
@@ -142,28 +143,13 @@ async def test_cpu_hog_is_throttled(containerizer, env):
     await containerizer.destroy(cid)
 
 
-FORK_BOMB = """
-import os, time
-forked = 0
-while True:
-    try:
-        pid = os.fork()
-    except OSError as exc:
-        open("gave_up", "w").write(f"{forked} {exc.errno}")
-        break
-    if pid == 0:
-        time.sleep(1000)
-        os._exit(0)
-    forked += 1
-time.sleep(1000)
-"""
-
-
 async def test_fork_bomb_stops_at_the_pids_limit(containerizer, env):
     cid = ContainerID(value=str(uuid.uuid4()))
     config = shell(env, "bomb", "")
     config.command = CommandInfo(
-        shell=False, value="/usr/bin/python3", arguments=["python3", "-c", FORK_BOMB]
+        shell=False,
+        value="/usr/bin/python3",
+        arguments=["python3", "-c", FORK_BOMB, "gave_up"],
     )
     await containerizer.launch(cid, config)
     gave_up = os.path.join(config.sandbox, "gave_up")

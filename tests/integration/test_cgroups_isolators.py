@@ -37,6 +37,7 @@ from mesilla.v1.mesos import (
     Scalar,
     ValueType,
 )
+from tests.integration.cgroups_programs import FORK_BOMB
 
 pytestmark = [pytest.mark.root]
 
@@ -129,6 +130,17 @@ def skip_without(flags: Any, controller: str) -> Hierarchy:
     return hierarchy
 
 
+async def isolated_sleeper(
+    isolator: Any, held: Any, container_config: ContainerConfig
+) -> tuple[ContainerID, Held]:
+    """A container prepared from `container_config` with a held `sleep` in its cgroups."""
+    cid = ContainerID(value=str(uuid.uuid4()))
+    await isolator.prepare(cid, container_config)
+    sleeper = held(["sleep", "60"])
+    await isolator.isolate(cid, sleeper.pid)
+    return cid, sleeper
+
+
 MEMORY_HOG = "a = []\nwhile True: a.append(bytearray(1 << 20))"
 
 
@@ -216,10 +228,7 @@ async def test_update_changes_quota_and_infinite_limit_removes_it(
 ):
     hierarchy = skip_without(flags, "cpu")
     isolator = CgroupsCpuIsolator(flags)
-    cid = ContainerID(value=str(uuid.uuid4()))
-    await isolator.prepare(cid, config(str(tmp_path), cpus=1))
-    sleeper = held(["sleep", "60"])
-    await isolator.isolate(cid, sleeper.pid)
+    cid, sleeper = await isolated_sleeper(isolator, held, config(str(tmp_path), cpus=1))
     cgroup = hierarchy.cgroup(own_cgroup_path(flags, cid))
     assert cgroup.read("cpu", "cpu.cfs_quota_us").strip() == "100000"
 
@@ -238,10 +247,7 @@ async def test_memory_update_raises_but_never_lowers_the_hard_limit(
 ):
     hierarchy = skip_without(flags, "memory")
     isolator = CgroupsMemIsolator(flags)
-    cid = ContainerID(value=str(uuid.uuid4()))
-    await isolator.prepare(cid, config(str(tmp_path), mem=64))
-    sleeper = held(["sleep", "60"])
-    await isolator.isolate(cid, sleeper.pid)
+    cid, _ = await isolated_sleeper(isolator, held, config(str(tmp_path), mem=64))
     cgroup = hierarchy.cgroup(own_cgroup_path(flags, cid))
     limit_file = "memory.limit_in_bytes" if cgroup.version == 1 else "memory.max"
 
@@ -251,24 +257,6 @@ async def test_memory_update_raises_but_never_lowers_the_hard_limit(
     assert int(cgroup.read("memory", limit_file)) == 128 << 20
     assert (await isolator.usage(cid))["mem_soft_limit_bytes"] == 40 << 20
     await isolator.cleanup(cid)
-
-
-FORK_BOMB = """
-import os, sys, time
-forked = 0
-while True:
-    try:
-        pid = os.fork()
-    except OSError as exc:
-        print(forked, exc.errno, flush=True)
-        break
-    if pid == 0:
-        time.sleep(600)
-        os._exit(0)
-    forked += 1
-sys.stdout.close()
-time.sleep(600)
-"""
 
 
 async def test_fork_bomb_stops_at_pids_max(held, tmp_path):
@@ -284,7 +272,7 @@ async def test_fork_bomb_stops_at_pids_max(held, tmp_path):
     try:
         info = await isolator.prepare(cid, config(str(tmp_path)))
         assert info is not None and info.cgroup_resources == {"pids": {"limit": 16}}
-        bomb = held([sys.executable, "-c", FORK_BOMB])
+        bomb = held([sys.executable, "-c", FORK_BOMB, "/dev/stdout"])
         await isolator.isolate(cid, bomb.pid)
         bomb.start()
         assert bomb.process.stdout is not None

@@ -12,10 +12,7 @@ parent's, or the host's), so this isolator only decides the namespace.
 
 from __future__ import annotations
 
-import os
-from typing import Any
-
-from mesilla.containerizer.isolator import Isolator
+from mesilla.containerizer.isolators.namespaces.base import NamespaceIsolator
 from mesilla.containerizer.types import ContainerConfig, ContainerLaunchInfo
 from mesilla.v1.mesos import ContainerID
 
@@ -27,15 +24,12 @@ class IpcNamespaceError(ValueError):
     """`LinuxInfo.ipc_mode`/`shm_size` are invalid or not allowed on this agent."""
 
 
-class IpcNamespaceIsolator(Isolator):
+class IpcNamespaceIsolator(NamespaceIsolator):
     name = "namespaces/ipc"
-    supports_nesting = True
-    supports_standalone = True
-
-    def __init__(self, flags: Any = None) -> None:
-        self._disallow_agent = bool(
-            flags is not None and flags.get("disallow_sharing_agent_ipc_namespace")
-        )
+    namespace = "ipc"
+    label = "IPC"
+    error = IpcNamespaceError
+    own_namespace_hint = "use ipc_mode PRIVATE"
 
     async def prepare(
         self, container_id: ContainerID, config: ContainerConfig
@@ -54,13 +48,4 @@ class IpcNamespaceIsolator(Isolator):
                 "private /dev/shm can be sized"
             )
         private = mode == PRIVATE or (mode is None and container_id.parent is None)
-        if private:
-            return ContainerLaunchInfo(clone_namespaces={"ipc"})
-        if container_id.parent is not None:
-            return None  # the launcher joins the parent's
-        if self._disallow_agent:
-            raise IpcNamespaceError(
-                f"Container {container_id} asks to share the agent's IPC namespace, which "
-                "--disallow_sharing_agent_ipc_namespace forbids: use ipc_mode PRIVATE"
-            )
-        return ContainerLaunchInfo(enter_namespaces={"ipc": f"/proc/{os.getpid()}/ns/ipc"})
+        return self.own() if private else self.shared(container_id)

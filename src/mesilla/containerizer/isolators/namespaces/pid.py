@@ -8,10 +8,7 @@ shares its parent's only when asked (the launcher joins it), else gets its own.
 
 from __future__ import annotations
 
-import os
-from typing import Any
-
-from mesilla.containerizer.isolator import Isolator
+from mesilla.containerizer.isolators.namespaces.base import NamespaceIsolator
 from mesilla.containerizer.types import ContainerConfig, ContainerLaunchInfo
 from mesilla.v1.mesos import ContainerID
 
@@ -20,28 +17,16 @@ class PidNamespaceError(Exception):
     """The container asks for a pid namespace this agent does not allow."""
 
 
-class PidNamespaceIsolator(Isolator):
+class PidNamespaceIsolator(NamespaceIsolator):
     name = "namespaces/pid"
-    supports_nesting = True
-    supports_standalone = True
-
-    def __init__(self, flags: Any = None) -> None:
-        self._disallow_agent = bool(
-            flags is not None and flags.get("disallow_sharing_agent_pid_namespace")
-        )
+    namespace = "pid"
+    label = "pid"
+    error = PidNamespaceError
+    own_namespace_hint = "unset share_pid_namespace"
 
     async def prepare(
         self, container_id: ContainerID, config: ContainerConfig
     ) -> ContainerLaunchInfo | None:
         linux = config.container_info.linux_info if config.container_info else None
         share = bool(linux is not None and linux.share_pid_namespace)
-        if not share:
-            return ContainerLaunchInfo(clone_namespaces={"pid"})
-        if container_id.parent is not None:
-            return None  # the launcher joins the parent's
-        if self._disallow_agent:
-            raise PidNamespaceError(
-                f"Container {container_id} asks to share the agent's pid namespace, which "
-                "--disallow_sharing_agent_pid_namespace forbids: unset share_pid_namespace"
-            )
-        return ContainerLaunchInfo(enter_namespaces={"pid": f"/proc/{os.getpid()}/ns/pid"})
+        return self.shared(container_id) if share else self.own()

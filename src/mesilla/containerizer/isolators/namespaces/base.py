@@ -1,0 +1,47 @@
+"""What the namespace isolators share: a container gets its own namespace or shares one.
+
+A nested container that shares gets its parent's (the launcher joins it); a
+top-level one gets the agent's, unless `--disallow_sharing_agent_<ns>_namespace`
+forbids it.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any, ClassVar
+
+from mesilla.containerizer.isolator import Isolator
+from mesilla.containerizer.types import ContainerLaunchInfo
+from mesilla.v1.mesos import ContainerID
+
+
+class NamespaceIsolator(Isolator):
+    supports_nesting = True
+    supports_standalone = True
+    namespace: ClassVar[str]  # as in /proc/<pid>/ns/
+    label: ClassVar[str]  # the namespace as messages name it
+    error: ClassVar[type[Exception]]
+    # How a container asks for its own namespace instead, for the refusal's message.
+    own_namespace_hint: ClassVar[str]
+
+    def __init__(self, flags: Any = None) -> None:
+        self._disallow_agent = bool(
+            flags is not None
+            and flags.get(f"disallow_sharing_agent_{self.namespace}_namespace")
+        )
+
+    def own(self) -> ContainerLaunchInfo:
+        return ContainerLaunchInfo(clone_namespaces={self.namespace})
+
+    def shared(self, container_id: ContainerID) -> ContainerLaunchInfo | None:
+        if container_id.parent is not None:
+            return None  # the launcher joins the parent's
+        if self._disallow_agent:
+            raise self.error(
+                f"Container {container_id} asks to share the agent's {self.label} namespace, "
+                f"which --disallow_sharing_agent_{self.namespace}_namespace forbids: "
+                f"{self.own_namespace_hint}"
+            )
+        return ContainerLaunchInfo(
+            enter_namespaces={self.namespace: f"/proc/{os.getpid()}/ns/{self.namespace}"}
+        )

@@ -3,11 +3,13 @@ disconnect, become unreachable and re-register, and a master restart that recove
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import aiohttp
 import pytest
 
+from mesilla.master.main import MasterServer
 from tests.integration.master_harness import (
     PARTITION_AWARE,
     FakeAgent,
@@ -24,81 +26,80 @@ from tests.integration.master_harness import (
 pytestmark = pytest.mark.integration
 
 
-async def test_failover_within_timeout_keeps_tasks(
-    tmp_path: Path, session: aiohttp.ClientSession
-) -> None:
+@pytest.fixture
+async def server(tmp_path: Path) -> AsyncIterator[MasterServer]:
     async with running_master(tmp_path) as server:
-        agent, first = await agent_and_scheduler(
-            session, server, {"failover_timeout": 3600}
-        )
-        await running_task(first, agent)
+        yield server
 
-        second = Scheduler(session, base_url(server))
-        event = await second.subscribe(
-            {"failover_timeout": 3600, "id": {"value": first.framework_id}}
-        )
-        assert event["type"] == "SUBSCRIBED"
-        assert second.framework_id == first.framework_id
-        error = await first.next_event("ERROR", skip=("HEARTBEAT", "OFFERS", "RESCIND"))
-        assert error["error"]["message"] == "Framework failed over"
-        assert first.stream is not None and await first.stream.ended()
-        # The old stream id is dead, the new one works, and the task survived.
-        assert (await first.call("REVIVE", {})).status == 403
-        await second.call("RECONCILE", {"tasks": [{"task_id": {"value": "t"}}]})
-        assert (await second.update("t"))["state"] == "TASK_RUNNING"
-        await second.close()
-        await agent.disconnect()
+
+async def test_failover_within_timeout_keeps_tasks(
+    session: aiohttp.ClientSession, server: MasterServer
+) -> None:
+    agent, first = await agent_and_scheduler(
+        session, server, {"failover_timeout": 3600}
+    )
+    await running_task(first, agent)
+
+    second = Scheduler(session, base_url(server))
+    event = await second.subscribe(
+        {"failover_timeout": 3600, "id": {"value": first.framework_id}}
+    )
+    assert event["type"] == "SUBSCRIBED"
+    assert second.framework_id == first.framework_id
+    error = await first.next_event("ERROR", skip=("HEARTBEAT", "OFFERS", "RESCIND"))
+    assert error["error"]["message"] == "Framework failed over"
+    assert first.stream is not None and await first.stream.ended()
+    # The old stream id is dead, the new one works, and the task survived.
+    assert (await first.call("REVIVE", {})).status == 403
+    await second.call("RECONCILE", {"tasks": [{"task_id": {"value": "t"}}]})
+    assert (await second.update("t"))["state"] == "TASK_RUNNING"
+    await second.close()
+    await agent.disconnect()
 
 
 async def test_disconnected_framework_is_removed_after_its_failover_timeout(
-    tmp_path: Path, session: aiohttp.ClientSession
+    session: aiohttp.ClientSession, server: MasterServer
 ) -> None:
-    async with running_master(tmp_path) as server:
-        agent, scheduler = await agent_and_scheduler(
-            session, server, {"failover_timeout": 0.2}
-        )
-        await running_task(scheduler, agent)
-        await scheduler.close()
-        shutdown = await agent.next_event("SHUTDOWN_FRAMEWORK")
-        assert (
-            shutdown["shutdown_framework"]["framework_id"]["value"]
-            == scheduler.framework_id
-        )
-        completed = [
-            f
-            for f in server.master.completed_frameworks
-            if f.id == scheduler.framework_id
-        ]
-        assert (
-            completed and completed[0].completed_tasks[0].state.value == "TASK_KILLED"
-        )
+    agent, scheduler = await agent_and_scheduler(
+        session, server, {"failover_timeout": 0.2}
+    )
+    await running_task(scheduler, agent)
+    await scheduler.close()
+    shutdown = await agent.next_event("SHUTDOWN_FRAMEWORK")
+    assert (
+        shutdown["shutdown_framework"]["framework_id"]["value"]
+        == scheduler.framework_id
+    )
+    completed = [
+        f for f in server.master.completed_frameworks if f.id == scheduler.framework_id
+    ]
+    assert completed and completed[0].completed_tasks[0].state.value == "TASK_KILLED"
 
-        again = Scheduler(session, base_url(server))
-        event = await again.subscribe({"id": {"value": scheduler.framework_id}})
-        assert event["type"] == "ERROR"
-        assert event["error"]["message"] == "Framework has been removed"
-        # Updates for the removed framework are acknowledged so the agent stops retrying.
-        await agent.send_status(scheduler.framework_id or "", "t", "TASK_KILLED")
-        await agent.next_event("ACKNOWLEDGE")
-        await agent.disconnect()
+    again = Scheduler(session, base_url(server))
+    event = await again.subscribe({"id": {"value": scheduler.framework_id}})
+    assert event["type"] == "ERROR"
+    assert event["error"]["message"] == "Framework has been removed"
+    # Updates for the removed framework are acknowledged so the agent stops retrying.
+    await agent.send_status(scheduler.framework_id or "", "t", "TASK_KILLED")
+    await agent.next_event("ACKNOWLEDGE")
+    await agent.disconnect()
 
 
 async def test_teardown_kills_tasks_and_ends_the_stream(
-    tmp_path: Path, session: aiohttp.ClientSession
+    session: aiohttp.ClientSession, server: MasterServer
 ) -> None:
-    async with running_master(tmp_path) as server:
-        agent, scheduler = await agent_and_scheduler(
-            session, server, {"failover_timeout": 3600}
-        )
-        await running_task(scheduler, agent)
-        assert (await scheduler.call("TEARDOWN")).status == 202
-        assert scheduler.stream is not None and await scheduler.stream.ended()
-        await agent.next_event("SHUTDOWN_FRAMEWORK")
-        assert scheduler.framework_id not in server.master.frameworks
-        assert server.master.allocator.allocation(scheduler.framework_id or "") == {}
-        response = await scheduler.call("REVIVE", {})
-        assert response.status == 400
-        await agent.disconnect()
+    agent, scheduler = await agent_and_scheduler(
+        session, server, {"failover_timeout": 3600}
+    )
+    await running_task(scheduler, agent)
+    assert (await scheduler.call("TEARDOWN")).status == 202
+    assert scheduler.stream is not None and await scheduler.stream.ended()
+    await agent.next_event("SHUTDOWN_FRAMEWORK")
+    assert scheduler.framework_id not in server.master.frameworks
+    assert server.master.allocator.allocation(scheduler.framework_id or "") == {}
+    response = await scheduler.call("REVIVE", {})
+    assert response.status == 400
+    await agent.disconnect()
 
 
 async def test_disconnected_agent_becomes_unreachable_and_comes_back(
@@ -150,90 +151,86 @@ async def test_disconnected_agent_becomes_unreachable_and_comes_back(
 
 
 async def test_disconnected_agent_offers_are_rescinded(
-    tmp_path: Path, session: aiohttp.ClientSession
+    session: aiohttp.ClientSession, server: MasterServer
 ) -> None:
-    async with running_master(tmp_path) as server:
-        agent, scheduler = await agent_and_scheduler(session, server)
-        offer = await scheduler.offer()
-        await agent.disconnect()
-        rescind = await scheduler.next_event("RESCIND")
-        assert rescind["rescind"]["offer_id"] == offer["id"]
-        assert not server.master.offers
-        await scheduler.close()
+    agent, scheduler = await agent_and_scheduler(session, server)
+    offer = await scheduler.offer()
+    await agent.disconnect()
+    rescind = await scheduler.next_event("RESCIND")
+    assert rescind["rescind"]["offer_id"] == offer["id"]
+    assert not server.master.offers
+    await scheduler.close()
 
 
 async def test_reregistering_agent_reconciles_tasks_it_does_not_know(
-    tmp_path: Path, session: aiohttp.ClientSession
+    session: aiohttp.ClientSession, server: MasterServer
 ) -> None:
-    async with running_master(tmp_path) as server:
-        agent, scheduler = await agent_and_scheduler(session, server)
-        await running_task(scheduler, agent)
-        await agent.disconnect()
-        await until(
-            lambda: not server.master.agents[agent.agent_id["value"]].connected,
-            "disconnection",
-        )  # type: ignore[index]
-        await agent.register(tasks=[])
-        status = await scheduler.update("t")
-        assert (
-            status["state"] == "TASK_LOST"
-            and status["reason"] == "REASON_RECONCILIATION"
-        )
-        assert "t" not in server.master.frameworks[scheduler.framework_id or ""].tasks
-        await scheduler.close()
-        await agent.disconnect()
+    agent, scheduler = await agent_and_scheduler(session, server)
+    await running_task(scheduler, agent)
+    await agent.disconnect()
+    await until(
+        lambda: not server.master.agents[agent.agent_id["value"]].connected,
+        "disconnection",
+    )  # type: ignore[index]
+    await agent.register(tasks=[])
+    status = await scheduler.update("t")
+    assert (
+        status["state"] == "TASK_LOST" and status["reason"] == "REASON_RECONCILIATION"
+    )
+    assert "t" not in server.master.frameworks[scheduler.framework_id or ""].tasks
+    await scheduler.close()
+    await agent.disconnect()
 
 
 async def test_agent_api_status_codes(
-    tmp_path: Path, session: aiohttp.ClientSession
+    session: aiohttp.ClientSession, server: MasterServer
 ) -> None:
-    async with running_master(tmp_path) as server:
-        url = f"{base_url(server)}/internal/agent"
-        bad_resources = {
-            "type": "REGISTER",
-            "register": {
-                "agent_info": {
-                    "hostname": "h",
-                    "resources": [{"name": "cpus", "type": "SCALAR"}],
-                }
+    url = f"{base_url(server)}/internal/agent"
+    bad_resources = {
+        "type": "REGISTER",
+        "register": {
+            "agent_info": {
+                "hostname": "h",
+                "resources": [{"name": "cpus", "type": "SCALAR"}],
+            }
+        },
+    }
+    async with session.post(url, json=bad_resources) as r:
+        assert r.status == 400 and "cpus" in await r.text()
+    unknown = {
+        "type": "STATUS_UPDATE",
+        "agent_id": {"value": "nobody"},
+        "status_update": {
+            "framework_id": {"value": "f"},
+            "status": {
+                "task_id": {"value": "t"},
+                "state": "TASK_RUNNING",
+                "uuid": "AAAA",
             },
-        }
-        async with session.post(url, json=bad_resources) as r:
-            assert r.status == 400 and "cpus" in await r.text()
-        unknown = {
-            "type": "STATUS_UPDATE",
-            "agent_id": {"value": "nobody"},
-            "status_update": {
-                "framework_id": {"value": "f"},
-                "status": {
-                    "task_id": {"value": "t"},
-                    "state": "TASK_RUNNING",
-                    "uuid": "AAAA",
-                },
-            },
-        }
-        async with session.post(url, json=unknown) as r:
-            assert r.status == 403
-        agent = FakeAgent(session, base_url(server))
-        await agent.register()
-        unknown["agent_id"] = agent.agent_id
-        async with session.post(
-            url, json=unknown, headers={"Mesos-Stream-Id": "stale"}
-        ) as r:
-            assert r.status == 403 and "re-register" in await r.text()
-        no_uuid = {
-            "type": "STATUS_UPDATE",
-            "agent_id": agent.agent_id,
-            "status_update": {
-                "framework_id": {"value": "f"},
-                "status": {"task_id": {"value": "t"}, "state": "TASK_RUNNING"},
-            },
-        }
-        async with session.post(url, json=no_uuid) as r:
-            assert r.status == 400 and "uuid" in await r.text()
-        async with session.post(url, json={"type": "STATUS_UPDATE"}) as r:
-            assert r.status == 400 and "status_update" in await r.text()
-        await agent.disconnect()
+        },
+    }
+    async with session.post(url, json=unknown) as r:
+        assert r.status == 403
+    agent = FakeAgent(session, base_url(server))
+    await agent.register()
+    unknown["agent_id"] = agent.agent_id
+    async with session.post(
+        url, json=unknown, headers={"Mesos-Stream-Id": "stale"}
+    ) as r:
+        assert r.status == 403 and "re-register" in await r.text()
+    no_uuid = {
+        "type": "STATUS_UPDATE",
+        "agent_id": agent.agent_id,
+        "status_update": {
+            "framework_id": {"value": "f"},
+            "status": {"task_id": {"value": "t"}, "state": "TASK_RUNNING"},
+        },
+    }
+    async with session.post(url, json=no_uuid) as r:
+        assert r.status == 400 and "uuid" in await r.text()
+    async with session.post(url, json={"type": "STATUS_UPDATE"}) as r:
+        assert r.status == 400 and "status_update" in await r.text()
+    await agent.disconnect()
 
 
 async def test_restarted_master_recovers_agents_and_frameworks(
@@ -309,45 +306,42 @@ async def test_agents_that_do_not_reregister_become_unreachable(
 
 
 async def test_reregistering_agent_is_told_to_shut_down_removed_frameworks(
-    tmp_path: Path, session: aiohttp.ClientSession
+    session: aiohttp.ClientSession, server: MasterServer
 ) -> None:
-    async with running_master(tmp_path) as server:
-        agent, scheduler = await agent_and_scheduler(session, server)
-        await running_task(scheduler, agent)
-        await agent.disconnect()
-        await scheduler.call("TEARDOWN")
-        task = reported_task("t", scheduler.framework_id, agent.agent_id)
-        await agent.register(tasks=[task])
-        shutdown = await agent.next_event("SHUTDOWN_FRAMEWORK")
-        assert (
-            shutdown["shutdown_framework"]["framework_id"]["value"]
-            == scheduler.framework_id
-        )
-        assert scheduler.framework_id not in server.master.frameworks
-        await scheduler.close()
-        await agent.disconnect()
+    agent, scheduler = await agent_and_scheduler(session, server)
+    await running_task(scheduler, agent)
+    await agent.disconnect()
+    await scheduler.call("TEARDOWN")
+    task = reported_task("t", scheduler.framework_id, agent.agent_id)
+    await agent.register(tasks=[task])
+    shutdown = await agent.next_event("SHUTDOWN_FRAMEWORK")
+    assert (
+        shutdown["shutdown_framework"]["framework_id"]["value"]
+        == scheduler.framework_id
+    )
+    assert scheduler.framework_id not in server.master.frameworks
+    await scheduler.close()
+    await agent.disconnect()
 
 
 async def test_agent_marked_gone_is_shut_down_and_its_tasks_are_gone(
-    tmp_path: Path, session: aiohttp.ClientSession
+    session: aiohttp.ClientSession, server: MasterServer
 ) -> None:
-    async with running_master(tmp_path) as server:
-        agent, scheduler = await agent_and_scheduler(session, server, PARTITION_AWARE)
-        await running_task(scheduler, agent)
-        agent_id = agent.agent_id["value"]  # type: ignore[index]
-        await server.master.mark_agent_gone(agent_id)
-        assert (await agent.next_event("SHUTDOWN"))["shutdown"]["message"]
-        status = await scheduler.update("t")
-        assert status["state"] == "TASK_GONE_BY_OPERATOR"
-        assert status["reason"] == "REASON_AGENT_REMOVED_BY_OPERATOR"
-        assert (
-            agent_id in server.master.gone_agents
-            and agent_id not in server.master.agents
-        )
-        again = await agent.register()
-        assert again["type"] == "SHUTDOWN"
-        await scheduler.close()
-        await agent.disconnect()
+    agent, scheduler = await agent_and_scheduler(session, server, PARTITION_AWARE)
+    await running_task(scheduler, agent)
+    agent_id = agent.agent_id["value"]  # type: ignore[index]
+    await server.master.mark_agent_gone(agent_id)
+    assert (await agent.next_event("SHUTDOWN"))["shutdown"]["message"]
+    status = await scheduler.update("t")
+    assert status["state"] == "TASK_GONE_BY_OPERATOR"
+    assert status["reason"] == "REASON_AGENT_REMOVED_BY_OPERATOR"
+    assert (
+        agent_id in server.master.gone_agents and agent_id not in server.master.agents
+    )
+    again = await agent.register()
+    assert again["type"] == "SHUTDOWN"
+    await scheduler.close()
+    await agent.disconnect()
 
 
 async def test_roles_flag_limits_the_roles_frameworks_may_use(
@@ -364,24 +358,20 @@ async def test_roles_flag_limits_the_roles_frameworks_may_use(
 
 
 async def test_unregistering_agent_takes_its_tasks_with_it(
-    tmp_path: Path, session: aiohttp.ClientSession
+    session: aiohttp.ClientSession, server: MasterServer
 ) -> None:
-    async with running_master(tmp_path) as server:
-        agent, scheduler = await agent_and_scheduler(session, server, PARTITION_AWARE)
-        await running_task(scheduler, agent)
-        response = await agent.session.post(
-            agent.url,
-            json={"type": "UNREGISTER", "agent_id": agent.agent_id},
-            headers={"Mesos-Stream-Id": agent.stream.stream_id if agent.stream else ""},
-        )
-        assert response.status == 202
-        status = await scheduler.update("t")
-        assert (
-            status["state"] == "TASK_LOST"
-            and status["reason"] == "REASON_AGENT_REMOVED"
-        )
-        agent_id = agent.agent_id["value"]  # type: ignore[index]
-        assert agent_id not in server.master.agents
-        assert agent_id not in (await server.master.registry.recover()).agents
-        assert agent.stream is not None and await agent.stream.ended()
-        await scheduler.close()
+    agent, scheduler = await agent_and_scheduler(session, server, PARTITION_AWARE)
+    await running_task(scheduler, agent)
+    response = await agent.session.post(
+        agent.url,
+        json={"type": "UNREGISTER", "agent_id": agent.agent_id},
+        headers={"Mesos-Stream-Id": agent.stream.stream_id if agent.stream else ""},
+    )
+    assert response.status == 202
+    status = await scheduler.update("t")
+    assert status["state"] == "TASK_LOST" and status["reason"] == "REASON_AGENT_REMOVED"
+    agent_id = agent.agent_id["value"]  # type: ignore[index]
+    assert agent_id not in server.master.agents
+    assert agent_id not in (await server.master.registry.recover()).agents
+    assert agent.stream is not None and await agent.stream.ended()
+    await scheduler.close()

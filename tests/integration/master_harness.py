@@ -118,11 +118,22 @@ class _Stream:
         await asyncio.gather(self._reader, return_exceptions=True)
 
 
-class Scheduler:
+class _Subscriber:
+    """A client whose event stream is open after it subscribes (or registers)."""
+
+    stream: _Stream | None = None
+
+    async def next_event(
+        self, *types: str, skip: tuple[str, ...] = ("HEARTBEAT",)
+    ) -> Json:
+        assert self.stream is not None
+        return await self.stream.next_event(*types, skip=skip)
+
+
+class Scheduler(_Subscriber):
     def __init__(self, session: aiohttp.ClientSession, base: str) -> None:
         self.session = session
         self.url = f"{base}/api/v1/scheduler"
-        self.stream: _Stream | None = None
         self.framework_id: str | None = None
         # Offers that arrived while a test waited for something else.
         self.pending_offers: list[Json] = []
@@ -156,12 +167,6 @@ class Scheduler:
         response = await self.session.post(self.url, json=call, headers=headers)
         await response.read()
         return response
-
-    async def next_event(
-        self, *types: str, skip: tuple[str, ...] = ("HEARTBEAT",)
-    ) -> Json:
-        assert self.stream is not None
-        return await self.stream.next_event(*types, skip=skip)
 
     async def offer(self) -> Json:
         if self.pending_offers:
@@ -210,7 +215,7 @@ def command_task(
     }
 
 
-class FakeAgent:
+class FakeAgent(_Subscriber):
     """Speaks the agent side of `mesilla.v1.internal`; runs nothing."""
 
     def __init__(
@@ -232,7 +237,6 @@ class FakeAgent:
         ]
         self.hostname = hostname
         self.agent_id: Json | None = None
-        self.stream: _Stream | None = None
 
     async def register(
         self, *, tasks: list[Json] | None = None, frameworks: list[Json] | None = None
@@ -258,12 +262,6 @@ class FakeAgent:
         if event["type"] == "REGISTERED":
             self.agent_id = event["registered"]["agent_id"]
         return event
-
-    async def next_event(
-        self, *types: str, skip: tuple[str, ...] = ("HEARTBEAT",)
-    ) -> Json:
-        assert self.stream is not None
-        return await self.stream.next_event(*types, skip=skip)
 
     async def call(self, type_: str, body: Json) -> aiohttp.ClientResponse:
         assert self.stream is not None

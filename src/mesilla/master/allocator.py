@@ -147,10 +147,13 @@ class HierarchicalDRFAllocator:
 
     async def _run(self) -> None:
         while True:
+            # Not asyncio.wait_for: on Python 3.11 it swallows a cancellation that
+            # lands as the event fires, and stop() would then wait forever.
+            woken = asyncio.ensure_future(self._wakeup.wait())
             try:
-                await asyncio.wait_for(self._wakeup.wait(), self.allocation_interval)
-            except TimeoutError:
-                pass
+                await asyncio.wait([woken], timeout=self.allocation_interval)
+            finally:
+                woken.cancel()
             # Let the burst of events that woke us land first, then allocate once.
             await asyncio.sleep(0)
             self._wakeup.clear()

@@ -152,11 +152,6 @@ class Master(
     async def stop(self) -> None:
         """Closes every stream and stops background work; the registry keeps the state."""
         self.stopping = True
-        # Let a wake-up the allocator was just given run first: Python 3.11's
-        # asyncio.wait_for swallows a cancellation that lands while the awaited
-        # event completes, and the allocator loop waits that way.
-        for _ in range(3):
-            await asyncio.sleep(0)
         await self.allocator.stop()
         for timer in self._offer_timers.values():
             timer.cancel()

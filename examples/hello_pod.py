@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import sys
 import tempfile
 import time
@@ -152,7 +153,10 @@ async def main() -> int:
     parser.add_argument("--command-only", action="store_true", help="skip the pod")
     args = parser.parse_args()
     work_dir = Path(args.work_dir or tempfile.mkdtemp(prefix="mesilla-demo-"))
-    cluster = LocalCluster(work_dir)
+    # The pod's tasks share a SANDBOX_PATH volume, which the volume/sandbox_path
+    # isolator provides; filesystem/linux gives each task its own mount namespace.
+    isolation = "filesystem/linux,volume/sandbox_path,cgroups/cpu,cgroups/mem,namespaces/pid"
+    cluster = LocalCluster(work_dir, extra_flags=[f"--isolation={isolation}"] if os.geteuid() == 0 else [])
     say(f"starting a local cluster in {work_dir} (log: {cluster.log_path})")
     try:
         await asyncio.to_thread(cluster.start)

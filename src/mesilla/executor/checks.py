@@ -261,9 +261,20 @@ class Checker:
         self._on_health = on_health
         self._clock = clock
         self._task: asyncio.Task[None] | None = None
+        # Kept across pause and start, as Mesos's checkers keep what they reported:
+        # a resumed checker does not announce an unchanged health or check status again.
+        self._health = HealthPolicy(spec, clock()) if on_health else None
+        self._check = CheckPolicy(spec) if on_check else None
 
     def start(self) -> None:
+        """Starts checking, or resumes after `pause`."""
+        self.pause()
         self._task = asyncio.get_running_loop().create_task(self._run())
+
+    def pause(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            self._task = None
 
     async def stop(self) -> None:
         if self._task is not None:
@@ -272,8 +283,7 @@ class Checker:
             self._task = None
 
     async def _run(self) -> None:
-        health = HealthPolicy(self.spec, self._clock()) if self._on_health else None
-        check = CheckPolicy(self.spec) if self._on_check else None
+        health, check = self._health, self._check
         await asyncio.sleep(self.spec.delay)
         while True:
             result = await self._probe(self.spec)

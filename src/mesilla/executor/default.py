@@ -108,7 +108,10 @@ class DefaultExecutor(Executor):
             return
         self.feed(Subscribed(container_id, capabilities))
         for task_id, start in self._checked.items():
-            if task_id not in self._checkers:
+            if task_id in self._checkers:
+                for checker in self._checkers[task_id]:
+                    checker.start()  # resumed after a disconnection
+            else:
                 self._start_checks(start)
 
     async def launch(self, driver: ExecutorDriver, task: Json) -> None:
@@ -128,9 +131,11 @@ class DefaultExecutor(Executor):
 
     async def disconnected(self, driver: ExecutorDriver) -> None:
         # As Mesos: no checking while the agent is away, so a restarting agent
-        # never gets a task killed for failures nobody could report.
-        for task_id in list(self._checkers):
-            self._stop_checks(task_id)
+        # never gets a task killed for failures nobody could report. The checkers
+        # are paused, not replaced, so that they resume with what they reported.
+        for checkers in self._checkers.values():
+            for checker in checkers:
+                checker.pause()
 
     async def shutdown(self, driver: ExecutorDriver) -> None:
         self.feed(Shutdown())

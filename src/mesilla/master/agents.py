@@ -68,10 +68,12 @@ class AgentsMixin(MasterBase):
                 agent = await self._reregister_known(known, info, pid, call)
             else:
                 await self.registry.readmit_agent(info)
-                self.recovered_agents.pop(agent_id, None)
-                self.unreachable_agents.pop(agent_id, None)
+                recovered = self.recovered_agents.pop(agent_id, None) is not None
+                unreachable = self.unreachable_agents.pop(agent_id, None) is not None
                 agent = self._add_agent(info, pid, call)
                 agent.reregistered_time = time.time()
+                if not recovered:
+                    await self._announce_readded_tasks(agent, unreachable)
         agent.stream, agent.stream_id = stream, stream_id
         agent.connected = agent.active = True
         await agent.send(
@@ -136,6 +138,34 @@ class AgentsMixin(MasterBase):
             framework.tasks[task.task_id.value] = record
             agent.add_task(record)
             self.notify("TASK_ADDED", record)
+
+    async def _announce_readded_tasks(self, agent: Agent, unreachable: bool) -> None:
+        """As Mesos: when an agent the master had removed (unreachable) or never knew comes
+        back, each connected framework hears the state of its re-added tasks
+        (REASON_AGENT_REREGISTERED). Not after a master failover: frameworks reconcile then."""
+        message = "Unreachable agent re-reregistered" if unreachable else "Unknown agent reregistered"
+        for framework_id, tasks in agent.tasks.items():
+            framework = self.frameworks.get(framework_id)
+            if framework is None:
+                continue
+            for task in tasks.values():
+                status = master_status(
+                    task.task_id.value,
+                    task.state,
+                    Reason.REASON_AGENT_REREGISTERED,
+                    message,
+                    agent_id=agent.id,
+                    executor_id=task.executor_id,
+                )
+                if task.statuses:  # what the task's last update said of it, as Mesos keeps
+                    last = task.statuses[-1]
+                    status = msgspec.structs.replace(
+                        status,
+                        healthy=last.healthy,
+                        check_status=last.check_status,
+                        container_status=last.container_status,
+                    )
+                await self.forward_update(framework, status)
 
     async def _shutdown_completed_frameworks(
         self, agent: Agent, call: internal.Register

@@ -108,10 +108,11 @@ async def test_disconnected_agent_becomes_unreachable_and_comes_back(
     async with running_master(
         tmp_path, "--agent_ping_timeout=50ms", "--max_agent_ping_timeouts=2"
     ) as server:
-        agent, aware = await agent_and_scheduler(session, server, PARTITION_AWARE)
+        # Checkpointing frameworks: the tasks of others are lost at the disconnection.
+        agent, aware = await agent_and_scheduler(session, server, {**PARTITION_AWARE, "checkpoint": True})
         await running_task(aware, agent, "aware-task")
         plain = Scheduler(session, base_url(server))
-        await plain.subscribe()
+        await plain.subscribe({"checkpoint": True})
         await running_task(plain, agent, "plain-task")
 
         await agent.disconnect()
@@ -165,7 +166,7 @@ async def test_disconnected_agent_offers_are_rescinded(
 async def test_reregistering_agent_reconciles_tasks_it_does_not_know(
     session: aiohttp.ClientSession, server: MasterServer
 ) -> None:
-    agent, scheduler = await agent_and_scheduler(session, server)
+    agent, scheduler = await agent_and_scheduler(session, server, {"checkpoint": True})
     await running_task(scheduler, agent)
     await agent.disconnect()
     await until(

@@ -23,7 +23,7 @@ from mesilla.master.framework import Framework
 from mesilla.master.status_updates import master_status
 from mesilla.v1 import internal
 from mesilla.v1 import scheduler as sched
-from mesilla.v1.mesos import AgentID, FrameworkID, Reason, Task, TaskState
+from mesilla.v1.mesos import AgentID, FrameworkID, Reason, Task, TaskState, TaskStatus
 
 log = logging.getLogger(__name__)
 
@@ -272,6 +272,10 @@ class AgentsMixin(MasterBase):
         self.allocator.deactivate_agent(agent.id)
         for offer in list(agent.offers.values()):
             self.remove_offer(offer, rescind=True)
+        for framework_id in sorted(set(agent.tasks) | set(agent.executors)):
+            framework = self.frameworks.get(framework_id)
+            if framework is not None and not framework.info.checkpoint:
+                self.spawn(self._forward_all(framework, self._remove_framework_from(agent, framework)))
         timeout = self.flags.agent_ping_timeout * self.flags.max_agent_ping_timeouts
         log.info(
             "agent %s disconnected; unreachable in %ss unless it comes back",
@@ -282,6 +286,31 @@ class AgentsMixin(MasterBase):
         agent.unreachable_timer = asyncio.get_running_loop().call_later(
             timeout, lambda: self.spawn(self.mark_unreachable(agent))
         )
+
+    def _remove_framework_from(self, agent: Agent, framework: Framework) -> list[TaskStatus]:
+        """As Mesos: a framework without checkpointing loses what it ran on an agent that
+        disconnected (nothing of it survives an agent restart); returns the updates to send."""
+        statuses = []
+        for task in list(agent.tasks.get(framework.id, {}).values()):
+            if not task.state.terminal:
+                status = master_status(
+                    task.task_id.value,
+                    TaskState.TASK_LOST,
+                    Reason.REASON_AGENT_DISCONNECTED,
+                    f"Agent {agent.hostname} disconnected",
+                    agent_id=agent.id,
+                    executor_id=task.executor_id,
+                )
+                self.update_task(task, status)
+                statuses.append(status)
+            self.remove_task(task)
+        for executor_id in list(agent.executors.get(framework.id, {})):
+            self.recover_executor(agent, framework.id, executor_id)
+        return statuses
+
+    async def _forward_all(self, framework: Framework, statuses: list[TaskStatus]) -> None:
+        for status in statuses:
+            await self.forward_update(framework, status)
 
     async def mark_unreachable(self, agent: Agent) -> None:
         if self.agents.get(agent.id) is not agent or agent.connected:

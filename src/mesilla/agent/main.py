@@ -114,7 +114,9 @@ async def start_server(agent: Agent) -> web.AppRunner:
     executor_api.install(router, agent)
     api = agent_api.install(router, agent, agent.files)
     container_api.install(api, agent)
-    runner = web.AppRunner(make_app(router), handle_signals=False)
+    # Stopping waits at most a second for requests still open (a held executor
+    # SUBSCRIBE, a long WAIT): aiohttp's default of 60 s kept a stopped agent alive.
+    runner = web.AppRunner(make_app(router), handle_signals=False, shutdown_timeout=1.0)
     await runner.setup()
     site = web.TCPSite(runner, agent.flags.ip, agent.flags.port)
     await site.start()

@@ -154,3 +154,36 @@ async def test_checker_loop_reports_health_until_it_asks_for_a_kill() -> None:
     await asyncio.wait_for(done.wait(), 10)
     await checker.stop()
     assert reports[:3] == [(True, False), (False, False), (False, True)]
+
+
+async def test_a_resumed_health_checker_does_not_announce_an_unchanged_health() -> None:
+    # As Mesos's checkers, pause and start keep what was reported: healthy once.
+    spec = parse_check(
+        {"type": "TCP", "tcp": {"port": 1}, "delay_seconds": 0, "interval_seconds": 0,
+         "grace_period_seconds": 0, "consecutive_failures": 1},
+        health=True,
+    )  # fmt: skip
+    probes = 0
+    outcomes = iter([True, True, True, True, False])
+    reports: list[tuple[bool, bool]] = []
+    done = asyncio.Event()
+
+    async def probe(_: object) -> ProbeResult:
+        nonlocal probes
+        probes += 1
+        return ProbeResult(next(outcomes, False))
+
+    def on_health(ok: bool, kill: bool) -> None:
+        reports.append((ok, kill))
+        if not ok:
+            done.set()
+
+    checker = Checker(spec, probe, on_health=on_health)
+    checker.start()
+    while probes < 2:
+        await asyncio.sleep(0)
+    checker.pause()
+    checker.start()
+    await asyncio.wait_for(done.wait(), 10)
+    await checker.stop()
+    assert reports[:2] == [(True, False), (False, True)]

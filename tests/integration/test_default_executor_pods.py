@@ -303,3 +303,26 @@ async def test_checks_of_every_kind_through_the_agent(framework: Framework) -> N
         assert status["state"] not in TERMINAL, status
     ended = await framework.kill(server, checked)
     assert {status["state"] for status in ended.values()} == {"TASK_KILLED"}
+
+
+async def test_command_health_check_sees_the_image_and_the_volume_of_its_task(
+    images_cluster: LocalCluster,
+) -> None:
+    # The check (a DEBUG container) must run in the task's filesystem: its
+    # image, its SANDBOX_PATH volume, its working directory (the sandbox).
+    fast = {"delay_seconds": 0, "interval_seconds": 0.2, "timeout_seconds": 10}
+    command = "test -s shared/now && grep -qx image-a /etc/pod-image"
+    health = {"type": "COMMAND", "command": {"value": command}, "grace_period_seconds": 60, **fast}
+    container = {**image("image-a:latest"), "volumes": shared_volume("shared")["volumes"]}
+    checked = task("checked", "date > shared/now && sleep 600", container=container,
+                   health_check=health)  # fmt: skip
+    async with framework_on(images_cluster) as framework:
+        await framework.launch_group(checked)
+        while True:
+            status = await framework.next_update()
+            assert status["state"] not in TERMINAL, status
+            if status.get("healthy") is True:
+                break
+            assert status.get("healthy") is not False, status
+        ended = await framework.kill(checked)
+        assert ended[tid(checked)]["state"] == "TASK_KILLED"

@@ -242,9 +242,21 @@ class Containerizer:
         if container.id.parent is not None:
             isolators = [i for i in isolators if i.supports_nesting]
         if container.config.container_class == ContainerClass.DEBUG:
-            # Debug containers (checks, exec sessions) share their parent's isolation.
-            isolators = [i for i in isolators if i.name.startswith("filesystem/")]
+            # As Mesos: debug containers (checks, exec sessions) have no resources,
+            # rootfs or volumes of their own; the launcher puts them into their
+            # parent's namespaces and filesystem.
+            return []
         return isolators
+
+    def _inherited_environment(self, container: _Container) -> dict[str, str]:
+        """A debug container starts from its parent's environment (MESOS_SANDBOX
+        included), as Mesos, so a check sees what its task sees."""
+        if container.config.container_class != ContainerClass.DEBUG or container.id.parent is None:
+            return {}
+        parent = self._containers.get(container.id.parent)
+        if parent is None or parent.launch_info is None:
+            return {}
+        return dict(parent.launch_info.environment)
 
     async def _launch(self, container: _Container) -> None:
         container_id, config = container.id, container.config
@@ -270,8 +282,14 @@ class Containerizer:
                     infos.append(info)
             launch_info = merge_launch_infos(infos)
             container.launch_info = launch_info
-            sandbox_dir = self._flags.sandbox_directory if config.rootfs else config.sandbox
-            launch_info.environment = container_environment(config, launch_info, sandbox_dir)
+            inherited = self._inherited_environment(container)
+            sandbox_dir = inherited.get("MESOS_SANDBOX") or (
+                self._flags.sandbox_directory if config.rootfs else config.sandbox
+            )
+            launch_info.environment = {
+                **inherited,
+                **container_environment(config, launch_info, sandbox_dir),
+            }
             argv = command_argv(config, launch_info) + command_task_rootfs_arguments(
                 config, launch_info, self._flags.sandbox_directory
             )

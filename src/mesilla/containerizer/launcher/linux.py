@@ -19,7 +19,8 @@ before exec until `start`, reaps it and records how it ended, independent of
 the agent. A container without an image sees a read-only view of the host
 (`host_rootfs.py`) with its sandbox mounted read-write; every container has its
 own mount and pid namespaces. A nested container joins its parent's network,
-UTS and IPC namespaces (and pid namespace with `share_pid_namespace`), and its
+UTS and IPC namespaces (and pid namespace with `share_pid_namespace`); a DEBUG
+one (check, exec session) also its pid namespace and filesystem. Its
 cgroup is a child of its parent's, so the parent's limits and accounting
 cover it while the runtime can still kill and delete it on its own.
 """
@@ -53,6 +54,7 @@ from mesilla.containerizer.runtime_paths import (
     write_atomically,
 )
 from mesilla.containerizer.types import (
+    ContainerClass,
     ContainerConfig,
     ContainerLaunchInfo,
     ContainerRuntimeState,
@@ -65,6 +67,9 @@ from mesilla.v1.mesos import ContainerID
 # static binary, so it runs in any image), and where containers see it.
 _INIT = shutil.which("tini-static")
 INIT_PATH = "/.mesilla-init"
+# How a DEBUG container's command enters its parent's filesystem (util-linux;
+# the host view it starts in has it at its host path).
+_NSENTER = shutil.which("nsenter")
 
 log = logging.getLogger(__name__)
 
@@ -201,10 +206,11 @@ class LinuxLauncher(Launcher):
     ) -> dict[str, Any]:
         parent_pid = self._parent_pid(container_id)
         linux_info = config.container_info.linux_info if config.container_info else None
+        debug = config.container_class is ContainerClass.DEBUG
         enter: dict[str, str] = {}
         if parent_pid is not None:
             kinds = {"network": "net", "uts": "uts", "ipc": "ipc"}
-            if linux_info is not None and linux_info.share_pid_namespace:
+            if debug or (linux_info is not None and linux_info.share_pid_namespace):
                 kinds["pid"] = "pid"
             enter = {
                 kind: f"/proc/{parent_pid}/ns/{name}"
@@ -246,8 +252,12 @@ class LinuxLauncher(Launcher):
 
         user = oci.resolve_user(
             launch_info.user or config.user or config.command.user,
-            launch_info.rootfs or "/",
+            f"/proc/{parent_pid}/root" if debug else launch_info.rootfs or "/",
         )
+        if debug:
+            assert parent_pid is not None  # the containerizer gives DEBUG containers a parent
+            argv = _enter_filesystem_of(parent_pid, user, argv)
+            user = oci.User(0, 0)
         hostname = config.container_info.hostname if config.container_info else None
         return oci.config(
             process_spec=oci.process(
@@ -442,6 +452,40 @@ class LinuxLauncher(Launcher):
                     found.append(container_id)
                 found += self._scan(os.path.join(directory, CONTAINERS_DIR), container_id)
         return found
+
+
+def _enter_filesystem_of(pid: int, user: oci.User, argv: list[str]) -> list[str]:
+    """`argv` run in the mount namespace, root and working directory of `pid`.
+
+    As Mesos, a DEBUG container (a check, an exec session) sees its parent's
+    filesystem: rootfs, volumes, sandbox. The OCI runtime cannot create a
+    container inside an existing mount namespace without pivoting that
+    namespace's root, so the container starts on the host view, in the
+    parent's pid namespace, and nsenter moves its command over as root, then
+    becomes `user` (a setuid drops the capabilities a non-root user must not keep).
+    """
+    if _NSENTER is None:
+        raise LaunchError(
+            "DEBUG containers (checks, exec sessions) need nsenter: apt-get install util-linux"
+        )
+    # nsenter runs in the parent's pid namespace, where the parent has another pid.
+    target = _innermost_pid(pid)
+    wrapper = [_NSENTER, f"--target={target}", "--mount", "--root", "--wd", "--no-fork"]
+    if user.uid != 0 or user.gid != 0:
+        wrapper += [f"--setuid={user.uid}", f"--setgid={user.gid}"]
+    return [*wrapper, "--", *argv]
+
+
+def _innermost_pid(pid: int) -> int:
+    """`pid` as its own pid namespace numbers it (the last of /proc/<pid>/status NSpid)."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("NSpid:"):
+                    return int(line.split()[-1])
+    except OSError as exc:
+        raise LaunchError(f"Cannot read the pid namespaces of process {pid}: {exc}") from exc
+    raise LaunchError(f"/proc/{pid}/status has no NSpid line: a kernel of 4.1 or later is needed")
 
 
 def _kill_init(container: _Container) -> bool:

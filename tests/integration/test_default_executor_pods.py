@@ -7,6 +7,8 @@ down afterwards, so its executors and containers go away with it.
 
 from __future__ import annotations
 
+import base64
+import json
 import os
 import sys
 import uuid
@@ -18,6 +20,7 @@ from typing import Any
 import aiohttp
 import pytest
 
+from mesilla.common.recordio import Decoder
 from mesilla.testing.cluster import LocalCluster, free_port
 from mesilla.testing.images import build_image, write_docker_save
 from tests.integration.master_harness import Scheduler, scalar
@@ -326,3 +329,39 @@ async def test_command_health_check_sees_the_image_and_the_volume_of_its_task(
             assert status.get("healthy") is not False, status
         ended = await framework.kill(checked)
         assert ended[tid(checked)]["state"] == "TASK_KILLED"
+
+
+async def test_exec_session_into_a_task_sees_its_image_and_working_directory(
+    images_cluster: LocalCluster,
+) -> None:
+    # LAUNCH_NESTED_CONTAINER_SESSION (exec into a running task) is a DEBUG
+    # container: it sees the task's rootfs and starts in the task's sandbox.
+    running = task("running", "echo here > marker && sleep 600", container=image("image-b:latest"))
+    async with framework_on(images_cluster) as framework:
+        await framework.launch_group(running)
+        while (status := await framework.next_update())["state"] != "TASK_RUNNING":
+            assert status["state"] not in TERMINAL, status
+        parent = status["container_status"]["container_id"]
+        call = {
+            "type": "LAUNCH_NESTED_CONTAINER_SESSION",
+            "launch_nested_container_session": {
+                "container_id": {"value": "exec-" + uuid.uuid4().hex[:8], "parent": parent},
+                "command": {"value": "while ! test -s marker; do sleep 0.1; done; "
+                                     "cat /etc/pod-image marker; pwd"},
+            },
+        }  # fmt: skip
+        headers = {"Accept": "application/recordio", "Message-Accept": "application/json"}
+        agent = f"http://127.0.0.1:{images_cluster.agent_ports[0]}/api/v1"
+        async with aiohttp.ClientSession() as session:
+            async with session.post(agent, json=call, headers=headers) as response:
+                assert response.status == 200, await response.text()
+                body = await response.read()
+        stdout = b"".join(
+            base64.b64decode(message["data"]["data"])
+            for message in map(json.loads, Decoder().feed(body))
+            if message["type"] == "DATA" and message["data"]["type"] == "STDOUT"
+        )
+        # /etc/pod-image has no newline of its own.
+        assert stdout == b"image-bhere\n/mnt/mesos/sandbox\n"
+        ended = await framework.kill(running)
+        assert ended[tid(running)]["state"] == "TASK_KILLED"

@@ -133,6 +133,9 @@ class Agent:
             "registrations": 0,
         }
         self.shutdown_requested = asyncio.Event()
+        # Set once recovery knows the executors and their containers: executors
+        # that re-subscribe sooner are held until then (executor_api).
+        self.executors_recovered = asyncio.Event()
         self._background: set[asyncio.Task[Any]] = set()
 
     # -- identity ---------------------------------------------------------------------

@@ -77,8 +77,12 @@ def install(router: Router, agent: Agent) -> None:
             check_accept(request, streaming=True)
         elif call.type is ev.CallType.HEARTBEAT:
             return web.Response(status=202)
-        if agent.status is AgentStatus.RECOVERING and call.type is not ev.CallType.SUBSCRIBE:
-            raise ServiceUnavailable("Agent has not finished recovery")
+        if agent.status is AgentStatus.RECOVERING:
+            if call.type is not ev.CallType.SUBSCRIBE:
+                raise ServiceUnavailable("Agent has not finished recovery")
+            # A restarted agent listens before it has read its checkpoints; its
+            # executors come back at once and wait here rather than retry later.
+            await agent.executors_recovered.wait()
         framework = agent.frameworks.get(call.framework_id.value)
         if framework is None:
             raise BadRequest("Framework cannot be found")

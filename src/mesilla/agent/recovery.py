@@ -121,6 +121,7 @@ async def recover(agent: Agent) -> None:
     for executor in executors:
         agent.attach_sandbox(executor)
         agent.spawn(_watch(agent, executor), f"wait {executor}")
+    agent.executors_recovered.set()
     waiting = [e for e in executors if e.container_id in live]
     if waiting:
         await _await_reregistration(agent, waiting)

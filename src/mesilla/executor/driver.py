@@ -12,7 +12,12 @@ API). Updates are kept until acknowledged and, with the tasks launched but not
 yet acknowledged, resent on every re-SUBSCRIBE. After a disconnection it
 re-subscribes with random backoff up to MESOS_SUBSCRIPTION_BACKOFF_MAX and
 gives up after MESOS_RECOVERY_TIMEOUT (at once when the framework does not
-checkpoint, as Mesos's executor library).
+checkpoint, as Mesos's executor library). While the agent refuses connections
+(nothing listens: it is down or restarting) the driver instead asks again
+after a twentieth of the outage so far, at least 0.1 s, at most the backoff
+maximum: a restarted agent gives its executors only
+--executor_reregistration_timeout, and Mesos's agent tells its PID executors
+to reconnect at once, which an HTTP executor can only learn by asking.
 """
 
 from __future__ import annotations
@@ -35,6 +40,8 @@ log = logging.getLogger(__name__)
 
 EXECUTOR_API = "/api/v1/executor"
 DEFAULT_BACKOFF_MAX = 2.0
+AGENT_POLL_MIN = 0.1
+AGENT_POLL_FRACTION = 1 / 20  # of the outage so far
 DEFAULT_RECOVERY_TIMEOUT = 15 * 60.0
 _MAX_HEADER_BYTES = 64 * 1024
 
@@ -345,12 +352,19 @@ class ExecutorDriver:
                     )
                     await self._executor.shutdown(self)
                     break
+                if isinstance(session.exception(), ConnectionRefusedError):
+                    await asyncio.sleep(self._agent_poll(time.monotonic() - disconnected_at))
+                    continue
                 backoff = min(max(backoff * 2, 0.05), self.backoff_max)
                 await asyncio.sleep(random.uniform(0, backoff))
         finally:
             stopper.cancel()
             self.connected = False
             await self._calls.close()
+
+    def _agent_poll(self, outage: float) -> float:
+        """The wait before asking an agent that refused the connection again."""
+        return min(max(outage * AGENT_POLL_FRACTION, AGENT_POLL_MIN), self.backoff_max)
 
     async def _session(self) -> None:
         body = self._call(

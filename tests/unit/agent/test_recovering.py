@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -24,9 +25,13 @@ class NoContainers:
 
 
 @pytest.fixture
-async def client(tmp_path: Any) -> AsyncIterator[TestClient]:
+def agent(tmp_path: Any) -> Agent:
     flags = parse(AGENT_FLAGS, ["--master=127.0.0.1:1", f"--work_dir={tmp_path}"], environ={})
-    agent = Agent(flags, NoContainers(), AgentInfo(hostname="h"))
+    return Agent(flags, NoContainers(), AgentInfo(hostname="h"))
+
+
+@pytest.fixture
+async def client(agent: Agent) -> AsyncIterator[TestClient]:
     assert agent.status is AgentStatus.RECOVERING
     router = Router("slave(1)")
     executor_api.install(router, agent)
@@ -48,11 +53,18 @@ async def test_health_version_and_flags_answer_at_once(client: TestClient) -> No
     assert (await client.get("/health")).status == 200
 
 
-async def test_executors_may_only_resubscribe(client: TestClient) -> None:
+async def test_executors_may_only_resubscribe(client: TestClient, agent: Agent) -> None:
     ids = {"framework_id": {"value": "f"}, "executor_id": {"value": "e"}}
     r = await client.post(
         "/api/v1/executor", json={**ids, "type": "MESSAGE", "message": {"data": ""}}
     )
     assert r.status == 503
-    r = await client.post("/api/v1/executor", json={**ids, "type": "SUBSCRIBE", "subscribe": {}})
+    # A SUBSCRIBE is held until recovery knows the executors, then answered.
+    subscribe = asyncio.create_task(
+        client.post("/api/v1/executor", json={**ids, "type": "SUBSCRIBE", "subscribe": {}})
+    )
+    await asyncio.sleep(0.2)
+    assert not subscribe.done()
+    agent.executors_recovered.set()
+    r = await subscribe
     assert r.status == 400 and "Framework cannot be found" in await r.text()

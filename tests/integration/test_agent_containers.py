@@ -33,9 +33,27 @@ FRAMEWORK = FrameworkInfo(user="root", name="c", id=FrameworkID(value="fw-c"), c
 @pytest.fixture
 async def parent(tmp_path: Any) -> AsyncIterator[tuple[AgentProcess, dict[str, Any]]]:
     """A running agent and the container id (JSON) of a running executor."""
+    async for running in _running_parent(tmp_path):
+        yield running
+
+
+@pytest.fixture(params=["posix", "linux"])
+async def any_parent(
+    request: pytest.FixtureRequest, tmp_path: Any
+) -> AsyncIterator[tuple[AgentProcess, dict[str, Any]]]:
+    """The same under each launcher (under linux, sessions are DEBUG containers on runc)."""
+    if request.param == "linux" and os.geteuid() != 0:
+        pytest.skip("the linux launcher needs root")
+    async for running in _running_parent(tmp_path, f"--launcher={request.param}"):
+        yield running
+
+
+async def _running_parent(
+    tmp_path: Any, *extra: str
+) -> AsyncIterator[tuple[AgentProcess, dict[str, Any]]]:
     master = FakeMaster()
     await master.start()
-    proc = AgentProcess(master, str(tmp_path / "work"), str(tmp_path / "run"))
+    proc = AgentProcess(master, str(tmp_path / "work"), str(tmp_path / "run"), *extra)
     try:
         agent = await proc.start()
         await master.wait_for(lambda: master.registers)
@@ -317,9 +335,9 @@ INPUT = {"Content-Type": "application/recordio", "Message-Content-Type": "applic
 
 
 async def test_session_reads_stdin_from_attach_container_input(
-    parent: tuple[AgentProcess, dict[str, Any]],
+    any_parent: tuple[AgentProcess, dict[str, Any]],
 ) -> None:
-    proc, parent_id = parent
+    proc, parent_id = any_parent
     child = {"value": "session-in", "parent": parent_id}
     call = {
         "type": "LAUNCH_NESTED_CONTAINER_SESSION",

@@ -35,6 +35,7 @@ import logging
 import os
 import shutil
 import signal
+import stat
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -258,6 +259,11 @@ class LinuxLauncher(Launcher):
             assert parent_pid is not None  # the containerizer gives DEBUG containers a parent
             argv = _enter_filesystem_of(parent_pid, user, argv)
             user = oci.User(0, 0)
+            if config.stdin is not None and _is_fifo(config.stdin):
+                # The monitor gives the process /dev/null; an exec session reads the
+                # switchboard's pipe instead, opened on the host view (where its
+                # path is visible) before nsenter moves into the parent's filesystem.
+                argv = ["/bin/sh", "-c", 'exec "$@" < "$0"', config.stdin, *argv]
         hostname = config.container_info.hostname if config.container_info else None
         return oci.config(
             process_spec=oci.process(
@@ -474,6 +480,13 @@ def _enter_filesystem_of(pid: int, user: oci.User, argv: list[str]) -> list[str]
     if user.uid != 0 or user.gid != 0:
         wrapper += [f"--setuid={user.uid}", f"--setgid={user.gid}"]
     return [*wrapper, "--", *argv]
+
+
+def _is_fifo(path: str) -> bool:
+    try:
+        return stat.S_ISFIFO(os.stat(path).st_mode)
+    except OSError:
+        return False
 
 
 def _innermost_pid(pid: int) -> int:

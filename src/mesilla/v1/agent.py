@@ -14,9 +14,11 @@ from mesilla.v1.mesos import (
     ContainerID,
     ContainerInfo,
     ExecutorInfo,
+    Flag,
     FrameworkInfo,
     Json,
     Message,
+    Metric,
     Reason,
     Resource,
     Scalar,
@@ -24,6 +26,7 @@ from mesilla.v1.mesos import (
     TaskResourceLimitation,
     TaskState,
     TTYInfo,
+    VersionInfo,
 )
 
 
@@ -160,26 +163,6 @@ class Call(Message):
 
 
 # --- responses ---------------------------------------------------------------------
-
-
-class Flag(Message):
-    name: str
-    value: str | None = None
-
-
-class Metric(Message):
-    name: str
-    value: float | None = None
-
-
-class VersionInfo(Message):
-    version: str
-    build_date: str | None = None
-    build_time: float | None = None
-    build_user: str | None = None
-    git_sha: str | None = None
-    git_branch: str | None = None
-    git_tag: str | None = None
 
 
 class FileInfo(Message):

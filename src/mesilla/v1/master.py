@@ -15,17 +15,20 @@ from mesilla.v1.mesos import (
     AgentInfo,
     DurationInfo,
     ExecutorInfo,
+    Flag,
     FrameworkID,
     FrameworkInfo,
     Json,
     MasterInfo,
     Message,
+    Metric,
     Offer,
     Resource,
     Task,
     TaskState,
     TaskStatus,
     TimeInfo,
+    VersionInfo,
 )
 
 
@@ -149,32 +152,12 @@ class GetHealth(Message):
     healthy: bool
 
 
-class Flag(Message):
-    name: str
-    value: str | None = None
-
-
 class GetFlags(Message):
     flags: list[Flag] = []
 
 
-class VersionInfo(Message):
-    version: str
-    build_date: str | None = None
-    build_time: float | None = None
-    build_user: str | None = None
-    git_sha: str | None = None
-    git_branch: str | None = None
-    git_tag: str | None = None
-
-
 class GetVersion(Message):
     version_info: VersionInfo
-
-
-class Metric(Message):
-    name: str
-    value: float | None = None
 
 
 class GetMetrics(Message):

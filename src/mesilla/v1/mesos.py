@@ -588,3 +588,26 @@ class Offer(Message):
 class Request(Message):
     agent_id: AgentID | None = None
     resources: list[Resource] = []
+
+
+# --- operator APIs (shared by the master's and the agent's, as in mesos.proto) -------
+
+
+class Flag(Message):
+    name: str
+    value: str | None = None
+
+
+class Metric(Message):
+    name: str
+    value: float | None = None
+
+
+class VersionInfo(Message):
+    version: str
+    build_date: str | None = None
+    build_time: float | None = None
+    build_user: str | None = None
+    git_sha: str | None = None
+    git_branch: str | None = None
+    git_tag: str | None = None

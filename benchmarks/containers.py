@@ -454,10 +454,6 @@ async def run(args: argparse.Namespace, ws: Workspace) -> None:
         await asyncio.gather(*(containerizer.destroy(c) for c in containerizer.containers()),
                              return_exceptions=True)  # fmt: skip
         await containerizer.close()
-        # Containerizer.close leaves the provisioner's HTTP session open (reported); close it here.
-        provisioner = getattr(containerizer, "_provisioner", None)
-        if provisioner is not None:
-            await provisioner.close()
 
 
 def main() -> int:

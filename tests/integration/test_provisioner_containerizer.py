@@ -66,10 +66,6 @@ async def containerizer(
         for container_id in containerizer.containers():
             await containerizer.destroy(container_id)
         await containerizer.close()
-        # Containerizer.close leaves the provisioner open; close its HTTP session here.
-        provisioner = containerizer._provisioner
-        if provisioner is not None:
-            await provisioner.close()
 
 
 @pytest.fixture(scope="module")

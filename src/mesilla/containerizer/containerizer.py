@@ -544,10 +544,13 @@ class Containerizer:
         await self._provisioner.prune(excluded, in_use)
 
     async def close(self) -> None:
+        """Stops background work; containers keep running (the agent may restart)."""
         for container in self._containers.values():
             for task in container.watchers:
                 task.cancel()
             container.watchers.clear()
+        if self._provisioner is not None:
+            await self._provisioner.close()
 
 
 def _default_launcher(flags: Any) -> str:

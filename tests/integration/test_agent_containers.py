@@ -18,8 +18,10 @@ from mesilla.v1.internal import AgentEvent, AgentEventType, RunTask
 from mesilla.v1.mesos import (
     AgentID,
     CommandInfo,
+    ContainerInfo,
     FrameworkID,
     FrameworkInfo,
+    LinuxInfo,
     TaskID,
     TaskInfo,
 )
@@ -49,7 +51,7 @@ async def any_parent(
 
 
 async def _running_parent(
-    tmp_path: Any, *extra: str
+    tmp_path: Any, *extra: str, container: ContainerInfo | None = None
 ) -> AsyncIterator[tuple[AgentProcess, dict[str, Any]]]:
     master = FakeMaster()
     await master.start()
@@ -62,6 +64,7 @@ async def _running_parent(
             task_id=TaskID(value="t-parent"),
             agent_id=AgentID(value=master.agent_id or ""),
             command=CommandInfo(value="sleep 1000"),
+            container=container,
         )
         await master.send(
             AgentEvent(
@@ -228,9 +231,9 @@ async def test_standalone_container(parent: tuple[AgentProcess, dict[str, Any]])
         assert not os.path.exists(sandbox)
 
 
-def _process_io(body: bytes) -> list[tuple[str, bytes]]:
+def _process_io(body: bytes, decoder: Decoder | None = None) -> list[tuple[str, bytes]]:
     out = []
-    for record in Decoder().feed(body):
+    for record in (decoder or Decoder()).feed(body):
         message = json.loads(record)
         if message["type"] == "DATA":
             out.append((message["data"]["type"], base64.b64decode(message["data"]["data"])))
@@ -334,6 +337,99 @@ def _stdin(data: bytes) -> bytes:
 INPUT = {"Content-Type": "application/recordio", "Message-Content-Type": "application/json"}
 
 
+@pytest.mark.root
+async def test_debug_session_keeps_no_more_capabilities_than_its_task(tmp_path: Any) -> None:
+    """An exec session into a task that dropped capabilities holds only the task's,
+    less what the session itself did not ask for; a non-root session holds none."""
+    dropped = ContainerInfo(
+        type="MESOS",
+        linux_info=LinuxInfo(effective_capabilities={"capabilities": ["CHOWN", "NET_RAW"]}),
+    )
+    running = _running_parent(
+        tmp_path,
+        "--launcher=linux",
+        "--isolation=linux/capabilities",
+        container=dropped,
+    )
+    proc, parent_id = await anext(running)
+    try:
+        show = "grep -E '^Cap(Inh|Prm|Eff|Bnd|Amb)' /proc/self/status"
+        sessions = {
+            "as-task": {},
+            "asks-less": {
+                "container": {
+                    "type": "MESOS",
+                    "linux_info": {"effective_capabilities": {"capabilities": ["CHOWN"]}},
+                }
+            },
+            "non-root": {"command": {"value": show, "user": "nobody"}},
+        }
+        seen = {}
+        async with aiohttp.ClientSession() as s:
+            for name, extra in sessions.items():
+                call = {
+                    "type": "LAUNCH_NESTED_CONTAINER_SESSION",
+                    "launch_nested_container_session": {
+                        "container_id": {"value": name, "parent": parent_id},
+                        "command": {"value": show},
+                        **extra,
+                    },
+                }
+                async with s.post(proc.url + "/api/v1", json=call, headers=STREAMING) as r:
+                    assert r.status == 200, await r.text()
+                    out = b"".join(d for k, d in _process_io(await r.read()) if k == "STDOUT")
+                seen[name] = dict(line.split(":\t") for line in out.decode().splitlines())
+    finally:
+        await running.aclose()
+    chown_net_raw, chown = f"{1 << 0 | 1 << 13:016x}", f"{1 << 0:016x}"
+    assert seen["as-task"] == {
+        "CapInh": f"{0:016x}", "CapPrm": chown_net_raw, "CapEff": chown_net_raw,
+        "CapBnd": chown_net_raw, "CapAmb": f"{0:016x}",
+    }  # fmt: skip
+    assert seen["asks-less"]["CapEff"] == chown and seen["asks-less"]["CapBnd"] == chown
+    assert seen["non-root"]["CapEff"] == f"{0:016x}"
+    assert seen["non-root"]["CapBnd"] == chown_net_raw
+
+
+async def test_tty_session_interrupt(any_parent: tuple[AgentProcess, dict[str, Any]]) -> None:
+    """^C typed on the session's terminal interrupts its foreground process, so the
+    terminal is the controlling one of the session's command."""
+    proc, parent_id = any_parent
+    child = {"value": "session-ctrl-c", "parent": parent_id}
+    call = {
+        "type": "LAUNCH_NESTED_CONTAINER_SESSION",
+        "launch_nested_container_session": {
+            "container_id": child,
+            "command": {"value": "echo ready; exec sleep 100"},
+            "container": {"type": "MESOS", "tty_info": {}},
+        },
+    }
+    async with aiohttp.ClientSession() as s:
+        url = proc.url + "/api/v1"
+        async with s.post(url, json=call, headers=STREAMING) as session:
+            assert session.status == 200
+            decoder, output = Decoder(), b""
+            while b"ready" not in output:
+                chunk = await session.content.readany()
+                assert chunk, f"the session ended before it was ready: {output!r}"
+                output += b"".join(d for _, d in _process_io(chunk, decoder))
+            # `sleep` may not have replaced the shell yet; ^C until the session ends.
+            async def interrupts() -> AsyncIterator[bytes]:
+                yield _input_record({"type": "CONTAINER_ID", "container_id": child})
+                for _ in range(50):
+                    yield _stdin(b"\x03")
+                    await asyncio.sleep(0.2)
+
+            async with s.post(url, data=interrupts(), headers=INPUT):
+                await session.read()
+        status, result = await _call(
+            s, proc, {"type": "WAIT_CONTAINER", "wait_container": {"container_id": child}}
+        )
+        assert status == 200
+        exit_status = result["wait_container"]["exit_status"]
+        assert os.WIFSIGNALED(exit_status) and os.WTERMSIG(exit_status) == signal.SIGINT
+
+
 async def test_session_reads_stdin_from_attach_container_input(
     any_parent: tuple[AgentProcess, dict[str, Any]],
 ) -> None:
@@ -411,14 +507,14 @@ async def test_attach_container_input_codes(parent: tuple[AgentProcess, dict[str
             assert r.status == 415
 
 
-async def test_tty_session(parent: tuple[AgentProcess, dict[str, Any]]) -> None:
-    proc, parent_id = parent
+async def test_tty_session(any_parent: tuple[AgentProcess, dict[str, Any]]) -> None:
+    proc, parent_id = any_parent
     child = {"value": "session-tty", "parent": parent_id}
     call = {
         "type": "LAUNCH_NESTED_CONTAINER_SESSION",
         "launch_nested_container_session": {
             "container_id": child,
-            "command": {"value": "tty; stty size; echo to-err >&2"},
+            "command": {"value": "test -t 0 && test -t 1 && echo tty; stty size; echo to-err >&2"},
             "container": {
                 "type": "MESOS",
                 "tty_info": {"window_size": {"rows": 31, "columns": 97}},
@@ -431,8 +527,7 @@ async def test_tty_session(parent: tuple[AgentProcess, dict[str, Any]]) -> None:
             records = _process_io(await r.read())
         assert {k for k, _ in records} == {"STDOUT"}  # a terminal merges stderr
         lines = b"".join(d for _, d in records).decode().split("\r\n")
-        assert lines[0].startswith("/dev/pts/")
-        assert lines[1:3] == ["31 97", "to-err"]
+        assert lines[0:3] == ["tty", "31 97", "to-err"]
         status, result = await _call(
             s, proc, {"type": "WAIT_CONTAINER", "wait_container": {"container_id": child}}
         )

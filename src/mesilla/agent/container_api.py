@@ -128,6 +128,7 @@ class ContainerCalls:
         stdin: str | None = None,
         stdout: str | None = None,
         stderr: str | None = None,
+        console_socket: str | None = None,
         container_class: ContainerClass = ContainerClass.DEFAULT,
     ) -> web.Response:
         container_id = launch.container_id
@@ -158,6 +159,7 @@ class ContainerCalls:
             stdin=stdin,
             stdout=stdout,
             stderr=stderr,
+            console_socket=console_socket,
         )
         os.makedirs(sandbox, exist_ok=True)
         try:

@@ -22,9 +22,11 @@ is end-of-file), CONTROL(TTY_INFO) resizes its terminal, CONTROL(HEARTBEAT) is
 ignored. One input attacher at a time (409 Conflict otherwise, as Mesos's
 switchboard); 200 when the body has ended.
 
-A session whose ContainerInfo has `tty_info` gets a pseudo-terminal instead:
-the pty's slave is its stdin, stdout and stderr (and controlling terminal),
-everything it writes comes back as STDOUT, and STDIN data goes to the master.
+A session whose ContainerInfo has `tty_info` gets a pseudo-terminal instead,
+which its launcher allocates and sends to the switchboard over a console
+socket (`mesilla.containerizer.console`): the pty's slave is its stdin, stdout
+and stderr (and controlling terminal), everything it writes comes back as
+STDOUT, and STDIN data goes to the master.
 """
 
 from __future__ import annotations
@@ -32,12 +34,9 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
-import fcntl
 import logging
 import os
 import shutil
-import struct
-import termios
 from typing import Any
 
 from aiohttp import web
@@ -51,6 +50,7 @@ from mesilla.common.errors import (
     NotFound,
     UnsupportedMediaType,
 )
+from mesilla.containerizer.console import ConsoleSocket, set_window_size
 from mesilla.containerizer.types import ContainerClass
 from mesilla.v1 import agent as api
 from mesilla.v1 import codec
@@ -61,6 +61,7 @@ log = logging.getLogger(__name__)
 RECORDIO = "application/recordio"
 HEARTBEAT_INTERVAL = 30.0
 END_OF_TRANSMISSION = b"\x04"  # what a terminal in canonical mode reads as end-of-file
+STREAMS = ("stdin", "stdout", "stderr")
 
 
 def check_streaming_accept(request: web.Request) -> None:
@@ -95,17 +96,16 @@ class InputClosed(Exception):
 class Switchboard:
     """The I/O of one session container: its pipes (or pty) and who listens to them.
 
-    The agent holds a write end of each output pipe (the pty's slave) itself
-    until the container has ended, so that output cannot reach end-of-file
-    before the container has even opened it.
+    The agent holds a write end of each output pipe itself until the
+    container has ended, so that output cannot reach end-of-file before the
+    container has even opened it.
     """
 
     def __init__(self, directory: str, tty: TTYInfo | None = None) -> None:
         self.directory = directory
         self.tty = tty
-        self.stdin = os.path.join(directory, "stdin")
-        self.stdout = os.path.join(directory, "stdout")
-        self.stderr = os.path.join(directory, "stderr")
+        self.stdin, self.stdout, self.stderr = (os.path.join(directory, n) for n in STREAMS)
+        self.console: ConsoleSocket | None = None
         self.listeners: list[asyncio.Queue[bytes | None]] = []
         self.done = asyncio.Event()
         self.input_attached = False
@@ -113,25 +113,37 @@ class Switchboard:
         self._input_waiters: set[asyncio.Future[None]] = set()
         self._readers: list[int] = []
         self._holders: list[int] = []
+        # Set once the terminal's master arrived, or it never will (the container ended).
+        self._terminal_known = asyncio.Event()
 
     def open(self) -> None:
         os.makedirs(self.directory, exist_ok=True)
         if self.tty is not None:
-            master, slave = os.openpty()
-            os.set_blocking(master, False)
-            self.stdin = self.stdout = self.stderr = os.ttyname(slave)
-            self._holders.append(slave)
-            self._readers.append(master)
-            self._input = os.dup(master)
-            if self.tty.window_size:
-                self.resize(self.tty.window_size)
+            # The launcher allocates the terminal and sends its master (console.py).
+            self.console = ConsoleSocket()
             return
-        os.mkfifo(self.stdin, 0o600)
-        self._input = os.open(self.stdin, os.O_RDWR | os.O_NONBLOCK)
-        for path in (self.stdout, self.stderr):
+        self._terminal_known.set()
+        stdin, stdout, stderr = (os.path.join(self.directory, n) for n in STREAMS)
+        os.mkfifo(stdin, 0o600)
+        self._input = os.open(stdin, os.O_RDWR | os.O_NONBLOCK)
+        for path in (stdout, stderr):
             os.mkfifo(path, 0o600)
             self._readers.append(os.open(path, os.O_RDONLY | os.O_NONBLOCK))
             self._holders.append(os.open(path, os.O_WRONLY | os.O_NONBLOCK))
+
+    async def receive_terminal(self) -> None:
+        """Takes the master of the container's terminal from the launcher."""
+        assert self.console is not None and self.tty is not None
+        try:
+            master = await self.console.receive()
+        finally:
+            self.console.close()
+        os.set_blocking(master, False)
+        self._readers.append(master)
+        self._input = os.dup(master)
+        self._terminal_known.set()
+        if self.tty.window_size:
+            set_window_size(master, self.tty.window_size)
 
     def container_ended(self) -> None:
         """Lets the output reach end-of-file once the container's own writers are gone."""
@@ -139,12 +151,14 @@ class Switchboard:
             os.close(fd)
         self._holders.clear()
         self.close_input()
+        self._terminal_known.set()
 
-    def resize(self, window_size: dict[str, Any]) -> None:
-        if self.tty is None or self._input is None:
+    async def resize(self, window_size: dict[str, Any]) -> None:
+        if self.tty is None:
             raise BadRequest("The container has no TTY: 'TTY_INFO' cannot resize it")
-        rows, columns = int(window_size.get("rows", 0)), int(window_size.get("columns", 0))
-        fcntl.ioctl(self._input, termios.TIOCSWINSZ, struct.pack("HHHH", rows, columns, 0, 0))
+        await self._terminal_known.wait()
+        if self._input is not None:
+            set_window_size(self._input, window_size)
 
     async def write_input(self, data: bytes) -> None:
         """Writes to the container's stdin as it reads; empty `data` is end-of-file."""
@@ -154,6 +168,7 @@ class Switchboard:
             else:
                 self.close_input()
                 return
+        await self._terminal_known.wait()
         loop = asyncio.get_running_loop()
         while data:
             fd = self._input
@@ -222,6 +237,8 @@ class Switchboard:
 
     def close(self) -> None:
         self.container_ended()
+        if self.console is not None:
+            self.console.close()
         shutil.rmtree(self.directory, ignore_errors=True)
 
 
@@ -256,11 +273,19 @@ class Sessions:
                 launch,
                 "launch_nested_container_session",
                 nested=True,
-                stdin=board.stdin,
-                stdout=board.stdout,
-                stderr=board.stderr,
+                # A terminal replaces the pipes.
+                stdin=None if board.console else board.stdin,
+                stdout=None if board.console else board.stdout,
+                stderr=None if board.console else board.stderr,
+                console_socket=board.console.path if board.console else None,
                 container_class=ContainerClass.DEBUG,
             )
+            if board.tty is not None:
+                try:
+                    await board.receive_terminal()
+                except BaseException:
+                    await self.agent.containerizer.destroy(container_id)
+                    raise
         except BaseException:
             del self._boards[container_id]
             board.close()
@@ -379,7 +404,7 @@ async def _feed(board: Switchboard, call: api.Call) -> bool:
             return False
     elif io.type == "CONTROL" and io.control is not None:
         if io.control.type == "TTY_INFO" and io.control.tty_info is not None:
-            board.resize(io.control.tty_info.window_size or {})
+            await board.resize(io.control.tty_info.window_size or {})
     else:
         raise BadRequest(f"Expecting STDIN data or a CONTROL record, got {io.type}")
     return True

@@ -245,7 +245,7 @@ class Containerizer:
             # As Mesos: debug containers (checks, exec sessions) have no resources,
             # rootfs or volumes of their own; the launcher puts them into their
             # parent's namespaces and filesystem.
-            return []
+            return [i for i in isolators if i.supports_debug]
         return isolators
 
     def _inherited_environment(self, container: _Container) -> dict[str, str]:

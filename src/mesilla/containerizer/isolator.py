@@ -23,6 +23,10 @@ class Isolator:
     name: str = ""
     supports_nesting: bool = False
     supports_standalone: bool = False
+    # DEBUG containers (checks, exec sessions) live in their parent's resources,
+    # namespaces and filesystem; only an isolator that shapes the process itself
+    # (not what it runs in) applies to them.
+    supports_debug: bool = False
 
     async def recover(
         self, states: list[ContainerRuntimeState], orphans: set[ContainerID]

@@ -54,11 +54,14 @@ class ContainerConfig:
     task_info: TaskInfo | None = None
     container_class: ContainerClass = ContainerClass.DEFAULT
     # Where stdout/stderr go (default: `<sandbox>/stdout`, `<sandbox>/stderr`).
-    # stdin is read from `stdin` (a FIFO or a pty of the agent's I/O switchboard),
-    # else from /dev/null; a terminal given as stdin becomes the controlling one.
+    # stdin is read from `stdin` (a FIFO of the agent's I/O switchboard), else
+    # from /dev/null.
     stdin: str | None = None
     stdout: str | None = None
     stderr: str | None = None
+    # A TTY container's launcher sends its terminal's master here (`console.py`);
+    # the terminal then replaces stdin, stdout and stderr.
+    console_socket: str | None = None
     # Filled in by the provisioner when the container has an image.
     rootfs: str | None = None
     image_config: dict[str, Any] | None = None

@@ -78,6 +78,26 @@ def test_process_runs_argv_with_env_cwd_and_ambient_caps_for_non_root() -> None:
     assert spec["user"] == {"uid": 5, "gid": 6}
     assert spec["capabilities"]["ambient"] == ["CAP_KILL"]
     assert oci.process(["/x"], {}, "/", oci.User(0, 0), [], [])["capabilities"]["ambient"] == []
+    # Without capability information a non-root user keeps none across exec.
+    default = oci.process(["/x"], {}, "/", oci.User(5, 6), [], None)["capabilities"]
+    assert default["ambient"] == [] and "CAP_KILL" not in default["ambient"]
+
+
+def test_process_with_terminal_gets_the_window_size() -> None:
+    spec = oci.process(
+        ["/x"], {}, "/", oci.User(0, 0), [], [], terminal=True,
+        window_size={"rows": 31, "columns": 97},
+    )  # fmt: skip
+    assert spec["terminal"] is True and spec["consoleSize"] == {"height": 31, "width": 97}
+    plain = oci.process(["/x"], {}, "/", oci.User(0, 0), [], [])
+    assert plain["terminal"] is False and "consoleSize" not in plain
+
+
+def test_capability_mask_numbers_names_as_the_kernel() -> None:
+    assert oci.capability_mask(["CAP_CHOWN", "NET_RAW", "cap_sys_admin"]) == 1 | 1 << 13 | 1 << 21
+    assert oci.capability_mask([]) == 0
+    with pytest.raises(ValueError, match="CAP_NOPE"):
+        oci.capability_mask(["NOPE"])
 
 
 def test_host_view_binds_the_host_read_only_but_tmp_and_recreates_symlinks(tmp_path: Path) -> None:

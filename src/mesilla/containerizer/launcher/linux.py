@@ -35,12 +35,12 @@ import logging
 import os
 import shutil
 import signal
-import stat
+import sys
 from dataclasses import dataclass, field
 from typing import Any
 
 from mesilla.containerizer.cgroups import cgroup_path
-from mesilla.containerizer.launcher import host_rootfs, monitor, oci
+from mesilla.containerizer.launcher import enter, host_rootfs, monitor, oci
 from mesilla.containerizer.launcher.base import Launcher, LaunchError
 from mesilla.containerizer.launcher.runtime import (
     NoOciRuntime,
@@ -63,14 +63,10 @@ from mesilla.containerizer.types import (
 )
 from mesilla.v1.mesos import ContainerID
 
-
 # The init of containers with their own pid namespace (Debian's tini-static: a
 # static binary, so it runs in any image), and where containers see it.
 _INIT = shutil.which("tini-static")
 INIT_PATH = "/.mesilla-init"
-# How a DEBUG container's command enters its parent's filesystem (util-linux;
-# the host view it starts in has it at its host path).
-_NSENTER = shutil.which("nsenter")
 
 log = logging.getLogger(__name__)
 
@@ -171,8 +167,10 @@ class LinuxLauncher(Launcher):
                     rid,
                     bundle,
                     monitor_dir,
+                    config.stdin,
                     config.stdout or os.path.join(config.sandbox, "stdout"),
                     config.stderr or os.path.join(config.sandbox, "stderr"),
+                    config.console_socket,
                 )
             )
             monitored = await asyncio.shield(spawn)
@@ -255,16 +253,16 @@ class LinuxLauncher(Launcher):
             launch_info.user or config.user or config.command.user,
             f"/proc/{parent_pid}/root" if debug else launch_info.rootfs or "/",
         )
+        capabilities = launch_info.capabilities
         if debug:
-            assert parent_pid is not None  # the containerizer gives DEBUG containers a parent
-            argv = _enter_filesystem_of(parent_pid, user, argv)
-            user = oci.User(0, 0)
-            if config.stdin is not None and _is_fifo(config.stdin):
-                # The monitor gives the process /dev/null; an exec session reads the
-                # switchboard's pipe instead, opened on the host view (where its
-                # path is visible) before nsenter moves into the parent's filesystem.
-                argv = ["/bin/sh", "-c", 'exec "$@" < "$0"', config.stdin, *argv]
+            assert parent_pid is not None and container_id.parent is not None
+            argv = _enter_filesystem_of(
+                parent_pid, user, self._debug_capabilities(container_id.parent, capabilities), argv
+            )
+            # Entering takes root and every capability; enter.py drops them after.
+            user, capabilities = oci.User(0, 0), None
         hostname = config.container_info.hostname if config.container_info else None
+        tty_info = config.container_info.tty_info if config.container_info else None
         return oci.config(
             process_spec=oci.process(
                 argv,
@@ -272,7 +270,9 @@ class LinuxLauncher(Launcher):
                 launch_info.working_directory or sandbox_target,
                 user,
                 launch_info.rlimits,
-                launch_info.capabilities,
+                capabilities,
+                terminal=config.console_socket is not None,
+                window_size=tty_info.window_size if tty_info else None,
             ),
             rootfs=rootfs,
             mounts=mounts,
@@ -293,6 +293,25 @@ class LinuxLauncher(Launcher):
                 "in the linux launcher: launch the parent first"
             )
         return parent.pid
+
+    def _debug_capabilities(
+        self, parent: ContainerID, requested: list[str] | None
+    ) -> dict[str, list[str]]:
+        """A DEBUG command's capabilities: its parent's, less what it did not ask for.
+
+        A check or an exec session so never holds what the task it looks into
+        dropped. The parent's sets are in its bundle, which outlives agent restarts.
+        """
+        path = os.path.join(self.directory(parent), BUNDLE_DIR, "config.json")
+        try:
+            with open(path) as f:
+                sets: dict[str, list[str]] = json.load(f)["process"]["capabilities"]
+        except (OSError, ValueError, KeyError) as exc:
+            raise LaunchError(f"Cannot read the capabilities of {parent} in {path}: {exc}") from exc
+        if requested is not None:
+            allowed = set(oci.capability_names(requested))
+            sets = {kind: [c for c in names if c in allowed] for kind, names in sets.items()}
+        return sets
 
     def _shm(
         self,
@@ -460,33 +479,30 @@ class LinuxLauncher(Launcher):
         return found
 
 
-def _enter_filesystem_of(pid: int, user: oci.User, argv: list[str]) -> list[str]:
+def _enter_filesystem_of(
+    pid: int, user: oci.User, capabilities: dict[str, list[str]], argv: list[str]
+) -> list[str]:
     """`argv` run in the mount namespace, root and working directory of `pid`.
 
     As Mesos, a DEBUG container (a check, an exec session) sees its parent's
     filesystem: rootfs, volumes, sandbox. The OCI runtime cannot create a
     container inside an existing mount namespace without pivoting that
     namespace's root, so the container starts on the host view, in the
-    parent's pid namespace, and nsenter moves its command over as root, then
-    becomes `user` (a setuid drops the capabilities a non-root user must not keep).
+    parent's pid namespace, as root; `enter.py` moves over, takes the terminal,
+    becomes `user` with `capabilities` (OCI process sets) and execs `argv`.
     """
-    if _NSENTER is None:
-        raise LaunchError(
-            "DEBUG containers (checks, exec sessions) need nsenter: apt-get install util-linux"
-        )
-    # nsenter runs in the parent's pid namespace, where the parent has another pid.
-    target = _innermost_pid(pid)
-    wrapper = [_NSENTER, f"--target={target}", "--mount", "--root", "--wd", "--no-fork"]
-    if user.uid != 0 or user.gid != 0:
-        wrapper += [f"--setuid={user.uid}", f"--setgid={user.gid}"]
-    return [*wrapper, "--", *argv]
-
-
-def _is_fifo(path: str) -> bool:
-    try:
-        return stat.S_ISFIFO(os.stat(path).st_mode)
-    except OSError:
-        return False
+    spec = {
+        # enter.py runs in the parent's pid namespace, where the parent has another pid.
+        "target": _innermost_pid(pid),
+        "uid": user.uid,
+        "gid": user.gid,
+        "additional_gids": user.additional_gids,
+        **{
+            kind: oci.capability_mask(capabilities.get(kind, []))
+            for kind in ("bounding", "effective", "permitted", "inheritable", "ambient")
+        },
+    }
+    return [sys.executable, "-I", "-S", enter.__file__, json.dumps(spec), *argv]
 
 
 def _innermost_pid(pid: int) -> int:

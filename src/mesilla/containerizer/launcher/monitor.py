@@ -15,10 +15,12 @@ conmon reports the init's end as an exit code where a signal N reads as
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import shutil
 import signal
+import stat
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -47,13 +49,18 @@ async def spawn(
     runtime_id: str,
     bundle: str,
     directory: str,
+    stdin: str | None,
     stdout: str,
     stderr: str,
+    console_socket: str | None = None,
 ) -> Monitored:
     """Starts conmon, which creates the container held before exec.
 
     `directory` receives `pid` (conmon), `init.pid` (the container's first
-    process) and the `exit/` directory of the exit code.
+    process) and the `exit/` directory of the exit code. conmon passes its own
+    standard streams through to the container: `stdin` (a pipe of the agent's
+    I/O switchboard; /dev/null if None), `stdout` and `stderr`; a container with
+    a terminal gets that instead, the runtime sending its master to `console_socket`.
     """
     binary = shutil.which(CONMON)
     if binary is None:
@@ -80,20 +87,28 @@ async def spawn(
         # Not a sync(2) of the whole host at every exit: the files are the container's.
         "--no-sync-log",
     ]
+    if console_socket is not None:
+        # Not conmon's own --terminal: that one keeps the master and logs what it reads.
+        argv += ["--runtime-opt", "--console-socket", "--runtime-opt", console_socket]
+    streams: list[int] = []
     try:
-        with open(stdout, "ab") as out, open(stderr, "ab") as err:
-            proc = await asyncio.create_subprocess_exec(
-                *argv,
-                stdin=asyncio.subprocess.DEVNULL,
-                stdout=out,
-                stderr=err,
-                cwd=directory,
-                pass_fds=(write_end,),
-                env={**os.environ, "_OCI_SYNCPIPE": str(write_end)},
-                start_new_session=True,
-            )
+        streams.append(_open_stream(stdin, os.O_RDONLY))
+        for path in (stdout, stderr):
+            streams.append(_open_stream(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND))
+        proc = await asyncio.create_subprocess_exec(
+            *argv,
+            stdin=streams[0],
+            stdout=streams[1],
+            stderr=streams[2],
+            cwd=directory,
+            pass_fds=(write_end,),
+            env={**os.environ, "_OCI_SYNCPIPE": str(write_end)},
+            start_new_session=True,
+        )
     finally:
         os.close(write_end)
+        for fd in streams:
+            os.close(fd)
     try:
         # The first conmon exits once its daemon half is forked; the daemon
         # writes {"data": <init pid>} (or a negative value and a message) when
@@ -116,6 +131,16 @@ async def spawn(
     return Monitored(monitor_pid, pid)
 
 
+def _open_stream(path: str | None, flags: int) -> int:
+    """A standard stream for the container: a file, or a pipe whose other end the
+    switchboard holds, opened without blocking and then made blocking for the container."""
+    if path is None:
+        return os.open(os.devnull, os.O_RDONLY)
+    fd = os.open(path, flags | os.O_NONBLOCK, 0o644)
+    os.set_blocking(fd, True)
+    return fd
+
+
 async def _read_line(fd: int) -> bytes:
     loop = asyncio.get_running_loop()
     reader = asyncio.StreamReader()
@@ -130,11 +155,12 @@ async def _read_line(fd: int) -> bytes:
 
 def _last_line(path: str) -> str:
     """The runtime's reason, which it (through conmon) wrote to the container's stderr."""
-    try:
-        with open(path, errors="replace") as f:
-            lines = [line.strip() for line in f if line.strip()]
-    except OSError:
-        lines = []
+    lines = []
+    # Only a file can be read back; a session's pipe or terminal carried it to the client.
+    with contextlib.suppress(OSError):
+        if stat.S_ISREG(os.stat(path).st_mode):
+            with open(path, errors="replace") as f:
+                lines = [line.strip() for line in f if line.strip()]
     return lines[-1] if lines else f"no reason given (see {path})"
 
 

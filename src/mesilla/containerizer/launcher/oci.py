@@ -90,6 +90,16 @@ def capability_names(capabilities: list[str] | None) -> list[str]:
     return [n if n.startswith("CAP_") else f"CAP_{n}" for n in names]
 
 
+def capability_mask(names: list[str]) -> int:
+    """Spec names as the kernel's bit mask of capability numbers."""
+    bits = 0
+    for name in capability_names(names):
+        if name not in CAPABILITIES:
+            raise ValueError(f"Unknown capability {name}")
+        bits |= 1 << CAPABILITIES.index(name)
+    return bits
+
+
 @functools.cache
 def _bounding_names() -> tuple[str, ...]:
     """The agent's bounding set, read once: a process's bounding set only ever shrinks."""
@@ -121,11 +131,16 @@ def process(
     user: User,
     limits: list[tuple[str, int | None, int | None]],
     capabilities: list[str] | None,
+    *,
+    terminal: bool = False,
+    window_size: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
+    """The spec's `process`; a `terminal` one gets a pseudo-terminal of `window_size`
+    (TTYInfo.WindowSize) from the runtime, sent over its console socket."""
     env = {"PATH": DEFAULT_PATH, **env}
     caps = capability_names(capabilities)
-    return {
-        "terminal": False,
+    spec = {
+        "terminal": terminal,
         "user": user.spec(),
         "args": argv,
         "env": [f"{k}={v}" for k, v in env.items()],
@@ -134,12 +149,19 @@ def process(
             "bounding": caps,
             "effective": caps,
             "permitted": caps,
-            # Ambient only for non-root users, so capabilities survive their exec.
-            "ambient": caps if user.uid != 0 else [],
+            # Ambient only for non-root users given capabilities, so that these survive
+            # their exec; without any, a non-root user keeps none (setuid drops them).
+            "ambient": caps if user.uid != 0 and capabilities is not None else [],
         },
         "rlimits": rlimits(limits),
         "noNewPrivileges": False,
     }
+    if terminal and window_size:
+        spec["consoleSize"] = {
+            "height": int(window_size.get("rows", 0)),
+            "width": int(window_size.get("columns", 0)),
+        }
+    return spec
 
 
 def base_mounts(*, shm: dict[str, Any] | None = None) -> list[dict[str, Any]]:

@@ -18,6 +18,7 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any
 
+from mesilla.containerizer import console
 from mesilla.containerizer.isolators.posix.procfs import session_processes
 from mesilla.containerizer.launcher.base import Launcher, LaunchError
 from mesilla.containerizer.runtime_paths import (
@@ -43,6 +44,9 @@ class _Container:
     nanny_pid: int
     gate: int | None  # write end of the start gate; None once started or recovered
     exited: asyncio.Future[int | None] = field(default_factory=asyncio.Future)
+    # Our end of a TTY container's terminal slave, held until the container
+    # ends: the master would read end-of-file before the container opened it.
+    terminal: int | None = None
 
 
 def _rlimit_spec(rlimits: list[tuple[str, int | None, int | None]]) -> str:
@@ -111,6 +115,9 @@ class PosixLauncher(Launcher):
         os.makedirs(directory, exist_ok=True)
         stdout = config.stdout or os.path.join(config.sandbox, "stdout")
         stderr = config.stderr or os.path.join(config.sandbox, "stderr")
+        terminal, terminal_path = None, None
+        if config.console_socket is not None:
+            terminal, terminal_path = _allocate_terminal(config)
         user = launch_info.user or config.user
         if user is not None and os.geteuid() != 0:
             user = None  # only root can switch users; run as ourselves, as Mesos does
@@ -119,9 +126,9 @@ class PosixLauncher(Launcher):
             sys.executable, "-s", "-S", NANNY_SCRIPT,
             os.path.join(directory, STATUS_FILE),
             os.path.join(directory, PID_FILE),
-            config.stdin or "-",
-            stdout,
-            stderr,
+            terminal_path or config.stdin or "-",
+            terminal_path or stdout,
+            terminal_path or stderr,
             launch_info.working_directory or config.sandbox,
             user or "-",
             _rlimit_spec(launch_info.rlimits),
@@ -145,11 +152,15 @@ class PosixLauncher(Launcher):
             )
         except OSError as exc:
             os.close(gate_w)
+            if terminal is not None:
+                os.close(terminal)
             raise LaunchError(f"Failed to start the supervisor of {container_id}: {exc}") from exc
         finally:
             os.close(gate_r)
             os.close(report_w)
-        container = _Container(pid=0, nanny_pid=nanny_pid, gate=gate_w)
+        container = _Container(pid=0, nanny_pid=nanny_pid, gate=gate_w, terminal=terminal)
+        if terminal is not None:
+            container.exited.add_done_callback(lambda _: os.close(terminal))
         self._containers[container_id] = container
         self._watch(container_id, container)
         try:
@@ -241,6 +252,24 @@ def _kill_session(leader: int) -> None:
             os.kill(process.pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
+
+
+def _allocate_terminal(config: ContainerConfig) -> tuple[int, str]:
+    """A pseudo-terminal for the container: its master goes to the console socket;
+    returns our descriptor of the slave and the slave's path, the container's stdio."""
+    assert config.console_socket is not None
+    master, slave = os.openpty()
+    try:
+        tty_info = config.container_info.tty_info if config.container_info else None
+        console.set_window_size(master, tty_info.window_size if tty_info else None)
+        path = os.ttyname(slave)
+        console.send(config.console_socket, master, path)
+    except OSError as exc:
+        os.close(slave)
+        raise LaunchError(f"Failed to hand over the container's terminal: {exc}") from exc
+    finally:
+        os.close(master)
+    return slave, path
 
 
 async def _read_all(fd: int) -> bytes:

@@ -93,6 +93,7 @@ class LinuxCapabilitiesIsolator(Isolator):
     name = "linux/capabilities"
     supports_nesting = True
     supports_standalone = True
+    supports_debug = True
 
     def __init__(self, flags: Any = None) -> None:
         self.flags = flags

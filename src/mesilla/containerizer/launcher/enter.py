@@ -1,0 +1,137 @@
+"""Moves a DEBUG container's command into its parent's filesystem, then execs it.
+
+The linux launcher's DEBUG container (a check, an exec session) starts as an
+OCI container on the host view, in its parent's pid, network, UTS and IPC
+namespaces, with the capabilities that entering a mount namespace takes. This
+program is that container's first process:
+
+    python -I -S enter.py '<json>' <command> [args...]
+
+where the JSON gives `target` (the parent's pid as this pid namespace numbers
+it), the user (`uid`, `gid`, `additional_gids`) and the capability sets the
+command keeps (`bounding`, `effective`, `permitted`, `inheritable`, `ambient`:
+bit masks of kernel capability numbers). It joins the target's mount
+namespace, root and working directory, makes its terminal (if stdin is one)
+the controlling terminal of its session, drops to the user and capabilities,
+and execs the command, which so holds nothing its parent task did not.
+
+It runs before the Python path is set up (`-S`) and outside the package, so
+it uses the standard library only.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import fcntl
+import json
+import os
+import sys
+import termios
+from typing import Any
+
+CLONE_NEWNS = 0x00020000
+PR_SET_KEEPCAPS = 8
+PR_CAPBSET_DROP = 24
+PR_CAP_AMBIENT = 47
+PR_CAP_AMBIENT_RAISE = 2
+LINUX_CAPABILITY_VERSION_3 = 0x20080522
+LAST_CAP_PATH = "/proc/sys/kernel/cap_last_cap"
+
+_libc = ctypes.CDLL(None, use_errno=True)
+
+
+class _CapHeader(ctypes.Structure):
+    _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
+
+
+class _CapData(ctypes.Structure):
+    _fields_ = [
+        ("effective", ctypes.c_uint32),
+        ("permitted", ctypes.c_uint32),
+        ("inheritable", ctypes.c_uint32),
+    ]
+
+
+def _check(result: int, what: str) -> None:
+    if result != 0:
+        errno = ctypes.get_errno()
+        raise OSError(errno, f"{what}: {os.strerror(errno)}")
+
+
+def enter_filesystem(target: int) -> None:
+    """Joins `target`'s mount namespace, then its root and working directory."""
+    mnt = os.open(f"/proc/{target}/ns/mnt", os.O_RDONLY | os.O_CLOEXEC)
+    root = os.open(f"/proc/{target}/root", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    cwd = os.open(f"/proc/{target}/cwd", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    _check(_libc.setns(mnt, CLONE_NEWNS), f"setns into the mount namespace of {target}")
+    os.fchdir(root)
+    os.chroot(".")
+    os.fchdir(cwd)
+    for fd in (mnt, root, cwd):
+        os.close(fd)
+
+
+def take_terminal() -> None:
+    """Makes stdin, a terminal, the controlling one of this session (as a login does)."""
+    if not os.isatty(0):
+        return
+    try:
+        os.setsid()
+    except PermissionError:
+        pass  # already a session leader: the OCI runtime's init made us one
+    fcntl.ioctl(0, termios.TIOCSCTTY, 0)
+
+
+def drop_privileges(spec: dict[str, Any]) -> None:
+    """Becomes the spec's user holding exactly its capability sets (bit masks)."""
+    bounding = int(spec["bounding"])
+    with open(LAST_CAP_PATH) as f:
+        last = int(f.read())
+    for number in range(last + 1):
+        if not bounding >> number & 1:
+            _check(
+                _libc.prctl(PR_CAPBSET_DROP, number, 0, 0, 0),
+                f"dropping capability {number}",
+            )
+    _check(
+        _libc.prctl(PR_SET_KEEPCAPS, 1, 0, 0, 0), "keeping capabilities across setuid"
+    )
+    uid, gid = int(spec["uid"]), int(spec["gid"])
+    os.setgroups([int(g) for g in spec.get("additional_gids", [])])
+    os.setresgid(gid, gid, gid)
+    os.setresuid(uid, uid, uid)
+    _check(_libc.prctl(PR_SET_KEEPCAPS, 0, 0, 0, 0), "resetting keep-capabilities")
+    header = _CapHeader(LINUX_CAPABILITY_VERSION_3, 0)
+    sets = [int(spec[name]) for name in ("effective", "permitted", "inheritable")]
+    data = (_CapData * 2)(
+        *(_CapData(*(bits >> shift & 0xFFFFFFFF for bits in sets)) for shift in (0, 32))
+    )
+    _check(_libc.capset(ctypes.byref(header), data), "setting capabilities")
+    ambient = int(spec["ambient"])
+    for number in range(last + 1):
+        if ambient >> number & 1:
+            _check(
+                _libc.prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_RAISE, number, 0, 0),
+                f"raising ambient capability {number}",
+            )
+
+
+def main(argv: list[str]) -> None:
+    if len(argv) < 2:
+        sys.exit("usage: enter.py '<json>' <command> [args...]")
+    spec = json.loads(argv[0])
+    try:
+        enter_filesystem(int(spec["target"]))
+        take_terminal()
+        drop_privileges(spec)
+        os.execvp(argv[1], argv[1:])
+    except OSError as exc:
+        print(
+            f"Failed to enter container of process {spec['target']}: {exc}",
+            file=sys.stderr,
+        )
+        sys.exit(127 if isinstance(exc, FileNotFoundError) else 126)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

@@ -125,7 +125,9 @@ class Framework:
             reader = {
                 "name": "reader", "task_id": {"value": f"reader-{suffix}"}, "agent_id": offer["agent_id"],
                 "resources": [scalar("cpus", 0.1), scalar("mem", 32)],
-                "command": {"value": "sleep 1.5; echo the writer wrote:; cat shared/log"},
+                # Waits for the writer's three lines: the two start at about, not exactly, the same time.
+                "command": {"value": "until [ $(cat shared/log 2>/dev/null | wc -l) -ge 3 ]; do sleep 0.2; done; "
+                                     "echo the writer wrote:; cat shared/log"},
                 "container": {"type": "MESOS", "volumes": [volume]},
             }
             executor = {

@@ -248,6 +248,8 @@ class FakeAgent(_Subscriber):
         #: False: PINGs go unanswered, as from a hung agent whose stream stays open.
         self.answer_pings = True
         self.pings = 0
+        #: PONGs the master accepted.
+        self.pongs = 0
 
     async def register(
         self, *, tasks: list[Json] | None = None, frameworks: list[Json] | None = None
@@ -268,13 +270,14 @@ class FakeAgent(_Subscriber):
             self.url, json={"type": "REGISTER", "register": body}
         )
         assert response.status == 200, await response.text()
-        self.stream = _Stream(response, self._on_ping)
-        event = await self.stream.next_event()
+        self.stream = _Stream(response, self._intercept)
+        return await self.stream.next_event()
+
+    async def _intercept(self, stream: _Stream, event: Json) -> bool:
+        """Learns the agent id from REGISTERED here: the first PING may follow in the same read."""
         if event["type"] == "REGISTERED":
             self.agent_id = event["registered"]["agent_id"]
-        return event
-
-    async def _on_ping(self, stream: _Stream, event: Json) -> bool:
+            return False
         if event["type"] != "PING":
             return False
         self.pings += 1
@@ -285,6 +288,7 @@ class FakeAgent(_Subscriber):
                 headers={"Mesos-Stream-Id": stream.stream_id or ""},
             )
             await response.read()
+            self.pongs += response.status == 202
         return True
 
     async def call(self, type_: str, body: Json) -> aiohttp.ClientResponse:

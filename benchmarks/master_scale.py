@@ -42,7 +42,7 @@ import tempfile
 import time
 import uuid
 from collections import deque
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Coroutine
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -235,7 +235,8 @@ def _uuid() -> str:
 
 
 class SimulatedAgents:
-    """Many agents in one event loop: each holds a REGISTER stream and answers RUN_TASK."""
+    """Many agents in one event loop: each holds a REGISTER stream and answers RUN_TASK and
+    the master's PINGs (unanswered, they would be marked unreachable mid-run)."""
 
     PATH = "/internal/agent"
 
@@ -280,13 +281,22 @@ class SimulatedAgents:
                     agent_id = event["registered"]["agent_id"]
                     ready.set_result(None)
                 elif event["type"] == "RUN_TASK" and agent_id is not None:
-                    update = asyncio.create_task(self._running(agent_id, stream_id, event["run_task"]))
-                    self.updates.add(update)
-                    update.add_done_callback(self.updates.discard)
+                    self._in_background(self._running(agent_id, stream_id, event["run_task"]))
+                elif event["type"] == "PING" and agent_id is not None:
+                    self._in_background(self._pong(agent_id, stream_id))
         except (aiohttp.ClientError, asyncio.CancelledError):
             pass
         finally:
             response.close()
+
+    def _in_background(self, call: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.create_task(call)
+        self.updates.add(task)
+        task.add_done_callback(self.updates.discard)
+
+    async def _pong(self, agent_id: Json, stream_id: str) -> None:
+        if await self.calls.post(self.PATH, {"type": "PONG", "agent_id": agent_id}, stream_id) != 202:
+            self.errors += 1
 
     async def _running(self, agent_id: Json, stream_id: str, run: Json) -> None:
         status = {

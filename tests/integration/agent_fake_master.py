@@ -1,8 +1,9 @@
 """A small master speaking `mesilla.v1.internal`, and an in-process agent to test against it.
 
 It sits below the interface under test (the agent): it accepts REGISTER
-streams, answers REGISTERED, records every call the agent makes, and lets a
-test push events (RUN_TASK, KILL_TASK, ACKNOWLEDGE, ...) down the stream.
+streams, answers REGISTERED, pings the agent as the master does, records every
+call the agent makes, and lets a test push events (RUN_TASK, KILL_TASK,
+ACKNOWLEDGE, ...) down the stream.
 """
 
 from __future__ import annotations
@@ -24,16 +25,20 @@ from mesilla.v1.internal import (
     AgentCallType,
     AgentEvent,
     AgentEventType,
+    MasterAgentConnection,
     Registered,
 )
 from mesilla.v1.mesos import AgentID, MasterInfo
 
 
 class FakeMaster:
-    def __init__(self, *, auto_ack: bool = True, heartbeat_interval: float = 5.0) -> None:
+    # As the master's --max_agent_ping_timeouts: what REGISTERED announces is this many pings.
+    MAX_PING_TIMEOUTS = 3
+
+    def __init__(self, *, auto_ack: bool = True, ping_interval: float = 5.0) -> None:
         self.auto_ack = auto_ack
-        self.heartbeats = True  # False: the stream stays open but goes silent
-        self.heartbeat_interval = heartbeat_interval
+        self.pings = True  # False: the stream stays open but goes silent
+        self.ping_interval = ping_interval
         self.calls: list[AgentCall] = []
         self.registers: list[AgentCall] = []
         self.stream_id: str | None = None
@@ -107,7 +112,9 @@ class FakeMaster:
                     master_info=MasterInfo(
                         id="fake", ip=16777343, port=self.port, hostname="localhost"
                     ),
-                    heartbeat_interval_seconds=self.heartbeat_interval,
+                    connection=MasterAgentConnection(
+                        total_ping_timeout_seconds=self.ping_interval * self.MAX_PING_TIMEOUTS
+                    ),
                 ),
             )
         )
@@ -117,10 +124,10 @@ class FakeMaster:
         stop = self._stop_stream
         while not stop.is_set():
             try:
-                await asyncio.wait_for(stop.wait(), self.heartbeat_interval)
+                await asyncio.wait_for(stop.wait(), self.ping_interval)
             except TimeoutError:
-                if self.heartbeats:
-                    await self.send(AgentEvent(type=AgentEventType.HEARTBEAT))
+                if self.pings:
+                    await self.send(AgentEvent(type=AgentEventType.PING))
         return response
 
     def drop_stream(self) -> None:

@@ -2,8 +2,8 @@
 
 `Scheduler` speaks the v1 scheduler API as a framework does; `FakeAgent`
 speaks the internal agent protocol (`mesilla.v1.internal`) as an agent does,
-without running anything: it is a fake below the interface under test, the
-master. Both read their event streams in the background into queues, and
+answering the master's PINGs, without running anything: it is a fake below the
+interface under test, the master. Both read their event streams in the background into queues, and
 `next_event` waits (bounded) for the next event of a given type.
 """
 
@@ -13,7 +13,7 @@ import asyncio
 import base64
 import json
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -70,12 +70,18 @@ def new_uuid() -> str:
 
 
 class _Stream:
-    """A RecordIO event stream read in the background."""
+    """A RecordIO event stream read in the background; `intercept` (if given) sees each
+    event first and keeps it out of `events` by returning True."""
 
-    def __init__(self, response: aiohttp.ClientResponse) -> None:
+    def __init__(
+        self,
+        response: aiohttp.ClientResponse,
+        intercept: Callable[[_Stream, Json], Awaitable[bool]] | None = None,
+    ) -> None:
         self.response = response
         self.stream_id = response.headers.get("Mesos-Stream-Id")
         self.events: asyncio.Queue[Json | None] = asyncio.Queue()
+        self._intercept = intercept
         self._reader = asyncio.get_running_loop().create_task(self._read())
 
     async def _read(self) -> None:
@@ -83,7 +89,9 @@ class _Stream:
         try:
             async for chunk in self.response.content.iter_any():
                 for record in decoder.feed(chunk):
-                    await self.events.put(json.loads(record))
+                    event = json.loads(record)
+                    if self._intercept is None or not await self._intercept(self, event):
+                        await self.events.put(event)
         except (aiohttp.ClientError, asyncio.CancelledError):
             pass
         finally:
@@ -237,6 +245,11 @@ class FakeAgent(_Subscriber):
         ]
         self.hostname = hostname
         self.agent_id: Json | None = None
+        #: False: PINGs go unanswered, as from a hung agent whose stream stays open.
+        self.answer_pings = True
+        self.pings = 0
+        #: PONGs the master accepted.
+        self.pongs = 0
 
     async def register(
         self, *, tasks: list[Json] | None = None, frameworks: list[Json] | None = None
@@ -257,11 +270,26 @@ class FakeAgent(_Subscriber):
             self.url, json={"type": "REGISTER", "register": body}
         )
         assert response.status == 200, await response.text()
-        self.stream = _Stream(response)
-        event = await self.stream.next_event()
+        self.stream = _Stream(response, self._intercept)
+        return await self.stream.next_event()
+
+    async def _intercept(self, stream: _Stream, event: Json) -> bool:
+        """Learns the agent id from REGISTERED here: the first PING may follow in the same read."""
         if event["type"] == "REGISTERED":
             self.agent_id = event["registered"]["agent_id"]
-        return event
+            return False
+        if event["type"] != "PING":
+            return False
+        self.pings += 1
+        if self.answer_pings:
+            response = await self.session.post(
+                self.url,
+                json={"type": "PONG", "agent_id": self.agent_id},
+                headers={"Mesos-Stream-Id": stream.stream_id or ""},
+            )
+            await response.read()
+            self.pongs += response.status == 202
+        return True
 
     async def call(self, type_: str, body: Json) -> aiohttp.ClientResponse:
         assert self.stream is not None

@@ -1,4 +1,5 @@
-"""The agent's link to the master: re-registration after a lost stream or missed heartbeats."""
+"""The agent's link to the master: PONG to each PING, re-registration after a lost stream or
+when the master's pings stop."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from mesilla.v1.internal import AgentEvent, AgentEventType, RunTask
+from mesilla.v1.internal import AgentCallType, AgentEvent, AgentEventType, RunTask
 from mesilla.v1.mesos import (
     AgentID,
     CommandInfo,
@@ -25,7 +26,7 @@ FRAMEWORK = FrameworkInfo(user="root", name="link", id=FrameworkID(value="fw-lin
 
 @pytest.fixture
 async def master() -> AsyncIterator[FakeMaster]:
-    m = FakeMaster(heartbeat_interval=0.2)
+    m = FakeMaster(ping_interval=0.2)
     await m.start()
     yield m
     await m.stop()
@@ -67,9 +68,21 @@ async def test_lost_stream_leads_to_reregistration_with_tasks(
     assert register.tasks[0].state.value == "TASK_RUNNING"
 
 
-async def test_missed_heartbeats_lead_to_reregistration(
+async def test_agent_answers_each_ping_with_a_pong(
     master: FakeMaster, agent_proc: AgentProcess
 ) -> None:
-    master.heartbeats = False
+    def pongs() -> list[Any]:
+        return [c for c in master.calls if c.type is AgentCallType.PONG]
+
+    # Pings over twice the announced total ping timeout: each answered, the link never dropped.
+    await master.wait_for(lambda: len(pongs()) > 2 * FakeMaster.MAX_PING_TIMEOUTS)
+    assert all(c.agent_id == AgentID(value=master.agent_id) for c in pongs())
+    assert _reregistration(master) is None
+
+
+async def test_stopped_pings_lead_to_reregistration(
+    master: FakeMaster, agent_proc: AgentProcess
+) -> None:
+    master.pings = False
     register = await master.wait_for(lambda: _reregistration(master))
     assert register.agent_info.id == AgentID(value=master.agent_id)

@@ -2,8 +2,10 @@
 
 `MasterLink.run` keeps one REGISTER stream open to ``POST /internal/agent``:
 it registers (or re-registers with what the agent runs, once it has an id),
-hands every event to the agent, and reconnects with backoff when the stream
-ends or three heartbeats in a row fail to arrive. Other calls are separate
+hands every event to the agent, answers the master's PINGs with PONG, and
+reconnects with backoff when the stream ends or nothing arrives on it for the
+total ping timeout the master announced in REGISTERED (Mesos's
+``pingTimeout``: the master is taken as lost). Other calls are separate
 POSTs carrying the stream's ``Mesos-Stream-Id``, sent in order by one sender
 task; a call that fails while disconnected is dropped, since status updates
 are retried by the status update manager and the rest is best effort as in
@@ -28,7 +30,6 @@ log = logging.getLogger(__name__)
 
 # Mesos's REGISTER_RETRY_INTERVAL_MAX: backoff doubles up to this.
 REGISTER_RETRY_INTERVAL_MAX = 60.0
-MISSED_HEARTBEATS = 3
 
 
 class MasterLink:
@@ -101,19 +102,18 @@ class MasterLink:
                 return False
             stream_id = response.headers.get("Mesos-Stream-Id")
             registered = False
-            interval: float | None = None
+            ping_timeout: float | None = None
             decoder = recordio.Decoder()
             while True:
-                read_timeout = None if interval is None else interval * MISSED_HEARTBEATS
                 try:
                     # Not wait_for: on Python 3.11 it swallows a cancellation that
                     # comes with the read's completion (say the master dying as
                     # the agent is told to stop), and the agent would never stop.
-                    async with asyncio.timeout(read_timeout):
+                    async with asyncio.timeout(ping_timeout):
                         chunk = await response.content.readany()
                 except TimeoutError:
                     log.warning(
-                        "Missed %d heartbeats from the master: re-registering", MISSED_HEARTBEATS
+                        "No pings from the master within %ss: re-registering", ping_timeout
                     )
                     return registered
                 if not chunk:
@@ -121,12 +121,14 @@ class MasterLink:
                 for record in decoder.feed(chunk):
                     event = codec.decode(record, AgentEvent)
                     if event.type is AgentEventType.REGISTERED and event.registered:
-                        interval = event.registered.heartbeat_interval_seconds
+                        ping_timeout = event.registered.connection.total_ping_timeout_seconds
                         self.stream_id = stream_id
                         registered = True
                         self.agent.registered(event.registered)
                         self.connected.set()
-                    elif event.type is not AgentEventType.HEARTBEAT:
+                    elif event.type is AgentEventType.PING:
+                        self.send(AgentCall(type=AgentCallType.PONG, agent_id=self.agent.info.id))
+                    else:
                         self.agent.handle_event(event)
 
     async def _sender(self, session: aiohttp.ClientSession) -> None:

@@ -1,9 +1,10 @@
 """The master's record of one agent (Mesos's `Slave` in `src/master/master.hpp`).
 
 An agent is *connected* while its REGISTER stream is open. When the stream
-closes it is disconnected (its offers are rescinded) and, unless it comes
-back within ``--agent_ping_timeout`` x ``--max_agent_ping_timeouts``, it is
-marked unreachable and leaves `Master.agents` for `Master.unreachable_agents`.
+closes it is disconnected (its offers are rescinded). The master pings every
+agent (Mesos's `SlaveObserver`); one that leaves ``--max_agent_ping_timeouts``
+pings in a row unanswered, hung or disconnected, is marked unreachable and
+leaves `Master.agents` for `Master.unreachable_agents`.
 """
 
 from __future__ import annotations
@@ -49,8 +50,12 @@ class Agent:
     executors: dict[str, dict[str, ExecutorInfo]] = field(default_factory=dict)
     #: offer_id -> Offer, outstanding offers of this agent's resources.
     offers: dict[str, Offer] = field(default_factory=dict)
-    #: Pending unreachability after a disconnection.
-    unreachable_timer: asyncio.TimerHandle | None = None
+    #: The health check (`AgentsMixin._observe_agent`), from the first registration on.
+    observer: asyncio.Task[None] | None = None
+    #: A PING is out and no PONG came back yet.
+    pinged: bool = False
+    #: Pings in a row that went unanswered.
+    ping_timeouts: int = 0
 
     @property
     def hostname(self) -> str:

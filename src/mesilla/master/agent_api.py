@@ -79,6 +79,8 @@ async def agent_call(request: web.Request, master: Master) -> web.StreamResponse
         await master.executor_message(agent, call.executor_message)
     elif call.exited_executor is not None:
         await master.exited_executor(agent, call.exited_executor)
+    elif call.type is internal.AgentCallType.PONG:
+        master.agent_pong(agent)
     elif call.type is internal.AgentCallType.UNREGISTER:
         await master.unregister_agent(agent)
     return web.Response(status=202)

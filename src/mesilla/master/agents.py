@@ -2,10 +2,12 @@
 
 A re-registering agent reports what it runs; the master takes that as the
 truth: tasks it did not know (after a master restart) are added, tasks it
-believed were there but the agent does not report are lost. An agent whose
-stream stays closed for ``--agent_ping_timeout`` x ``--max_agent_ping_timeouts``
-is marked unreachable: its tasks go TASK_UNREACHABLE (PARTITION_AWARE
-frameworks) or TASK_LOST, and come back if it re-registers.
+believed were there but the agent does not report are lost. The master
+pings each agent every ``--agent_ping_timeout``; one that leaves
+``--max_agent_ping_timeouts`` pings in a row unanswered (hung, partitioned, or
+its stream closed and not back) is marked unreachable: its tasks go
+TASK_UNREACHABLE (PARTITION_AWARE frameworks) or TASK_LOST, and come back if it
+re-registers.
 """
 
 from __future__ import annotations
@@ -82,12 +84,16 @@ class AgentsMixin(MasterBase):
                 registered=internal.Registered(
                     agent_id=AgentID(value=agent.id),
                     master_info=self.master_info,
-                    heartbeat_interval_seconds=self.flags.heartbeat_interval,
+                    connection=internal.MasterAgentConnection(
+                        total_ping_timeout_seconds=self.flags.agent_ping_timeout
+                        * self.flags.max_agent_ping_timeouts
+                    ),
                 ),
             )
         )
         await self._shutdown_completed_frameworks(agent, call)
-        self.spawn(self._agent_heartbeat(agent, stream))
+        if agent.observer is None:  # a known agent that re-registers keeps its observer
+            agent.observer = self.spawn(self._observe_agent(agent))
         log.info("agent %s (%s) registered at %s", agent.id, agent.hostname, pid)
         return agent
 
@@ -195,9 +201,9 @@ class AgentsMixin(MasterBase):
         self, agent: Agent, info: internal.AgentInfo, pid: str, call: internal.Register
     ) -> Agent:
         """The agent reconnected (either side may have restarted): reconcile its tasks."""
-        if agent.unreachable_timer is not None:
-            agent.unreachable_timer.cancel()
-            agent.unreachable_timer = None
+        # Pings that found no stream while it was away do not count against it.
+        agent.pinged = False
+        agent.ping_timeouts = 0
         self._close_agent_stream(agent)
         if info != agent.info:
             await self.registry.readmit_agent(info)
@@ -253,12 +259,41 @@ class AgentsMixin(MasterBase):
         if stream is not None:
             stream.close()
 
-    async def _agent_heartbeat(self, agent: Agent, stream: EventStream) -> None:
-        event = internal.AgentEvent(type=internal.AgentEventType.HEARTBEAT)
-        while agent.stream is stream and await stream.send(event):
-            await asyncio.sleep(self.flags.heartbeat_interval)
+    # --- health checks, disconnection and unreachability -----------------------------------
 
-    # --- disconnection and unreachability ---------------------------------------------------
+    async def _observe_agent(self, agent: Agent) -> None:
+        """Mesos's `SlaveObserver`: a PING every ``--agent_ping_timeout`` while the agent is
+        registered; after ``--max_agent_ping_timeouts`` in a row without a PONG it is
+        unreachable. A disconnected agent cannot answer, so its pings count as missed."""
+        loop = asyncio.get_running_loop()
+        ping = internal.AgentEvent(type=internal.AgentEventType.PING)
+        while self.agents.get(agent.id) is agent:
+            deadline = loop.time() + self.flags.agent_ping_timeout
+            agent.pinged = True  # before sending: the PONG may come back before send returns
+            try:
+                # A hung agent stops reading: once the socket buffers fill, a send waits
+                # forever, which must not stop the count.
+                async with asyncio.timeout_at(deadline):
+                    await agent.send(ping)
+            except TimeoutError:
+                pass
+            await asyncio.sleep(max(0.0, deadline - loop.time()))
+            if self.agents.get(agent.id) is not agent or not agent.pinged:
+                continue
+            agent.ping_timeouts += 1
+            if agent.ping_timeouts >= self.flags.max_agent_ping_timeouts:
+                log.info(
+                    "agent %s answered none of the last %d pings: unreachable",
+                    agent.id,
+                    agent.ping_timeouts,
+                )
+                self.counters["master/slave_unreachable_scheduled"] += 1
+                await self.mark_unreachable(agent)
+                return
+
+    def agent_pong(self, agent: Agent) -> None:
+        agent.pinged = False
+        agent.ping_timeouts = 0
 
     def agent_disconnected(self, agent: Agent, stream_id: str) -> None:
         if (
@@ -276,15 +311,10 @@ class AgentsMixin(MasterBase):
             framework = self.frameworks.get(framework_id)
             if framework is not None and not framework.info.checkpoint:
                 self.spawn(self._forward_all(framework, self._remove_framework_from(agent, framework)))
-        timeout = self.flags.agent_ping_timeout * self.flags.max_agent_ping_timeouts
         log.info(
-            "agent %s disconnected; unreachable in %ss unless it comes back",
+            "agent %s disconnected; unreachable after %d missed pings unless it comes back",
             agent.id,
-            timeout,
-        )
-        self.counters["master/slave_unreachable_scheduled"] += 1
-        agent.unreachable_timer = asyncio.get_running_loop().call_later(
-            timeout, lambda: self.spawn(self.mark_unreachable(agent))
+            self.flags.max_agent_ping_timeouts,
         )
 
     def _remove_framework_from(self, agent: Agent, framework: Framework) -> list[TaskStatus]:
@@ -313,8 +343,7 @@ class AgentsMixin(MasterBase):
             await self.forward_update(framework, status)
 
     async def mark_unreachable(self, agent: Agent) -> None:
-        if self.agents.get(agent.id) is not agent or agent.connected:
-            return
+        """Its health check failed: the agent leaves the cluster until it re-registers."""
         now = time.time()
         await self.registry.mark_agent_unreachable(agent.id, now)
         self.counters["master/slave_unreachable_completed"] += 1

@@ -37,7 +37,7 @@ MASTER_FLAGS: list[Flag] = [
     ),
     Flag(
         "heartbeat_interval",
-        "Interval of HEARTBEAT events to schedulers and agents.",
+        "Interval of HEARTBEAT events to schedulers.",
         15.0,
         "duration",
     ),
@@ -50,13 +50,13 @@ MASTER_FLAGS: list[Flag] = [
     ),
     Flag(
         "agent_ping_timeout",
-        "How long the master waits for a disconnected agent per ping.",
+        "How long an agent has to answer each of the master's pings (its health check).",
         15.0,
         "duration",
     ),
     Flag(
         "max_agent_ping_timeouts",
-        "Missed pings after which a disconnected agent is unreachable.",
+        "Pings in a row an agent may leave unanswered before it is marked unreachable.",
         5,
         "int",
     ),
@@ -82,6 +82,14 @@ MASTER_FLAGS: list[Flag] = [
     Flag("quiet", "Disable logging to stderr.", False, "bool"),
     Flag("logging_level", "Log level: INFO, WARNING or ERROR.", "INFO"),
 ]
+
+
+def validate_ping_flags(flags: Flags) -> None:
+    """As Mesos, except that sub-second pings are allowed (quick tests)."""
+    if not 0 < flags.agent_ping_timeout <= 15 * 60:
+        raise FlagError("Expected '--agent_ping_timeout' to be above 0 and at most 15mins")
+    if flags.max_agent_ping_timeouts < 1:
+        raise FlagError("Expected '--max_agent_ping_timeouts' to be at least 1")
 
 
 def make_registry(flags: Flags) -> Registry:
@@ -117,6 +125,7 @@ async def serve(flags: Flags) -> AsyncIterator[MasterServer]:
         parse_weights(flags.get("weights"))
     except ValueError as exc:
         raise FlagError(f"Invalid --weights '{flags.weights}': {exc}") from None
+    validate_ping_flags(flags)
     master = Master(flags, make_registry(flags))
     router = Router("master")
     scheduler_api.install(router, master)
@@ -155,6 +164,6 @@ async def run(flags: Flags) -> None:
     try:
         async with serve(flags):
             await asyncio.Event().wait()
-    except MasterStartError as exc:
+    except (MasterStartError, FlagError) as exc:
         log.error("%s", exc)
         raise SystemExit(1) from None

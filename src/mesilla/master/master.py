@@ -164,8 +164,6 @@ class Master(
             if stream is not None:
                 stream.close()
         for agent in self.agents.values():
-            if agent.unreachable_timer is not None:
-                agent.unreachable_timer.cancel()
             self._close_agent_stream(agent)
         await self.streams.stop()
         for task in list(self._background):

@@ -11,10 +11,17 @@ pattern as the scheduler API instead, so that one HTTP stack serves everything:
 * Every other call (STATUS_UPDATE, EXECUTOR_MESSAGE, EXITED_EXECUTOR, ...) is a
   separate ``POST /internal/agent`` with the ``Mesos-Stream-Id`` header, answered
   ``202``; a stale stream id gets ``403``.
-* The master sends HEARTBEAT on the stream every `heartbeat_interval_seconds`;
-  an agent that misses three re-registers. A closed stream makes the agent
-  disconnected on the master; it becomes unreachable after
-  ``--agent_ping_timeout`` x ``--max_agent_ping_timeouts``.
+* Health checks (Mesos's PingSlaveMessage / PongSlaveMessage): the master
+  sends PING on the stream every ``--agent_ping_timeout``, and the agent
+  answers each with a PONG call. An agent that leaves
+  ``--max_agent_ping_timeouts`` pings in a row unanswered (hung, or partitioned
+  while TCP stays open) is marked unreachable and its stream is closed; so is
+  one whose stream closed (it is disconnected meanwhile) and that does not
+  re-register in that time. REGISTERED tells the agent the total,
+  ``connection.total_ping_timeout_seconds``: an agent that hears nothing from
+  the master for that long takes it as lost and re-registers. PING has no
+  ``connected`` field as in Mesos: it only ever travels on the agent's open
+  stream, which the master closes when it stops considering the agent connected.
 * Status updates are reliable: the agent's status update manager resends each
   until the master relays the framework's acknowledgement as ACKNOWLEDGE.
 """
@@ -50,6 +57,7 @@ class AgentCallType(enum.Enum):
     EXECUTOR_MESSAGE = "EXECUTOR_MESSAGE"
     EXITED_EXECUTOR = "EXITED_EXECUTOR"
     UNREGISTER = "UNREGISTER"
+    PONG = "PONG"
 
 
 class Register(Message):
@@ -103,14 +111,21 @@ class AgentEventType(enum.Enum):
     ACKNOWLEDGE = "ACKNOWLEDGE"
     FRAMEWORK_MESSAGE = "FRAMEWORK_MESSAGE"
     RECONCILE_TASKS = "RECONCILE_TASKS"
-    HEARTBEAT = "HEARTBEAT"
+    PING = "PING"
     SHUTDOWN = "SHUTDOWN"
+
+
+class MasterAgentConnection(Message):
+    """Mesos's `MasterSlaveConnection`: how the master watches over the agent."""
+
+    # --agent_ping_timeout x --max_agent_ping_timeouts
+    total_ping_timeout_seconds: float
 
 
 class Registered(Message):
     agent_id: AgentID
     master_info: MasterInfo
-    heartbeat_interval_seconds: float
+    connection: MasterAgentConnection
 
 
 class RunTask(Message):

@@ -364,9 +364,9 @@ class Agent:
         else:
             for task in tasks:
                 executor.queue_task(task)
+        staging = TaskState.TASK_STAGING
         self._checkpoint_tasks(
-            executor,
-            [make_task(t, TaskState.TASK_STAGING, executor.framework_id, self._id()) for t in tasks],
+            executor, [make_task(t, staging, executor.framework_id, self._id()) for t in tasks]
         )
 
     def _checkpoint_tasks(self, executor: Executor, tasks: list[Task]) -> None:

@@ -31,6 +31,7 @@ from mesilla.v1.mesos import (
     ExecutorInfo,
     FrameworkID,
     FrameworkInfo,
+    Reason,
     Task,
     TaskGroupInfo,
     TaskID,
@@ -114,7 +115,7 @@ def _pending(work_dir: str) -> bool:
 
 
 async def test_a_crash_while_checkpointing_a_group_leaves_all_or_none(tmp_path: Path) -> None:
-    outcomes = set()
+    outcomes: set[frozenset[str]] = set()
 
     async def checkpoint_group(step: int) -> None:
         work_dir = str(tmp_path / f"write-{step}")
@@ -213,11 +214,12 @@ def _pod(*task_ids: str) -> TaskGroupInfo:
     )
 
 
+Fates = dict[str, tuple[TaskState, Reason | None]]  # a task's end and its reason
 FRAMEWORK = FrameworkInfo(user="u", name="n", id=FrameworkID(value=FW), checkpoint=True)
 EXECUTOR = ExecutorInfo(executor_id=ExecutorID(value=EX), type="DEFAULT")
 
 
-async def _recover(work_dir: str) -> dict[str, tuple[TaskState, str | None]]:
+async def _recover(work_dir: str) -> Fates:
     """Restarts the agent on `work_dir`; what it reports of each task once its executors ended."""
     agent = _new_agent(work_dir, None)
     try:
@@ -226,15 +228,13 @@ async def _recover(work_dir: str) -> dict[str, tuple[TaskState, str | None]]:
             await asyncio.sleep(0)
         executors = [e for f in agent.frameworks.values() for e in f.executors.values()]
         assert all(e.state is ExecutorState.TERMINATED for e in executors)
-        return {
-            t.task_id.value: (t.state, t.statuses[-1].reason.value if t.statuses[-1].reason else None)
-            for t in agent.register_call().tasks
-        }
+        tasks = agent.register_call().tasks
+        return {t.task_id.value: (t.state, t.statuses[-1].reason) for t in tasks}
     finally:
         await agent.close()
 
 
-def _assert_one_fate(reported: dict[str, tuple[TaskState, str | None]], group: list[str]) -> bool:
+def _assert_one_fate(reported: Fates, group: list[str]) -> bool:
     """The group's tasks are all unknown to the agent (the master then reports each one
     LOST the same way) or all end alike; True if they are known."""
     known = [t for t in group if t in reported]
@@ -244,7 +244,7 @@ def _assert_one_fate(reported: dict[str, tuple[TaskState, str | None]], group: l
 
 
 async def test_an_agent_killed_during_a_pod_launch_recovers_the_pod_as_one(tmp_path: Path) -> None:
-    fates = set()
+    known: set[bool] = set()
 
     async def launch_then_recover(step: int) -> None:
         work_dir = str(tmp_path / f"pod-{step}")
@@ -258,14 +258,14 @@ async def test_an_agent_killed_during_a_pod_launch_recovers_the_pod_as_one(tmp_p
             reported = await _recover(work_dir)
             if _assert_one_fate(reported, GROUP):
                 assert {s for s, _ in reported.values()} == {TaskState.TASK_FAILED}
-            fates.add(bool(reported))
+            known.add(bool(reported))
 
     await until_no_crash(launch_then_recover)
-    assert fates == {False, True}
+    assert known == {False, True}
 
 
 async def test_an_agent_killed_while_adding_a_pod_to_a_running_executor(tmp_path: Path) -> None:
-    fates = set()
+    known: set[bool] = set()
 
     async def add_then_recover(step: int) -> None:
         work_dir = str(tmp_path / f"pod-{step}")
@@ -283,7 +283,7 @@ async def test_an_agent_killed_while_adding_a_pod_to_a_running_executor(tmp_path
             await agent.close()
             reported = await _recover(work_dir)
             assert "first" in reported
-            fates.add(_assert_one_fate(reported, GROUP))
+            known.add(_assert_one_fate(reported, GROUP))
 
     await until_no_crash(add_then_recover)
-    assert fates == {False, True}
+    assert known == {False, True}

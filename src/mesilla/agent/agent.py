@@ -318,9 +318,7 @@ class Agent:
         elif executor.state is ExecutorState.REGISTERING:
             self._queue(executor, tasks, group)
         elif executor.state is ExecutorState.RUNNING:
-            for task in tasks:
-                executor.add_launched(task)
-                self._checkpoint_task(executor, executor.launched_tasks[task.task_id.value])
+            self._checkpoint_tasks(executor, [executor.add_launched(task) for task in tasks])
             if group is not None:
                 event = ev.Event(
                     type=ev.EventType.LAUNCH_GROUP, launch_group=ev.LaunchGroup(task_group=group)
@@ -366,14 +364,15 @@ class Agent:
         else:
             for task in tasks:
                 executor.queue_task(task)
-        for task in tasks:
-            self._checkpoint_task(
-                executor, make_task(task, TaskState.TASK_STAGING, executor.framework_id, self._id())
-            )
+        staging = TaskState.TASK_STAGING
+        self._checkpoint_tasks(
+            executor, [make_task(t, staging, executor.framework_id, self._id()) for t in tasks]
+        )
 
-    def _checkpoint_task(self, executor: Executor, task: Task) -> None:
+    def _checkpoint_tasks(self, executor: Executor, tasks: list[Task]) -> None:
+        """Before anything is launched, as Mesos: a task group all at once."""
         if executor.checkpoint:
-            self.meta.task(executor.id, executor.container_id.value, task)
+            self.meta.tasks(executor.id, executor.container_id.value, tasks)
 
     def _create_executor(
         self, framework: Framework, info: ExecutorInfo, command_task: bool

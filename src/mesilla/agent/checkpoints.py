@@ -7,6 +7,8 @@ Mesos checkpoints protobufs; Mesilla writes the same files (see
   `task.info`, `forked.pid`) are replaced atomically: write a temporary file,
   fsync it, rename it over the old one, fsync the directory. A crash leaves
   either the old or the new content, never a mix.
+* the tasks of a task group are checkpointed as one unit (`MetaDir.tasks`):
+  recovery sees all of them or none.
 * `task.updates` is an append-only log of RecordIO-framed records, each
   fsync'ed before the update is acted upon. A crash can leave a partial last
   record; reading drops it (the update was never acknowledged to anyone).
@@ -21,6 +23,7 @@ from __future__ import annotations
 
 import logging
 import os
+import shutil
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -271,7 +274,11 @@ class _Reader:
             state.forked_pid = self.guarded(_read_pid, pid_path)
         state.http = os.path.exists(paths.http_marker_path(*args))
         state.completed = os.path.exists(paths.executor_sentinel_path(*args))
-        for task_id in _listdir(os.path.join(paths.run_meta_dir(*args), "tasks")):
+        tasks_dir = os.path.join(paths.run_meta_dir(*args), "tasks")
+        pending = paths.pending_task_group_path(*args)
+        if os.path.exists(pending):
+            self.guarded(_discard_pending_group, pending, tasks_dir)
+        for task_id in _listdir(tasks_dir):
             state.tasks[task_id] = self.task(*args[1:], task_id)
         return state
 
@@ -287,6 +294,34 @@ class _Reader:
             )
             state.records = records or []
         return state
+
+
+def _discard_pending_group(pending: str, tasks_dir: str) -> None:
+    """Removes the tasks of a group whose checkpoint a crash interrupted, then the marker.
+
+    None of them was launched or reported (that happens only once the whole
+    group is checkpointed), so the agent forgets them all and the master
+    learns of them as of any task the agent never checkpointed. Removing the
+    marker last makes this safe to repeat after another crash.
+    """
+    try:
+        with open(pending, "rb") as f:
+            task_ids = msgspec.json.decode(f.read(), type=list[str])
+    except (OSError, msgspec.MsgspecError) as exc:
+        raise CheckpointError(pending, f"expecting a list of task ids: {exc}") from None
+    # Only names found in the directory: the file's content never makes a path.
+    discarded = sorted(set(task_ids) & set(_listdir(tasks_dir)))
+    log.warning(
+        "Discarding the partly checkpointed task group %s in '%s' (left by a crash)",
+        task_ids,
+        tasks_dir,
+    )
+    for task_id in discarded:
+        shutil.rmtree(os.path.join(tasks_dir, task_id))
+    if discarded:
+        _fsync_dir(tasks_dir)
+    os.unlink(pending)
+    _fsync_dir(os.path.dirname(pending))
 
 
 def _read_pid(path: str) -> int:
@@ -360,9 +395,24 @@ class MetaDir:
     ) -> tuple[str, str, str, str, str]:
         return (self.work_dir, self.agent_id, framework_id, executor_id, container_id)
 
-    def task(self, executor_id: str, container_id: str, task: Task) -> None:
-        run = self._run(task.framework_id.value, executor_id, container_id)
-        checkpoint(paths.task_info_path(*run, task.task_id.value), task)
+    def tasks(self, executor_id: str, container_id: str, tasks: list[Task]) -> None:
+        """Checkpoints the tasks of one launch (a task, or a task group) as a unit.
+
+        A group's `task.info` files are written while `task_group.pending`
+        lists them, and that file goes once all are durable. Recovery discards
+        the tasks a pending file still lists, so a crash at any instant leaves
+        the whole group checkpointed or none of it, as a pod is launched as
+        one unit.
+        """
+        run = self._run(tasks[0].framework_id.value, executor_id, container_id)
+        pending = paths.pending_task_group_path(*run) if len(tasks) > 1 else None
+        if pending is not None:
+            write_atomic(pending, msgspec.json.encode([t.task_id.value for t in tasks]))
+        for task in tasks:
+            checkpoint(paths.task_info_path(*run, task.task_id.value), task)
+        if pending is not None:
+            os.unlink(pending)
+            _fsync_dir(os.path.dirname(pending))
 
     def task_updates_path(
         self, framework_id: str, executor_id: str, container_id: str, task_id: str

@@ -8,7 +8,9 @@ Two trees live under ``--work_dir``:
   ``slave.info``, ``frameworks/<fw>/framework.info``,
   ``executors/<exec>/executor.info``, ``runs/<container>/pids/forked.pid``,
   ``runs/<container>/http.marker``, ``runs/<container>/executor.sentinel`` and
-  ``runs/<container>/tasks/<task>/{task.info,task.updates}``.
+  ``runs/<container>/tasks/<task>/{task.info,task.updates}``; while the tasks
+  of a task group are being checkpointed, ``runs/<container>/task_group.pending``
+  (Mesilla's own: it makes a group's checkpoint all-or-nothing).
 
 Every function only builds paths; nothing here touches the disk except
 `update_latest_symlink`.
@@ -96,6 +98,16 @@ def executor_sentinel_path(
     return os.path.join(
         run_meta_dir(work_dir, agent_id, framework_id, executor_id, container_id),
         "executor.sentinel",
+    )
+
+
+def pending_task_group_path(
+    work_dir: str, agent_id: str, framework_id: str, executor_id: str, container_id: str
+) -> str:
+    """The ids of a task group whose tasks are being checkpointed; gone once all are."""
+    return os.path.join(
+        run_meta_dir(work_dir, agent_id, framework_id, executor_id, container_id),
+        "task_group.pending",
     )
 
 

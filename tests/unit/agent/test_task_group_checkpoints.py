@@ -1,0 +1,289 @@
+"""A task group is checkpointed and recovered as one unit, whatever instant the agent dies at.
+
+A crash is simulated by stopping the file-system work at its n-th mutating
+call (what a kill -9 at that instant leaves on disk), for every n until the
+work completes; recovery must then see every task of the group or none.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+from collections.abc import Awaitable, Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from mesilla.agent import checkpoints, paths, recovery
+from mesilla.agent.agent import Agent
+from mesilla.agent.main import AGENT_FLAGS
+from mesilla.agent.state import ExecutorState
+from mesilla.common.flags import parse
+from mesilla.containerizer.types import ContainerTermination
+from mesilla.v1.mesos import (
+    AgentID,
+    AgentInfo,
+    ContainerID,
+    ExecutorID,
+    ExecutorInfo,
+    FrameworkID,
+    FrameworkInfo,
+    Reason,
+    Task,
+    TaskGroupInfo,
+    TaskID,
+    TaskInfo,
+    TaskState,
+)
+
+AGENT, FW, EX, CID = "A1", "F", "E", "C"
+GROUP = ["t0", "t1", "t2"]
+
+
+class Crash(Exception):
+    """The process died here."""
+
+
+# Every call that changes what is on disk; a crash lands between two of them.
+_MUTATING = [(os, "replace"), (os, "unlink"), (os, "fsync"), (os, "symlink"), (shutil, "rmtree")]
+
+
+@contextmanager
+def crash_at(step: int) -> Iterator[list[int]]:
+    """Raises `Crash` instead of the `step`-th mutating call; yields [calls made]."""
+    calls = [0]
+
+    def wrap(real: Callable[..., Any]) -> Callable[..., Any]:
+        def call(*args: Any, **kwargs: Any) -> Any:
+            if calls[0] == step:
+                raise Crash
+            calls[0] += 1
+            return real(*args, **kwargs)
+
+        return call
+
+    with pytest.MonkeyPatch.context() as mp:
+        for module, name in _MUTATING:
+            mp.setattr(module, name, wrap(getattr(module, name)))
+        yield calls
+
+
+async def until_no_crash(work: Callable[[int], Awaitable[None]]) -> int:
+    """Runs `work(step)` with a crash at step 0, 1, ... until one run completes; the steps."""
+    for step in range(1000):
+        try:
+            await work(step)
+        except Crash:
+            continue
+        return step
+    raise AssertionError("the work never completed")
+
+
+def _task(task_id: str) -> Task:
+    return Task(
+        name=task_id,
+        task_id=TaskID(value=task_id),
+        framework_id=FrameworkID(value=FW),
+        agent_id=AgentID(value=AGENT),
+        state=TaskState.TASK_STAGING,
+    )
+
+
+def _agent_tree(work_dir: str) -> checkpoints.MetaDir:
+    """A checkpointed agent, framework and executor run that already has a lone task."""
+    checkpoints.checkpoint_agent(work_dir, AgentInfo(hostname="h", id=AgentID(value=AGENT)))
+    meta = checkpoints.MetaDir(work_dir, AGENT)
+    meta.framework(FrameworkInfo(user="u", name="n", id=FrameworkID(value=FW), checkpoint=True))
+    meta.executor(FW, ExecutorInfo(executor_id=ExecutorID(value=EX)), CID)
+    meta.tasks(EX, CID, [_task("lone")])
+    return meta
+
+
+def _recovered_tasks(work_dir: str) -> set[str]:
+    state = checkpoints.recover_agent(work_dir, strict=True)
+    assert state is not None
+    run = state.frameworks[FW].executors[EX].runs[CID]
+    assert all(t.task is not None for t in run.tasks.values())
+    return set(run.tasks)
+
+
+def _pending(work_dir: str) -> bool:
+    return os.path.exists(paths.pending_task_group_path(work_dir, AGENT, FW, EX, CID))
+
+
+async def test_a_crash_while_checkpointing_a_group_leaves_all_or_none(tmp_path: Path) -> None:
+    outcomes: set[frozenset[str]] = set()
+
+    async def checkpoint_group(step: int) -> None:
+        work_dir = str(tmp_path / f"write-{step}")
+        meta = _agent_tree(work_dir)
+        try:
+            with crash_at(step):
+                meta.tasks(EX, CID, [_task(t) for t in GROUP])
+        finally:
+            recovered = _recovered_tasks(work_dir)
+            assert recovered in ({"lone"}, {"lone", *GROUP}), (step, recovered)
+            assert not _pending(work_dir)  # recovery finished the discarding
+            assert _recovered_tasks(work_dir) == recovered  # and it is stable
+            outcomes.add(frozenset(recovered))
+
+    steps = await until_no_crash(checkpoint_group)
+    assert steps > len(GROUP)  # every task.info write was interrupted once
+    # Early crashes lose the group, late ones keep it: both are seen.
+    assert outcomes == {frozenset({"lone"}), frozenset({"lone", *GROUP})}
+
+
+async def test_a_crash_while_discarding_a_half_written_group_is_repaired_by_the_next_recovery(
+    tmp_path: Path,
+) -> None:
+    def half_written(work_dir: str) -> None:
+        meta = _agent_tree(work_dir)
+        # After the marker and t0's task.info (each: fsync, rename, fsync of the directory).
+        with pytest.raises(Crash), crash_at(6):
+            meta.tasks(EX, CID, [_task(t) for t in GROUP])
+        tasks_dir = os.path.dirname(paths.task_meta_dir(work_dir, AGENT, FW, EX, CID, "t0"))
+        assert "t0" in os.listdir(tasks_dir) and _pending(work_dir)
+
+    async def recover_twice(step: int) -> None:
+        work_dir = str(tmp_path / f"recover-{step}")
+        half_written(work_dir)
+        try:
+            with crash_at(step):
+                checkpoints.recover_agent(work_dir, strict=True)
+        finally:
+            assert _recovered_tasks(work_dir) == {"lone"}
+            assert not _pending(work_dir)
+
+    assert await until_no_crash(recover_twice) > 1
+
+
+def test_an_unreadable_pending_marker_is_a_checkpoint_error(tmp_path: Path) -> None:
+    work_dir = str(tmp_path)
+    _agent_tree(work_dir)
+    pending = paths.pending_task_group_path(work_dir, AGENT, FW, EX, CID)
+    with open(pending, "wb") as f:
+        f.write(b'{"not": "a list"}')
+    with pytest.raises(checkpoints.CheckpointError, match="task_group.pending"):
+        checkpoints.recover_agent(work_dir, strict=True)
+    state = checkpoints.recover_agent(work_dir, strict=False)
+    assert state is not None and state.errors == 1
+
+
+def test_a_lone_task_writes_no_marker(tmp_path: Path) -> None:
+    work_dir = str(tmp_path)
+    _agent_tree(work_dir)
+    run = paths.run_meta_dir(work_dir, AGENT, FW, EX, CID)
+    # Mesos's layout, nothing more, for ordinary tasks.
+    assert sorted(os.listdir(run)) == ["tasks"]
+    assert os.listdir(os.path.join(run, "tasks", "lone")) == ["task.info"]
+
+
+# --- the agent: launching a pod, dying, recovering ------------------------------------
+
+
+class NoContainers:
+    """A containerizer whose containers are all gone (below the agent, the interface under
+    test): what the agent finds after dying before its executor's container started."""
+
+    async def recover(self, checkpointed: set[ContainerID]) -> None:
+        return None
+
+    def containers(self) -> list[ContainerID]:
+        return []
+
+    async def wait(self, container_id: ContainerID) -> ContainerTermination | None:
+        return None
+
+    async def update(self, container_id: ContainerID, resources: Any, limits: Any) -> None:
+        return None
+
+
+def _new_agent(work_dir: str, agent_id: str | None) -> Agent:
+    flags = parse(AGENT_FLAGS, ["--master=127.0.0.1:1", f"--work_dir={work_dir}"], environ={})
+    info = AgentInfo(hostname="h", id=AgentID(value=agent_id) if agent_id else None)
+    return Agent(flags, NoContainers(), info)
+
+
+def _pod(*task_ids: str) -> TaskGroupInfo:
+    agent_id = AgentID(value=AGENT)
+    return TaskGroupInfo(
+        tasks=[TaskInfo(name=t, task_id=TaskID(value=t), agent_id=agent_id) for t in task_ids]
+    )
+
+
+Fates = dict[str, tuple[TaskState, Reason | None]]  # a task's end and its reason
+FRAMEWORK = FrameworkInfo(user="u", name="n", id=FrameworkID(value=FW), checkpoint=True)
+EXECUTOR = ExecutorInfo(executor_id=ExecutorID(value=EX), type="DEFAULT")
+
+
+async def _recover(work_dir: str) -> Fates:
+    """Restarts the agent on `work_dir`; what it reports of each task once its executors ended."""
+    agent = _new_agent(work_dir, None)
+    try:
+        await recovery.recover(agent)
+        for _ in range(100):  # the executors' waits answer at once
+            await asyncio.sleep(0)
+        executors = [e for f in agent.frameworks.values() for e in f.executors.values()]
+        assert all(e.state is ExecutorState.TERMINATED for e in executors)
+        tasks = agent.register_call().tasks
+        return {t.task_id.value: (t.state, t.statuses[-1].reason) for t in tasks}
+    finally:
+        await agent.close()
+
+
+def _assert_one_fate(reported: Fates, group: list[str]) -> bool:
+    """The group's tasks are all unknown to the agent (the master then reports each one
+    LOST the same way) or all end alike; True if they are known."""
+    known = [t for t in group if t in reported]
+    assert known in ([], group), reported
+    assert len({reported[t] for t in known}) <= 1, reported
+    return bool(known)
+
+
+async def test_an_agent_killed_during_a_pod_launch_recovers_the_pod_as_one(tmp_path: Path) -> None:
+    known: set[bool] = set()
+
+    async def launch_then_recover(step: int) -> None:
+        work_dir = str(tmp_path / f"pod-{step}")
+        checkpoints.checkpoint_agent(work_dir, AgentInfo(hostname="h", id=AgentID(value=AGENT)))
+        agent = _new_agent(work_dir, AGENT)
+        try:
+            with crash_at(step):
+                agent.run_task_group(FRAMEWORK, EXECUTOR, _pod(*GROUP))
+        finally:
+            await agent.close()  # dead: nothing it spawned runs
+            reported = await _recover(work_dir)
+            if _assert_one_fate(reported, GROUP):
+                assert {s for s, _ in reported.values()} == {TaskState.TASK_FAILED}
+            known.add(bool(reported))
+
+    await until_no_crash(launch_then_recover)
+    assert known == {False, True}
+
+
+async def test_an_agent_killed_while_adding_a_pod_to_a_running_executor(tmp_path: Path) -> None:
+    known: set[bool] = set()
+
+    async def add_then_recover(step: int) -> None:
+        work_dir = str(tmp_path / f"pod-{step}")
+        checkpoints.checkpoint_agent(work_dir, AgentInfo(hostname="h", id=AgentID(value=AGENT)))
+        agent = _new_agent(work_dir, AGENT)
+        try:
+            agent.run_task_group(FRAMEWORK, EXECUTOR, _pod("first"))
+            # As if the executor had subscribed and got the first pod.
+            executor = agent.frameworks[FW].executors[EX]
+            executor.launch_queued()
+            executor.state = ExecutorState.RUNNING
+            with crash_at(step):
+                agent.run_task_group(FRAMEWORK, EXECUTOR, _pod(*GROUP))
+        finally:
+            await agent.close()
+            reported = await _recover(work_dir)
+            assert "first" in reported
+            known.add(_assert_one_fate(reported, GROUP))
+
+    await until_no_crash(add_then_recover)
+    assert known == {False, True}

@@ -266,22 +266,25 @@ async def test_rlimits_and_capabilities_apply_inside_the_container(containerizer
             rlimits=[RLimit(type="RLMT_NOFILE", soft=123, hard=456)]
         ),
         linux_info=LinuxInfo(
-            effective_capabilities={"capabilities": ["CHOWN", "KILL"]}
+            effective_capabilities={"capabilities": ["CHOWN", "KILL"]},
+            bounding_capabilities={"capabilities": ["CHOWN", "KILL", "NET_RAW"]},
         ),
     )
     config = shell(
         env,
         "limits",
-        "ulimit -Sn; ulimit -Hn; grep CapEff /proc/self/status",
+        "ulimit -Sn; ulimit -Hn; grep -E '^Cap(Eff|Bnd)' /proc/self/status",
         container_info=info,
     )
     await containerizer.launch(cid, config)
     termination = await asyncio.wait_for(containerizer.wait(cid), 60)
     assert termination is not None and termination.status == 0
-    soft, hard, caps = output(config).splitlines()
+    soft, hard, effective, bounding = output(config).splitlines()
     assert (soft, hard) == ("123", "456")
-    # CAP_CHOWN is bit 0 and CAP_KILL bit 5.
-    assert int(caps.split()[1], 16) == (1 << 0) | (1 << 5)
+    # CAP_CHOWN is bit 0, CAP_KILL bit 5, CAP_NET_RAW bit 13. As in Mesos, the
+    # bounding set is also the inheritable one, so a root shell that execs holds it.
+    assert int(bounding.split()[1], 16) == (1 << 0) | (1 << 5) | (1 << 13)
+    assert int(effective.split()[1], 16) == (1 << 0) | (1 << 5) | (1 << 13)
 
 
 async def test_after_agent_restart_oom_is_still_reported_and_orphans_lose_their_cgroups(

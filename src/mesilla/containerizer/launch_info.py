@@ -26,7 +26,8 @@ def merge_launch_infos(infos: list[ContainerLaunchInfo]) -> ContainerLaunchInfo:
         merged.enter_namespaces.update(info.enter_namespaces)
         merged.rlimits.extend(info.rlimits)
         _merge_dicts(merged.cgroup_resources, info.cgroup_resources)
-        for name in ("working_directory", "rootfs", "capabilities", "command", "user"):
+        single = ("working_directory", "rootfs", "capabilities", "bounding_capabilities")
+        for name in (*single, "command", "user"):
             if getattr(info, name) is not None:
                 setattr(merged, name, getattr(info, name))
     return merged

@@ -89,6 +89,8 @@ class ContainerLaunchInfo:
     enter_namespaces: dict[str, str] = field(default_factory=dict)
     rlimits: list[tuple[str, int | None, int | None]] = field(default_factory=list)
     capabilities: list[str] | None = None
+    # The most its processes can ever hold (Mesos's bounding set); else `capabilities`.
+    bounding_capabilities: list[str] | None = None
     # OCI `linux.resources` fragments (memory, cpu, pids), merged key by key.
     cgroup_resources: dict[str, Any] = field(default_factory=dict)
     # Command replacing the configured one (docker/runtime: the image's entrypoint).

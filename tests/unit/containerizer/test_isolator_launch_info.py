@@ -117,11 +117,13 @@ async def test_effective_capabilities_in_kernel_names_and_order():
     )
     launch = await isolator.prepare(TOP, config(info))
     assert launch is not None and launch.capabilities == ["CAP_CHOWN", "CAP_NET_ADMIN"]
+    assert launch.bounding_capabilities == ["CAP_CHOWN", "CAP_NET_ADMIN", "CAP_SYS_ADMIN"]
     # The deprecated capability_info stands for the effective set; numbers are Mesos's enum.
     launch = await isolator.prepare(
         TOP, config(linux(capability_info={"capabilities": [1000, "KILL"]}))
     )
     assert launch is not None and launch.capabilities == ["CAP_CHOWN", "CAP_KILL"]
+    assert launch.bounding_capabilities is None
     launch = await isolator.prepare(
         TOP, config(linux(bounding_capabilities={"capabilities": ["KILL"]}))
     )

@@ -83,6 +83,17 @@ def test_process_runs_argv_with_env_cwd_and_ambient_caps_for_non_root() -> None:
     assert default["ambient"] == [] and "CAP_KILL" not in default["ambient"]
 
 
+def test_process_bounding_set_as_mesos_sets_it() -> None:
+    caps = oci.process(
+        ["/x"], {}, "/", oci.User(0, 0), [], ["CHOWN"], bounding=["CHOWN", "KILL"]
+    )["capabilities"]
+    assert caps["effective"] == caps["permitted"] == ["CAP_CHOWN"]
+    # Inheritable is the bounding set: no file capability grants more than it.
+    assert caps["bounding"] == caps["inheritable"] == ["CAP_CHOWN", "CAP_KILL"]
+    same = oci.process(["/x"], {}, "/", oci.User(0, 0), [], ["CHOWN"])["capabilities"]
+    assert same["bounding"] == same["inheritable"] == ["CAP_CHOWN"]
+
+
 def test_process_with_terminal_gets_the_window_size() -> None:
     spec = oci.process(
         ["/x"], {}, "/", oci.User(0, 0), [], [], terminal=True,

@@ -253,14 +253,14 @@ class LinuxLauncher(Launcher):
             launch_info.user or config.user or config.command.user,
             f"/proc/{parent_pid}/root" if debug else launch_info.rootfs or "/",
         )
-        capabilities = launch_info.capabilities
+        capabilities, bounding = launch_info.capabilities, launch_info.bounding_capabilities
         if debug:
             assert parent_pid is not None and container_id.parent is not None
             argv = _enter_filesystem_of(
                 parent_pid, user, self._debug_capabilities(container_id.parent, capabilities), argv
             )
             # Entering takes root and every capability; enter.py drops them after.
-            user, capabilities = oci.User(0, 0), None
+            user, capabilities, bounding = oci.User(0, 0), None, None
         hostname = config.container_info.hostname if config.container_info else None
         tty_info = config.container_info.tty_info if config.container_info else None
         return oci.config(
@@ -271,6 +271,7 @@ class LinuxLauncher(Launcher):
                 user,
                 launch_info.rlimits,
                 capabilities,
+                bounding=bounding,
                 terminal=config.console_socket is not None,
                 window_size=tty_info.window_size if tty_info else None,
             ),

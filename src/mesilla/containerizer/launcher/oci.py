@@ -132,13 +132,20 @@ def process(
     limits: list[tuple[str, int | None, int | None]],
     capabilities: list[str] | None,
     *,
+    bounding: list[str] | None = None,
     terminal: bool = False,
     window_size: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The spec's `process`; a `terminal` one gets a pseudo-terminal of `window_size`
-    (TTYInfo.WindowSize) from the runtime, sent over its console socket."""
+    (TTYInfo.WindowSize) from the runtime, sent over its console socket.
+
+    As Mesos, given capabilities are the effective and permitted sets and the
+    bounding set (else `bounding`) is also the inheritable one, so that no file
+    capability grants more than the bounding set.
+    """
     env = {"PATH": DEFAULT_PATH, **env}
     caps = capability_names(capabilities)
+    most = capability_names(bounding) if bounding is not None else caps
     spec = {
         "terminal": terminal,
         "user": user.spec(),
@@ -146,9 +153,10 @@ def process(
         "env": [f"{k}={v}" for k, v in env.items()],
         "cwd": cwd,
         "capabilities": {
-            "bounding": caps,
+            "bounding": most,
             "effective": caps,
             "permitted": caps,
+            "inheritable": most if capabilities is not None else [],
             # Ambient only for non-root users given capabilities, so that these survive
             # their exec; without any, a non-root user keeps none (setuid drops them).
             "ambient": caps if user.uid != 0 and capabilities is not None else [],

@@ -3,8 +3,8 @@
 `effective_capabilities` (or the deprecated `capability_info`) is the set the
 container's processes hold; `bounding_capabilities` is the most they can ever
 gain; either set defaults to the other. Mesos rejects an effective set that
-is not within the bounding set. The launch info carries the effective set
-with the kernel's names (`CAP_CHOWN`); without any capability information the
+is not within the bounding set. The launch info carries both sets with the
+kernel's names (`CAP_CHOWN`); without any capability information the
 launcher's default set applies.
 """
 
@@ -122,5 +122,12 @@ class LinuxCapabilitiesIsolator(Isolator):
                 f"Effective capabilities {extra} are not in the bounding set: add them to "
                 "linux_info.bounding_capabilities or drop them from the effective set"
             )
-        ordered = [f"CAP_{name}" for name in CAPABILITIES if name in effective]
-        return ContainerLaunchInfo(capabilities=ordered)
+        return ContainerLaunchInfo(
+            capabilities=_spec_names(effective),
+            bounding_capabilities=_spec_names(bounding) if bounding is not None else None,
+        )
+
+
+def _spec_names(names: set[str]) -> list[str]:
+    """Kernel names (`CAP_CHOWN`) in kernel order."""
+    return [f"CAP_{name}" for name in CAPABILITIES if name in names]

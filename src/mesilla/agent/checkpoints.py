@@ -30,7 +30,7 @@ from typing import Any, TypeVar
 import msgspec
 
 from mesilla.agent import paths
-from mesilla.common import recordio
+from mesilla.common import files, recordio
 from mesilla.common.errors import BadRequest
 from mesilla.v1 import codec
 from mesilla.v1.internal import StatusUpdate
@@ -55,29 +55,9 @@ class CheckpointError(Exception):
 # --- primitive I/O -------------------------------------------------------------------
 
 
-def _fsync_dir(directory: str) -> None:
-    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def write_atomic(path: str, data: bytes) -> None:
-    directory = os.path.dirname(path)
-    os.makedirs(directory, exist_ok=True)
-    tmp = f"{path}.tmp"
-    with open(tmp, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-    _fsync_dir(directory)
-
-
 def checkpoint(path: str, message: Any) -> None:
     """Atomically replaces `path` with the JSON of `message`."""
-    write_atomic(path, codec.encode(message))
+    files.write_atomically(path, codec.encode(message))
 
 
 def read_message(path: str, type_: type[T]) -> T:
@@ -110,7 +90,7 @@ def append_record(path: str, record: bytes) -> None:
         f.flush()
         os.fsync(f.fileno())
     if created:
-        _fsync_dir(directory)
+        files.fsync_directory(directory)
 
 
 def read_records(path: str) -> list[bytes]:
@@ -217,9 +197,10 @@ def read_boot_id() -> str | None:
 
 def _listdir(path: str) -> list[str]:
     try:
-        return sorted(n for n in os.listdir(path) if n != paths.LATEST and not n.endswith(".tmp"))
+        names = os.listdir(path)
     except FileNotFoundError:
         return []
+    return sorted(n for n in names if n != paths.LATEST and not files.is_temporary(n))
 
 
 class _Reader:
@@ -319,9 +300,9 @@ def _discard_pending_group(pending: str, tasks_dir: str) -> None:
     for task_id in discarded:
         shutil.rmtree(os.path.join(tasks_dir, task_id))
     if discarded:
-        _fsync_dir(tasks_dir)
+        files.fsync_directory(tasks_dir)
     os.unlink(pending)
-    _fsync_dir(os.path.dirname(pending))
+    files.fsync_directory(os.path.dirname(pending))
 
 
 def _read_pid(path: str) -> int:
@@ -365,7 +346,7 @@ def checkpoint_agent(work_dir: str, info: AgentInfo) -> None:
     checkpoint(paths.agent_info_path(work_dir, info.id.value), info)
     boot_id = read_boot_id()
     if boot_id is not None:
-        write_atomic(paths.boot_id_path(work_dir), boot_id.encode())
+        files.write_atomically(paths.boot_id_path(work_dir), boot_id.encode())
     paths.update_latest_symlink(
         paths.latest_agent_path(work_dir), paths.agent_meta_dir(work_dir, info.id.value)
     )
@@ -407,12 +388,12 @@ class MetaDir:
         run = self._run(tasks[0].framework_id.value, executor_id, container_id)
         pending = paths.pending_task_group_path(*run) if len(tasks) > 1 else None
         if pending is not None:
-            write_atomic(pending, msgspec.json.encode([t.task_id.value for t in tasks]))
+            files.write_atomically(pending, msgspec.json.encode([t.task_id.value for t in tasks]))
         for task in tasks:
             checkpoint(paths.task_info_path(*run, task.task_id.value), task)
         if pending is not None:
             os.unlink(pending)
-            _fsync_dir(os.path.dirname(pending))
+            files.fsync_directory(os.path.dirname(pending))
 
     def task_updates_path(
         self, framework_id: str, executor_id: str, container_id: str, task_id: str
@@ -421,7 +402,7 @@ class MetaDir:
 
     def forked_pid(self, framework_id: str, executor_id: str, container_id: str, pid: int) -> None:
         path = paths.forked_pid_path(*self._run(framework_id, executor_id, container_id))
-        write_atomic(path, str(pid).encode())
+        files.write_atomically(path, str(pid).encode())
 
     def http_marker(self, framework_id: str, executor_id: str, container_id: str) -> None:
         touch(paths.http_marker_path(*self._run(framework_id, executor_id, container_id)))

@@ -21,6 +21,7 @@ from typing import Any
 
 import msgspec
 
+from mesilla.common.files import write_atomically
 from mesilla.containerizer.types import ContainerConfig, ContainerLaunchInfo, ContainerTermination
 from mesilla.v1.mesos import ContainerID
 
@@ -38,25 +39,6 @@ def container_dir(runtime_dir: str, container_id: ContainerID) -> str:
     for value in container_id.path():
         parts += [CONTAINERS_DIR, value]
     return os.path.join(*parts)
-
-
-def write_atomically(path: str, data: bytes) -> None:
-    directory = os.path.dirname(path)
-    os.makedirs(directory, exist_ok=True)
-    tmp = f"{path}.tmp.{os.getpid()}"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-    try:
-        os.write(fd, data)
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.rename(tmp, path)
-    # The rename itself must reach the disk too.
-    dir_fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)
 
 
 def _read(path: str) -> bytes | None:

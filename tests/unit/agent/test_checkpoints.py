@@ -1,4 +1,4 @@
-"""Checkpoint files: atomic replacement, the update log, and reading the agent tree back."""
+"""Checkpoint files: the update log, and reading the agent tree back."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import pytest
 
 from mesilla.agent import checkpoints, paths
 from mesilla.agent.checkpoints import CheckpointError, UpdateRecord
+from mesilla.common import files
 from mesilla.v1 import codec
 from mesilla.v1.internal import StatusUpdate
 from mesilla.v1.mesos import (
@@ -23,15 +24,6 @@ from mesilla.v1.mesos import (
     TaskState,
     TaskStatus,
 )
-
-
-def test_write_atomic_replaces_content(tmp_path: Any) -> None:
-    path = str(tmp_path / "a" / "b" / "file.info")
-    checkpoints.write_atomic(path, b"one")
-    checkpoints.write_atomic(path, b"two")
-    with open(path, "rb") as f:
-        assert f.read() == b"two"
-    assert os.listdir(os.path.dirname(path)) == ["file.info"]  # no temporary left behind
 
 
 def test_read_message_reports_corruption_naming_the_file(tmp_path: Any) -> None:
@@ -124,7 +116,7 @@ def test_corrupt_checkpoint_is_fatal_only_when_strict(tmp_path: Any) -> None:
 def test_changed_boot_id_discards_the_old_agent(tmp_path: Any) -> None:
     work_dir = str(tmp_path)
     _write_tree(work_dir)
-    checkpoints.write_atomic(paths.boot_id_path(work_dir), b"another-boot")
+    files.write_atomically(paths.boot_id_path(work_dir), b"another-boot")
     assert checkpoints.recover_agent(work_dir, strict=True) is None
 
 

@@ -39,6 +39,7 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any
 
+from mesilla.common.files import write_atomically
 from mesilla.containerizer.cgroups import cgroup_path
 from mesilla.containerizer.launcher import enter, host_rootfs, monitor, oci
 from mesilla.containerizer.launcher.base import Launcher, LaunchError
@@ -52,7 +53,6 @@ from mesilla.containerizer.runtime_paths import (
     STATUS_FILE,
     container_dir,
     read_int,
-    write_atomically,
 )
 from mesilla.containerizer.types import (
     ContainerClass,

@@ -23,8 +23,9 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
+from mesilla.common.files import write_atomically
 from mesilla.common.flags import Flags
-from mesilla.containerizer.provisioner._fs import remove, write_atomically
+from mesilla.containerizer.provisioner._fs import remove
 from mesilla.containerizer.provisioner.backends import choose_backend, load_backend
 from mesilla.containerizer.provisioner.backends._mount import (
     mount_points_under,

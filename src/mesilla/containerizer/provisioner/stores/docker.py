@@ -30,12 +30,8 @@ from urllib.parse import urlsplit
 
 import aiohttp
 
-from mesilla.containerizer.provisioner._fs import (
-    TMP_PREFIX,
-    fsync_directory,
-    remove,
-    write_atomically,
-)
+from mesilla.common.files import fsync_directory, is_temporary, write_atomically
+from mesilla.containerizer.provisioner._fs import remove
 from mesilla.containerizer.provisioner.errors import ProvisionerError
 from mesilla.containerizer.provisioner.stores import reference as references
 from mesilla.containerizer.provisioner.stores.archive import ArchiveSource
@@ -95,7 +91,7 @@ class DockerStore:
             await asyncio.to_thread(remove, os.path.join(staging, entry))
         images = os.path.join(self.store_dir, "images")
         for entry in os.listdir(images):
-            if entry.startswith(TMP_PREFIX):
+            if is_temporary(entry):
                 os.unlink(os.path.join(images, entry))
 
     async def close(self) -> None:
@@ -115,9 +111,7 @@ class DockerStore:
 
     def images(self) -> list[StoredImage]:
         directory = os.path.join(self.store_dir, "images")
-        names = [
-            name for name in os.listdir(directory) if not name.startswith(TMP_PREFIX)
-        ]
+        names = [name for name in os.listdir(directory) if not is_temporary(name)]
         return [image for name in names if (image := self._load(name))]
 
     async def get(

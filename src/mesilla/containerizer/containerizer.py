@@ -549,6 +549,11 @@ class Containerizer:
             for task in container.watchers:
                 task.cancel()
             container.watchers.clear()
+        for isolator in reversed(self._isolators):
+            try:
+                await isolator.close()
+            except Exception:
+                log.exception("Isolator %s failed to close", isolator.name)
         if self._provisioner is not None:
             await self._provisioner.close()
 

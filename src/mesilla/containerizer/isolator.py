@@ -3,6 +3,8 @@
 Every hook has a do-nothing default, so an isolator overrides only what it
 needs. `prepare` runs in `--isolation` order, `cleanup` in reverse; `cleanup`
 may be called for a container the isolator never saw and must not fail then.
+`close` (Mesilla's, for the containerizer's `close`) ends background work only:
+the containers live on for a restarted agent to recover.
 """
 
 from __future__ import annotations
@@ -61,3 +63,6 @@ class Isolator:
 
     async def cleanup(self, container_id: ContainerID) -> None:
         return None
+
+    async def close(self) -> None:
+        """Stops the isolator's background work; its containers keep running."""

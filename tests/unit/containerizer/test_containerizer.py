@@ -335,6 +335,29 @@ async def test_usage_and_status(containerizer: Containerizer, tmp_path: Any) -> 
     assert os.getsid(status["executor_pid"]) == status["executor_pid"]
 
 
+def disk_du_tasks() -> list[asyncio.Task[Any]]:
+    return [t for t in asyncio.all_tasks() if t.get_name().startswith("disk/du")]
+
+
+@pytest.mark.usefixtures("leftovers")
+async def test_close_stops_disk_measuring_and_keeps_the_container(tmp_path: Any) -> None:
+    flags = make_flags(tmp_path, "--isolation=disk/du", "--container_disk_watch_interval=10ms")
+    c = await Containerizer.create(flags)
+    cid = ContainerID(value="measured")
+    await c.launch(cid, shell(tmp_path, "sleep 1000"))
+    pid = (await c.status(cid))["executor_pid"]
+    for _ in range(1000):  # until du has measured once: the collector is under way
+        if "disk_used_bytes" in await c.usage(cid):
+            break
+        await asyncio.sleep(0.01)
+    assert len(disk_du_tasks()) == 1
+
+    await c.close()
+
+    assert disk_du_tasks() == []
+    assert session_processes(pid) != []  # close is not destroy: the container lives on
+
+
 @pytest.mark.usefixtures("leftovers")
 async def test_recover_reattaches_and_reads_status_of_ended(tmp_path: Any) -> None:
     flags = make_flags(tmp_path)

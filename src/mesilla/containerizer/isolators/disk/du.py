@@ -176,7 +176,18 @@ class DiskDuIsolator(Isolator):
 
     async def cleanup(self, container_id: ContainerID) -> None:
         state = self.sandboxes.pop(container_id, None)
-        if state is None or state.collector is None:
-            return
-        state.collector.cancel()
-        await asyncio.gather(state.collector, return_exceptions=True)
+        if state is not None:
+            await _stop([state])
+
+    async def close(self) -> None:
+        states = list(self.sandboxes.values())
+        self.sandboxes.clear()
+        await _stop(states)
+
+
+async def _stop(states: list[_Sandbox]) -> None:
+    """Cancels the sandboxes' measuring and waits until each (and its du) has ended."""
+    collectors = [s.collector for s in states if s.collector is not None]
+    for collector in collectors:
+        collector.cancel()
+    await asyncio.gather(*collectors, return_exceptions=True)

@@ -460,7 +460,8 @@ class Containerizer:
         """The launcher's answer, else the supervisor's checkpoint."""
         status = None
         with contextlib.suppress(Exception):
-            status = await asyncio.wait_for(asyncio.shield(waiting), 5)
+            async with asyncio.timeout(5):
+                status = await asyncio.shield(waiting)
         return status if status is not None else self._runtime.read_status(container_id)
 
     @staticmethod

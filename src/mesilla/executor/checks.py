@@ -167,7 +167,8 @@ class CheckPolicy:
 
 async def tcp_probe(port: int, timeout: float | None) -> ProbeResult:
     try:
-        _, writer = await asyncio.wait_for(asyncio.open_connection(TARGET_HOST, port), timeout)
+        async with asyncio.timeout(timeout):
+            _, writer = await asyncio.open_connection(TARGET_HOST, port)
     except (TimeoutError, OSError) as exc:
         return ProbeResult(False, f"TCP connection to {TARGET_HOST}:{port} failed: {exc!r}")
     writer.close()
@@ -192,7 +193,8 @@ async def http_probe(port: int, path: str, timeout: float | None) -> ProbeResult
         return int(parts[1])
 
     try:
-        return ProbeResult(await asyncio.wait_for(get(), timeout))
+        async with asyncio.timeout(timeout):
+            return ProbeResult(await get())
     except (TimeoutError, OSError, ValueError) as exc:
         return ProbeResult(None, f"HTTP GET http://{TARGET_HOST}:{port}{path} failed: {exc!r}")
 
@@ -218,12 +220,14 @@ async def command_probe(
     try:
         session = await agent.launch_session(container_id, command)
         try:
-            wait = await asyncio.wait_for(agent.wait_container(container_id), timeout)
+            async with asyncio.timeout(timeout):
+                wait = await agent.wait_container(container_id)
         except TimeoutError:
             await agent.kill_container(container_id, 9)
             # Let it end before REMOVE, which refuses a running container.
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(agent.wait_container(container_id), KILLED_CHECK_WAIT)
+                async with asyncio.timeout(KILLED_CHECK_WAIT):
+                    await agent.wait_container(container_id)
             return ProbeResult(None, f"COMMAND check did not return within {timeout:g}s")
         status = wait.get("exit_status")
         if status is None or not os.WIFEXITED(status):

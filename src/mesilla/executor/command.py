@@ -226,7 +226,8 @@ class CommandExecutor(Executor):
         except (OSError, ValueError, subprocess.SubprocessError, KeyError) as exc:
             return ProbeResult(None, f"COMMAND check could not run: {exc}")
         try:
-            returncode = await asyncio.wait_for(process.wait(), timeout)
+            async with asyncio.timeout(timeout):
+                returncode = await process.wait()
         except TimeoutError:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(process.pid, signal.SIGKILL)
@@ -324,7 +325,8 @@ class CommandExecutor(Executor):
     async def _escalate(self, grace: float) -> None:
         assert self.process is not None
         try:
-            await asyncio.wait_for(asyncio.shield(self.process.wait()), grace)
+            async with asyncio.timeout(grace):
+                await asyncio.shield(self.process.wait())
         except TimeoutError:
             log.info("Task still running after its %gs grace period: SIGKILL", grace)
             self._signal(signal.SIGKILL)

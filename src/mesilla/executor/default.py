@@ -302,7 +302,8 @@ class DefaultExecutor(Executor):
         while self.driver.unacknowledged_updates and loop.time() < deadline:
             self._acknowledged.clear()
             try:
-                await asyncio.wait_for(self._acknowledged.wait(), deadline - loop.time())
+                async with asyncio.timeout_at(deadline):
+                    await self._acknowledged.wait()
             except TimeoutError:
                 log.warning("Exiting with %d unacknowledged updates", len(self.driver.unacknowledged_updates))
         self.driver.stop()

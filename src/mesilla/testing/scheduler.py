@@ -110,7 +110,8 @@ class Framework:
             self.offers.clear()  # offers of an earlier subscription are void
             self._reader = asyncio.create_task(self._read(subscribed))
             try:
-                await asyncio.wait_for(asyncio.shield(subscribed), max(0.1, deadline - loop.time()))
+                async with asyncio.timeout(max(0.1, deadline - loop.time())):
+                    await asyncio.shield(subscribed)
                 return
             except (TimeoutError, FrameworkError, aiohttp.ClientError, OSError) as exc:
                 await self.disconnect()
@@ -285,14 +286,10 @@ class Framework:
     async def until(self, predicate: Callable[[], bool], timeout: float, what: str) -> None:
         """Waits until `predicate()` holds, re-checking at each event; FrameworkError after
         `timeout` seconds (with the task states seen so far)."""
-
-        async def wait() -> None:
-            async with self._changed:
+        try:
+            async with asyncio.timeout(timeout), self._changed:
                 while not predicate():
                     await self._changed.wait()
-
-        try:
-            await asyncio.wait_for(wait(), timeout)
         except TimeoutError:
             raise FrameworkError(f"no {what} within {timeout}s; updates: {self.summary()}") from None
 

@@ -196,6 +196,14 @@ async def test_kill_and_codes(parent: tuple[AgentProcess, dict[str, Any]]) -> No
                 },
             },
             {"type": "KILL_CONTAINER", "kill_container": {"container_id": child, "signal": 999}},
+            *(
+                {"type": f"{verb}_NESTED_CONTAINER", part: {"container_id": {"value": "top"}}}
+                for verb, part in (
+                    ("WAIT", "wait_nested_container"),
+                    ("KILL", "kill_nested_container"),
+                    ("REMOVE", "remove_nested_container"),
+                )
+            ),
         ):
             status, text = await _call(s, proc, bad)
             assert status == 400, (bad, text)

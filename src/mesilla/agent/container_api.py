@@ -25,6 +25,7 @@ import os
 import re
 import shutil
 import signal
+from typing import TypeVar
 
 from aiohttp import web
 
@@ -95,6 +96,18 @@ def _part(call: api.Call, name: str) -> object:
     part = getattr(call, name)
     if part is None:
         raise BadRequest(f"Expecting '{name}' to be present")
+    return part
+
+
+_Targeted = TypeVar("_Targeted", api.ContainerCall, api.KillContainerCall)
+
+
+def _targeted_part(call: api.Call, name: str, type_: type[_Targeted], nested: bool) -> _Targeted:
+    """The call's part naming a container; a *_NESTED_* call's must name a nested one."""
+    part = _part(call, name)
+    assert isinstance(part, type_)
+    if nested and part.container_id.parent is None:
+        raise BadRequest(f"Expecting '{name}.container_id.parent' to be present")
     return part
 
 
@@ -245,10 +258,7 @@ def install(agent_api: AgentApi, agent: Agent) -> None:
 
     def waiter(field: str, nested: bool):  # type: ignore[no-untyped-def]
         async def handler(call: api.Call, request: web.Request) -> web.StreamResponse:
-            part = _part(call, field)
-            assert isinstance(part, api.ContainerCall)
-            if nested and part.container_id.parent is None:
-                raise BadRequest(f"Expecting '{field}.container_id.parent' to be present")
+            part = _targeted_part(call, field, api.ContainerCall, nested)
             result = await calls.wait(part.container_id)
             return agent_api.respond(**{field: result})
 
@@ -256,20 +266,13 @@ def install(agent_api: AgentApi, agent: Agent) -> None:
 
     def killer(field: str, nested: bool):  # type: ignore[no-untyped-def]
         async def handler(call: api.Call, request: web.Request) -> web.StreamResponse:
-            part = _part(call, field)
-            assert isinstance(part, api.KillContainerCall)
-            if nested and part.container_id.parent is None:
-                raise BadRequest(f"Expecting '{field}.container_id.parent' to be present")
-            return await calls.kill(part)
+            return await calls.kill(_targeted_part(call, field, api.KillContainerCall, nested))
 
         return handler
 
     def remover(field: str, nested: bool):  # type: ignore[no-untyped-def]
         async def handler(call: api.Call, request: web.Request) -> web.StreamResponse:
-            part = _part(call, field)
-            assert isinstance(part, api.ContainerCall)
-            if nested and part.container_id.parent is None:
-                raise BadRequest(f"Expecting '{field}.container_id.parent' to be present")
+            part = _targeted_part(call, field, api.ContainerCall, nested)
             return await calls.remove(part.container_id)
 
         return handler

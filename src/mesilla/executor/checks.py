@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import os
 import time
@@ -304,18 +305,22 @@ class Checker:
             await asyncio.sleep(self.spec.interval)
 
 
+async def run_probe(
+    spec: CheckSpec, command: Callable[[Json, float | None], Awaitable[ProbeResult]]
+) -> ProbeResult:
+    """One probe of `spec`; a COMMAND check runs through `command` (each executor has its way)."""
+    timeout = spec.timeout or None
+    if spec.kind == "TCP":
+        assert spec.port is not None
+        return await tcp_probe(spec.port, timeout)
+    if spec.kind == "HTTP":
+        assert spec.port is not None
+        return await http_probe(spec.port, spec.path, timeout)
+    assert spec.command is not None
+    return await command(spec.command, timeout)
+
+
 def probe_for(agent: NestedContainers, task_container: Json) -> Callable[[CheckSpec], Awaitable[ProbeResult]]:
-    """The probe function of a task's checks."""
-
-    async def probe(spec: CheckSpec) -> ProbeResult:
-        timeout = spec.timeout or None
-        if spec.kind == "TCP":
-            assert spec.port is not None
-            return await tcp_probe(spec.port, timeout)
-        if spec.kind == "HTTP":
-            assert spec.port is not None
-            return await http_probe(spec.port, spec.path, timeout)
-        assert spec.command is not None
-        return await command_probe(agent, task_container, spec.command, timeout)
-
-    return probe
+    """The probe function of a task's checks: COMMAND checks in a nested container."""
+    command = functools.partial(command_probe, agent, task_container)
+    return functools.partial(run_probe, command=command)

@@ -35,9 +35,8 @@ from mesilla.executor.checks import (
     CheckSpec,
     InvalidCheck,
     ProbeResult,
-    http_probe,
     parse_check,
-    tcp_probe,
+    run_probe,
 )
 from mesilla.executor.driver import Executor, ExecutorDriver
 
@@ -213,16 +212,12 @@ class CommandExecutor(Executor):
             self.checkers.append(checker)
 
     async def _probe(self, spec: CheckSpec) -> ProbeResult:
-        timeout = spec.timeout or None
-        if spec.kind == "TCP":
-            assert spec.port is not None
-            return await tcp_probe(spec.port, timeout)
-        if spec.kind == "HTTP":
-            assert spec.port is not None
-            return await http_probe(spec.port, spec.path, timeout)
-        assert spec.command is not None
+        return await run_probe(spec, self._command_probe)
+
+    async def _command_probe(self, command: dict[str, Any], timeout: float | None) -> ProbeResult:
+        """A COMMAND check runs as a child of this executor, in the task's environment."""
         try:
-            process = await self._exec(spec.command, stdout=asyncio.subprocess.DEVNULL)
+            process = await self._exec(command, stdout=asyncio.subprocess.DEVNULL)
         except (OSError, ValueError, subprocess.SubprocessError, KeyError) as exc:
             return ProbeResult(None, f"COMMAND check could not run: {exc}")
         try:

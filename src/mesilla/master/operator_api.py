@@ -34,6 +34,7 @@ from mesilla.master import metrics
 from mesilla.master.agent import Agent
 from mesilla.master.endpoints import known_roles, version_info
 from mesilla.master.framework import Framework
+from mesilla.master.validation import validate_role
 from mesilla.v1 import codec
 from mesilla.v1 import master as m
 from mesilla.v1.mesos import AgentID, FrameworkID, Offer, Resource, Task, TimeInfo
@@ -286,7 +287,7 @@ class OperatorApi:
         for info in update.weight_infos:
             if info.role is None:
                 raise BadRequest("Expecting 'weight_infos[].role' to be present")
-            error = role_error(info.role)
+            error = validate_role(info.role)
             if error is not None:
                 raise BadRequest(f"Invalid 'weight_infos[].role': {error}")
             if not info.weight > 0:
@@ -369,24 +370,6 @@ class OperatorApi:
                     return
         finally:
             closed.cancel()
-
-
-def role_error(role: str) -> str | None:
-    """Why `role` is not a valid role name (Mesos's rules), or None."""
-    if role == "*":
-        return None
-    if not role:
-        return "a role name cannot be empty"
-    if role.startswith("/") or role.endswith("/") or "//" in role:
-        return f"role '{role}' has an empty path component (leading, trailing or double '/')"
-    for part in role.split("/"):
-        if part in (".", "..", "*"):
-            return f"role '{role}' has '{part}' as a path component"
-        if part.startswith("-"):
-            return f"role component '{part}' starts with '-'"
-        if any(c.isspace() or c in "\b\x7f" for c in part):
-            return f"role component '{part}' contains whitespace or a backspace"
-    return None
 
 
 def _required(value: Any, field: str, call_type: m.CallType) -> Any:

@@ -38,20 +38,31 @@ def validate_id(kind: str, value: str) -> str | None:
     return None
 
 
+# Whitespace and DEL, as Mesos's roles::validate refuses them.
+_ROLE_INVALID_CHARACTERS = frozenset("\t\n\v\f\r \x7f")
+
+
 def validate_role(role: str) -> str | None:
+    """Why `role` is not a valid role name, by Mesos's rules (`roles::validate`), or None."""
     if role == "*":
         return None
+    if role.startswith("/"):
+        return f"Role '{role}' cannot start with a slash"
+    if role.endswith("/"):
+        return f"Role '{role}' cannot end with a slash"
+    if "//" in role:
+        return f"Role '{role}' cannot contain two adjacent slashes"
     if not role:
-        return "role must not be empty"
-    if role.startswith("/") or role.endswith("/"):
-        return f"role '{role}' must not start or end with '/'"
+        return "Role names cannot be the empty string"
     for part in role.split("/"):
-        if part in ("", ".", ".."):
-            return f"role '{role}' has an empty, '.' or '..' path component"
+        if part in (".", "..", "*"):
+            return f"Role '{role}' cannot include '{part}' as a component"
         if part.startswith("-"):
-            return f"role '{role}' has a component starting with '-'"
-        if any(c.isspace() or c in "\\*" for c in part) or not part.isprintable():
-            return f"role '{role}' contains whitespace, '\\', '*' or non-printable characters"
+            return f"Role component '{part}' is invalid because it starts with a dash"
+        if not _ROLE_INVALID_CHARACTERS.isdisjoint(part):
+            return (
+                f"Role component '{part}' is invalid because it contains backspace or whitespace"
+            )
     return None
 
 
@@ -72,7 +83,9 @@ def validate_framework_info(
     for role in roles:
         error = validate_role(role)
         if error is not None:
-            return error
+            if multi_role:
+                return f"'FrameworkInfo.roles' contains invalid role: {error}"
+            return f"'FrameworkInfo.role' is not a valid role: {error}"
     if info.id is not None:
         error = validate_id("FrameworkID", info.id.value)
         if error is not None:

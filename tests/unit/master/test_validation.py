@@ -75,12 +75,15 @@ def test_good_id() -> None:
     assert validate_id("TaskID", "task-1.2_x") is None
 
 
-@pytest.mark.parametrize("role", ["", "/a", "a/", "a//b", "a/./b", "-a", "a b", "a*"])
+@pytest.mark.parametrize(
+    "role", ["", "/a", "a/", "a//b", "a/./b", "a/..", "a/*", "-a", "a/-b", "a b", "a\tb", "a\x7fb"]
+)
 def test_bad_roles(role: str) -> None:
     assert validate_role(role) is not None
 
 
-@pytest.mark.parametrize("role", ["*", "web", "eng/web"])
+# Only '*' as a whole component is reserved; Mesos accepts it, and '\\', inside one.
+@pytest.mark.parametrize("role", ["*", "web", "eng/web", "a*", "a\\b", "a.b", "a-"])
 def test_good_roles(role: str) -> None:
     assert validate_role(role) is None
 

@@ -20,7 +20,6 @@ from aiohttp import web
 from mesilla import MESOS_VERSION
 from mesilla.agent import files as files_mod
 from mesilla.agent.agent import CAPABILITIES, Agent, AgentStatus
-from mesilla.agent.host import attributes_json
 from mesilla.agent.state import Executor, ExecutorState, Framework, make_task
 from mesilla.common.errors import BadRequest, HttpError, ServiceUnavailable
 from mesilla.common.http import (
@@ -31,10 +30,11 @@ from mesilla.common.http import (
     jsonp_response,
     read_message,
 )
+from mesilla.common.models import attributes_json, task_json
 from mesilla.common.resources import Resources, ResourcesError
 from mesilla.v1 import agent as api
 from mesilla.v1 import codec
-from mesilla.v1.mesos import FrameworkInfo, Image, Task, TaskState
+from mesilla.v1.mesos import FrameworkInfo, Image, TaskState
 
 log = logging.getLogger(__name__)
 
@@ -188,31 +188,6 @@ def metrics(agent: Agent) -> dict[str, float]:
 # --- v0 state --------------------------------------------------------------------------
 
 
-def _task_json(task: Task) -> dict[str, Any]:
-    out: dict[str, Any] = {
-        "id": task.task_id.value,
-        "name": task.name,
-        "framework_id": task.framework_id.value,
-        "executor_id": task.executor_id.value if task.executor_id else "",
-        "slave_id": task.agent_id.value,
-        "state": task.state.value,
-        "resources": _summary(task.resources),
-        "statuses": [
-            {
-                k: v
-                for k, v in codec.to_builtins(s).items()
-                if k in ("state", "timestamp", "container_status", "healthy", "labels")
-            }
-            for s in task.statuses
-        ],
-    }
-    for name in ("labels", "discovery", "container"):
-        value = getattr(task, name)
-        if value is not None:
-            out[name] = codec.to_builtins(value)
-    return out
-
-
 def _executor_json(executor: Executor) -> dict[str, Any]:
     info = executor.info
     queued = [
@@ -228,10 +203,10 @@ def _executor_json(executor: Executor) -> dict[str, Any]:
         "resources": _summary(executor.allocated_resources()),
         "type": info.type,
         "framework_id": executor.framework_id.value,
-        "tasks": [_task_json(t) for t in executor.launched_tasks.values()],
-        "queued_tasks": [_task_json(t) for t in queued],
+        "tasks": [task_json(t) for t in executor.launched_tasks.values()],
+        "queued_tasks": [task_json(t) for t in queued],
         "completed_tasks": [
-            _task_json(t) for t in [*executor.terminated_tasks.values(), *executor.completed_tasks]
+            task_json(t) for t in [*executor.terminated_tasks.values(), *executor.completed_tasks]
         ],
         **({"labels": codec.to_builtins(info.labels)} if info.labels else {}),
     }

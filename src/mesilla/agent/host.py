@@ -100,16 +100,3 @@ def _attribute(name: str, value: str) -> Attribute:
     except ValueError:
         return Attribute(name=name, type=ValueType.TEXT, text=Text(value=value))
     return Attribute(name=name, type=ValueType.SCALAR, scalar=Scalar(value=number))
-
-
-def attributes_json(attributes: list[Attribute]) -> dict[str, object]:
-    """The v0 `/state` form: ``{"rack": "a", "level": 3.0, "slots": "[1-4]"}``."""
-    out: dict[str, object] = {}
-    for a in attributes:
-        if a.type is ValueType.SCALAR and a.scalar is not None:
-            out[a.name] = a.scalar.value
-        elif a.type is ValueType.RANGES and a.ranges is not None:
-            out[a.name] = "[" + ", ".join(f"{r.begin}-{r.end}" for r in a.ranges.range) + "]"
-        elif a.text is not None:
-            out[a.name] = a.text.value
-    return out

@@ -22,6 +22,12 @@ import mesilla
 from mesilla import MESOS_VERSION
 from mesilla.common.errors import BadRequest
 from mesilla.common.http import Router, jsonp_response
+from mesilla.common.models import (
+    attributes_json,
+    labels_json,
+    resources_json,
+    task_json,
+)
 from mesilla.common.resources import Resources
 from mesilla.master import metrics
 from mesilla.master.agent import Agent
@@ -29,14 +35,10 @@ from mesilla.master.framework import Framework
 from mesilla.v1 import master as m
 from mesilla.v1.mesos import (
     AgentInfo,
-    Attribute,
     CommandInfo,
     ExecutorInfo,
     Offer,
-    Resource,
     Task,
-    TaskStatus,
-    ValueType,
 )
 
 if TYPE_CHECKING:
@@ -113,73 +115,6 @@ def version() -> dict[str, Any]:
 # --- models --------------------------------------------------------------------------------
 
 
-def resources_json(resources: Resources | Iterable[Resource]) -> dict[str, object]:
-    if isinstance(resources, Resources):
-        return resources.to_json_summary()
-    return Resources.from_list(resources).to_json_summary()
-
-
-def _value_text(kind: ValueType, ranges: Any, items: Any) -> str:
-    if kind is ValueType.RANGES:
-        return "[" + ", ".join(f"{r.begin}-{r.end}" for r in ranges.range) + "]"
-    return "{" + ", ".join(items.item) + "}"
-
-
-def attributes_json(attributes: list[Attribute]) -> dict[str, object]:
-    out: dict[str, object] = {}
-    for a in attributes:
-        if a.type is ValueType.SCALAR and a.scalar is not None:
-            out[a.name] = a.scalar.value
-        elif a.type is ValueType.TEXT and a.text is not None:
-            out[a.name] = a.text.value
-        elif a.type in (ValueType.RANGES, ValueType.SET):
-            out[a.name] = _value_text(a.type, a.ranges, a.set)
-    return out
-
-
-def _labels(labels: Any) -> list[Any]:
-    return msgspec.to_builtins(labels.labels)
-
-
-def status_json(status: TaskStatus) -> dict[str, object]:
-    out: dict[str, object] = {"state": status.state.value, "timestamp": status.timestamp or 0.0}
-    if status.labels is not None:
-        out["labels"] = _labels(status.labels)
-    if status.container_status is not None:
-        container = msgspec.to_builtins(status.container_status)
-        container.pop("executor_pid", None)  # not in Mesos's v0 model
-        out["container_status"] = container
-    if status.healthy is not None:
-        out["healthy"] = status.healthy
-    return out
-
-
-def task_json(task: Task) -> dict[str, object]:
-    role = next((r.allocation_info.role for r in task.resources if r.allocation_info), None)
-    out: dict[str, object] = {
-        "id": task.task_id.value,
-        "name": task.name,
-        "framework_id": task.framework_id.value,
-        "executor_id": task.executor_id.value if task.executor_id else "",
-        "slave_id": task.agent_id.value,
-        "state": task.state.value,
-        "resources": resources_json(task.resources),
-        "role": role or "",
-        "statuses": [status_json(s) for s in task.statuses],
-    }
-    if task.limits:
-        out["limits"] = task.limits
-    if task.user is not None:
-        out["user"] = task.user
-    if task.labels is not None:
-        out["labels"] = _labels(task.labels)
-    for name in ("discovery", "container", "health_check"):
-        value = getattr(task, name)
-        if value is not None:
-            out[name] = msgspec.to_builtins(value)
-    return out
-
-
 def command_json(command: CommandInfo | None) -> dict[str, object]:
     command = command or CommandInfo()
     out: dict[str, object] = {"shell": command.shell}
@@ -203,7 +138,7 @@ def executor_json(executor: ExecutorInfo, framework_id: str, agent_id: str) -> d
     if executor.resources and executor.resources[0].allocation_info is not None:
         out["role"] = executor.resources[0].allocation_info.role
     if executor.labels is not None:
-        out["labels"] = _labels(executor.labels)
+        out["labels"] = labels_json(executor.labels)
     if executor.type != "UNKNOWN":
         out["type"] = executor.type
     out["slave_id"] = agent_id
@@ -298,7 +233,7 @@ def framework_json(framework: Framework) -> dict[str, object]:
         for executor in executors.values()
     ]
     if info.labels is not None:
-        out["labels"] = _labels(info.labels)
+        out["labels"] = labels_json(info.labels)
     out["offer_constraints"] = {}
     return out
 

@@ -9,10 +9,10 @@ import pytest
 
 from mesilla.agent.host import (
     AttributesError,
-    attributes_json,
     detect_resources,
     parse_attributes,
 )
+from mesilla.common.models import attributes_json
 from mesilla.common.resources import ResourcesError
 from mesilla.v1.mesos import ValueType
 

@@ -111,7 +111,8 @@ class Framework:
                 "resources": [scalar("cpus", 0.1), scalar("mem", 32)],
                 "command": {"value": "echo hello from a Mesilla command task; uname -a; sleep 1"},
             }
-            operation = {"type": "LAUNCH", "launch": {"task_infos": [task]}}
+            launched = [task]
+            operation = {"type": "LAUNCH", "launch": {"task_infos": launched}}
             say(f"launching command task {task['task_id']['value']}")
         else:
             volume = {"container_path": "shared", "mode": "RW",
@@ -135,9 +136,13 @@ class Framework:
                 "framework_id": self.framework_id,
                 "resources": [scalar("cpus", 0.1), scalar("mem", 32), scalar("disk", 10)],
             }
+            launched = [writer, reader]
             operation = {"type": "LAUNCH_GROUP",
-                         "launch_group": {"executor": executor, "task_group": {"tasks": [writer, reader]}}}
+                         "launch_group": {"executor": executor, "task_group": {"tasks": launched}}}
             say(f"launching pod {executor['executor_id']['value']} (writer + reader sharing a volume)")
+        # Pending until their first update: else one task's end could look like everyone's.
+        for launched_task in launched:
+            self.states[launched_task["task_id"]["value"]] = "TASK_STAGING"
         await self.call({"type": "ACCEPT", "accept": {"offer_ids": [offer["id"]], "operations": [operation],
                                                       "filters": {"refuse_seconds": 1}}})
 

@@ -611,3 +611,34 @@ async def test_update_framework_reaches_the_agents_record(
         )
     )
     await master.wait_for(lambda: agent.metrics["invalid_framework_messages"] == 1)
+
+
+@pytest.mark.root
+@pytest.mark.parametrize(("switch_user", "expected_uid"), [("true", "65534"), ("false", "0")])
+async def test_tasks_run_as_their_frameworks_user_unless_switch_user_is_off(
+    master: FakeMaster, tmp_path: Any, switch_user: str, expected_uid: str
+) -> None:
+    proc = AgentProcess(
+        master, str(tmp_path / "w"), str(tmp_path / "r"), f"--switch_user={switch_user}"
+    )
+    nobody = FrameworkInfo(user="nobody", name="n", id=FrameworkID(value="fw-n"), checkpoint=True)
+    try:
+        agent = await proc.start()
+        await master.wait_for(lambda: master.registers)
+        await run_task(master, command_task("who", "id -u", master.agent_id or ""), nobody)
+        await master.wait_update("who", "TASK_FINISHED")
+        sandbox = agent.frameworks["fw-n"].executors["who"].directory
+        with open(os.path.join(sandbox, "stdout")) as f:
+            assert f.read().split()[-1] == expected_uid
+        # A framework whose user this host lacks gets its task failed, not run as root.
+        ghost = FrameworkInfo(
+            user="no-such-user-here", name="g", id=FrameworkID(value="fw-g"), checkpoint=True
+        )
+        await run_task(master, command_task("ghost", "id -u", master.agent_id or ""), ghost)
+        if switch_user == "true":
+            failed = await master.wait_update("ghost", "TASK_FAILED")
+            assert "no-such-user-here" in (failed.status.message or "")
+        else:
+            await master.wait_update("ghost", "TASK_FINISHED")
+    finally:
+        await proc.stop()

@@ -96,11 +96,15 @@ class Framework:
 
 
 @asynccontextmanager
-async def framework_on(cluster: LocalCluster, *capabilities: str) -> AsyncIterator[Framework]:
+async def framework_on(
+    cluster: LocalCluster, *capabilities: str, user: str = "root"
+) -> AsyncIterator[Framework]:
     """A subscribed framework, torn down (with its executors) on the way out."""
     async with aiohttp.ClientSession() as session:
         scheduler = Scheduler(session, f"http://{cluster.master}")
-        await scheduler.subscribe({"name": "pods", "capabilities": [{"type": c} for c in capabilities]})
+        await scheduler.subscribe(
+            {"name": "pods", "user": user, "capabilities": [{"type": c} for c in capabilities]}
+        )
         try:
             yield Framework(scheduler)
         finally:
@@ -154,6 +158,29 @@ async def test_sidecar_writes_into_a_shared_volume_that_the_main_task_reads(fram
     assert ended[tid(main)]["state"] == "TASK_FINISHED", ended[tid(main)].get("message")
     for task_id in (tid(main), tid(sidecar)):
         assert framework.states(task_id)[:2] == ["TASK_STARTING", "TASK_RUNNING"]
+
+
+async def test_a_pods_tasks_run_as_their_frameworks_user(cluster: LocalCluster) -> None:
+    """As Mesos (--switch_user): the tasks, and what they write in their sandboxes,
+    are the framework's user's; a task's own command user overrides it."""
+    async with framework_on(cluster, user="nobody") as framework:
+        plain = task("plain", "id -u > uid; id -g > gid")
+        as_root = task("as-root", "id -u > uid")
+        as_root["command"]["user"] = "root"
+        await framework.launch_group(plain, as_root)
+        ended = await framework.until_terminal(tid(plain), tid(as_root))
+        assert all(e["state"] == "TASK_FINISHED" for e in ended.values()), ended
+        sandboxes = {
+            name: next(Path(cluster.work_dir).glob(f"agent-*/slaves/*/frameworks/*/executors/*/runs/*/tasks/{tid(t)}"))
+            for name, t in (("plain", plain), ("as-root", as_root))
+        }
+        with open(os.path.join(sandboxes["plain"], "uid")) as f:
+            assert f.read().strip() == "65534"
+        with open(os.path.join(sandboxes["plain"], "gid")) as f:
+            assert f.read().strip() != "0"
+        assert os.stat(os.path.join(sandboxes["plain"], "uid")).st_uid == 65534
+        with open(os.path.join(sandboxes["as-root"], "uid")) as f:
+            assert f.read().strip() == "0"
 
 
 async def test_one_task_reaches_the_server_of_another_on_localhost(framework: Framework) -> None:

@@ -32,6 +32,7 @@ from mesilla.agent.executors import (
     command_executor_info,
     container_config,
     executor_environment,
+    executor_user,
     new_container_id,
     shutdown_grace_period,
 )
@@ -430,6 +431,7 @@ class Agent:
                 environment=env,
                 task=first_task if executor.command_task else None,
                 resources=executor.allocated_resources(),
+                user=executor_user(self.flags, framework.info, executor.info),
             )
             await self.containerizer.launch(executor.container_id, config)
         except asyncio.CancelledError:

@@ -177,6 +177,7 @@ def container_config(
     environment: dict[str, str],
     task: TaskInfo | None,
     resources: list,
+    user: str | None,
 ) -> ContainerConfig:
     return ContainerConfig(
         command=executor_command(info),
@@ -184,12 +185,21 @@ def container_config(
         container_info=info.container,
         resources=resources,
         environment=environment,
-        user=info.command.user if info.command else None,
+        user=user,
+        executor_as_root=info.type == "DEFAULT" or task is not None,
         executor_info=info,
         task_info=task,
         stdout=os.path.join(directory, "stdout"),
         stderr=os.path.join(directory, "stderr"),
     )
+
+
+def executor_user(flags: Flags, framework: FrameworkInfo, info: ExecutorInfo) -> str | None:
+    """Who the executor runs as: as Mesos, its command's user, else its framework's,
+    unless the agent runs without --switch_user (then as the agent itself)."""
+    if not flags.switch_user:
+        return None
+    return (info.command.user if info.command else None) or framework.user or None
 
 
 def new_container_id() -> ContainerID:

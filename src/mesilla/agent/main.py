@@ -68,6 +68,13 @@ AGENT_FLAGS: list[Flag] = [
     ),
     Flag("strict", "Make any recovery error fatal.", True, "bool"),
     Flag(
+        "switch_user",
+        "Run executors and their tasks as the user their command or framework names "
+        "(which must exist here); when false, as the agent's own user.",
+        True,
+        "bool",
+    ),
+    Flag(
         "recovery_timeout",
         "How long executors wait for a restarted agent before exiting.",
         15 * 60.0,

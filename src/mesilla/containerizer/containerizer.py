@@ -29,9 +29,9 @@ from mesilla.containerizer.isolator import Isolator
 from mesilla.containerizer.isolators import load_isolators
 from mesilla.containerizer.launch_info import (
     command_argv,
-    command_task_rootfs_arguments,
     container_environment,
     merge_launch_infos,
+    own_executor_arguments,
 )
 from mesilla.containerizer.launcher import load_launcher
 from mesilla.containerizer.launcher.base import Launcher, LaunchError
@@ -290,7 +290,7 @@ class Containerizer:
                 **inherited,
                 **container_environment(config, launch_info, sandbox_dir),
             }
-            argv = command_argv(config, launch_info) + command_task_rootfs_arguments(
+            argv = command_argv(config, launch_info) + own_executor_arguments(
                 config, launch_info, self._flags.sandbox_directory
             )
             self._runtime.write_launch_info(container_id, launch_info)

@@ -73,24 +73,30 @@ def container_environment(
     return env
 
 
-def command_task_rootfs_arguments(
+def own_executor_arguments(
     config: ContainerConfig, launch_info: ContainerLaunchInfo, sandbox_directory: str
 ) -> list[str]:
-    """The command executor's extra arguments when its task has an image (else none).
+    """Mesilla's own executors' extra arguments; `launch_info` is changed accordingly.
 
-    As Mesos: the command executor stays on the host's filesystem (the image
-    need not hold an interpreter) and as root, and puts only the task into the
-    rootfs, as the task's user; `launch_info` is changed accordingly.
+    Such an executor (`config.executor_as_root`) runs as root and its tasks as
+    the container's user: the command executor is told the user (`--user`),
+    the default executor's nested containers take their parent's user. As
+    Mesos, a command task with an image has the command executor stay on the
+    host's filesystem (the image need not hold an interpreter) and put only the
+    task into the rootfs.
     """
-    if config.task_info is None or not config.rootfs:
-        return []
-    launch_info.rootfs = None
-    # Where the executor's own filesystem is built (linux launcher), the task's
-    # rootfs must still be reachable at its host path.
-    launch_info.mounts.append(Mount(source=config.rootfs, target=config.rootfs))
-    arguments = [f"--rootfs={config.rootfs}", f"--sandbox_directory={sandbox_directory}"]
+    arguments: list[str] = []
     user = launch_info.user or config.user
+    if config.task_info is not None and config.rootfs:
+        launch_info.rootfs = None
+        # Where the executor's own filesystem is built (linux launcher), the task's
+        # rootfs must still be reachable at its host path.
+        launch_info.mounts.append(Mount(source=config.rootfs, target=config.rootfs))
+        arguments += [f"--rootfs={config.rootfs}", f"--sandbox_directory={sandbox_directory}"]
+    elif not config.executor_as_root:
+        return arguments
     if user:
-        arguments.append(f"--user={user}")
+        if config.task_info is not None:
+            arguments.append(f"--user={user}")
         launch_info.user = "root"
     return arguments

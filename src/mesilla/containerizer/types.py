@@ -50,6 +50,9 @@ class ContainerConfig:
     limits: dict[str, float] = field(default_factory=dict)
     environment: dict[str, str] = field(default_factory=dict)
     user: str | None = None
+    # Mesilla's own executors run as root (their interpreter need not be readable
+    # by `user`), while `user` owns the sandbox and runs the tasks they start.
+    executor_as_root: bool = False
     executor_info: ExecutorInfo | None = None
     task_info: TaskInfo | None = None
     container_class: ContainerClass = ContainerClass.DEFAULT

@@ -23,6 +23,7 @@ import contextlib
 import json
 import logging
 import os
+import pwd
 import signal
 import subprocess
 import sys
@@ -175,9 +176,15 @@ class CommandExecutor(Executor):
             "stdout": stdout, "stderr": stdout, "process_group": 0,
         }  # fmt: skip
         if not options.rootfs:
-            return await asyncio.create_subprocess_exec(
-                *argv, cwd=sandbox, user=options.user, **common
-            )
+            if options.user:
+                # Its groups too: the executor's are root's.
+                account = pwd.getpwnam(options.user)
+                common.update(
+                    user=account.pw_uid,
+                    group=account.pw_gid,
+                    extra_groups=os.getgrouplist(account.pw_name, account.pw_gid),
+                )
+            return await asyncio.create_subprocess_exec(*argv, cwd=sandbox, **common)
         from mesilla.executor.task_rootfs import enter_rootfs
 
         env["MESOS_SANDBOX"] = options.sandbox_directory

@@ -7,9 +7,9 @@ import pytest
 from mesilla.containerizer.launch_info import (
     DEFAULT_PATH,
     command_argv,
-    command_task_rootfs_arguments,
     container_environment,
     merge_launch_infos,
+    own_executor_arguments,
 )
 from mesilla.containerizer.types import ContainerConfig, ContainerLaunchInfo, Mount
 from mesilla.v1.mesos import (
@@ -101,7 +101,7 @@ def test_command_task_with_rootfs_keeps_the_executor_on_the_host() -> None:
         user="alice",
     )  # fmt: skip
     info = ContainerLaunchInfo(rootfs="/images/r1")
-    arguments = command_task_rootfs_arguments(config, info, "/mnt/mesos/sandbox")
+    arguments = own_executor_arguments(config, info, "/mnt/mesos/sandbox")
     assert arguments == [
         "--rootfs=/images/r1",
         "--sandbox_directory=/mnt/mesos/sandbox",
@@ -112,5 +112,28 @@ def test_command_task_with_rootfs_keeps_the_executor_on_the_host() -> None:
     # Not a command task, or no image: nothing changes.
     plain = ContainerLaunchInfo(rootfs="/images/r1")
     config.task_info = None
-    assert command_task_rootfs_arguments(config, plain, "/mnt/mesos/sandbox") == []
-    assert plain.rootfs == "/images/r1"
+    assert own_executor_arguments(config, plain, "/mnt/mesos/sandbox") == []
+    assert plain.rootfs == "/images/r1" and plain.user is None
+
+
+def test_own_executors_run_as_root_and_give_their_user_to_their_tasks() -> None:
+    task = TaskInfo(name="t", task_id=TaskID(value="t"), agent_id=AgentID(value="a"))
+    command = ContainerConfig(
+        command=CommandInfo(value="x"), sandbox="/s", task_info=task, user="alice",
+        executor_as_root=True,
+    )  # fmt: skip
+    info = ContainerLaunchInfo()
+    assert own_executor_arguments(command, info, "/mnt/mesos/sandbox") == ["--user=alice"]
+    assert info.user == "root" and info.rootfs is None
+    # The default executor: its nested containers take the configured user.
+    default = ContainerConfig(
+        command=CommandInfo(value="x"), sandbox="/s", user="alice", executor_as_root=True
+    )
+    info = ContainerLaunchInfo()
+    assert own_executor_arguments(default, info, "/mnt/mesos/sandbox") == []
+    assert info.user == "root"
+    # A custom executor runs as its user.
+    custom = ContainerConfig(command=CommandInfo(value="x"), sandbox="/s", user="alice")
+    info = ContainerLaunchInfo()
+    assert own_executor_arguments(custom, info, "/mnt/mesos/sandbox") == []
+    assert info.user is None

@@ -251,18 +251,24 @@ def _process_io(body: bytes, decoder: Decoder | None = None) -> list[tuple[str, 
 STREAMING = {"Accept": "application/recordio", "Message-Accept": "application/json"}
 
 
+def _session(container_id: dict[str, Any], shell: str, **launch: Any) -> dict[str, Any]:
+    """A LAUNCH_NESTED_CONTAINER_SESSION call running the `shell` command."""
+    return {
+        "type": "LAUNCH_NESTED_CONTAINER_SESSION",
+        "launch_nested_container_session": {
+            "container_id": container_id,
+            "command": {"value": shell},
+            **launch,
+        },
+    }
+
+
 async def test_session_streams_output_and_keeps_the_exit_status(
     parent: tuple[AgentProcess, dict[str, Any]],
 ) -> None:
     proc, parent_id = parent
     child = {"value": "session-1", "parent": parent_id}
-    call = {
-        "type": "LAUNCH_NESTED_CONTAINER_SESSION",
-        "launch_nested_container_session": {
-            "container_id": child,
-            "command": {"value": "sleep 0.3; echo to-out; echo to-err >&2; exit 4"},
-        },
-    }
+    call = _session(child, "sleep 0.3; echo to-out; echo to-err >&2; exit 4")
     async with aiohttp.ClientSession() as s:
         async with s.post(
             proc.url + "/api/v1", json=call, headers={"Accept": "application/json"}
@@ -307,13 +313,7 @@ async def test_session_container_dies_with_its_connection(
 ) -> None:
     proc, parent_id = parent
     child = {"value": "session-2", "parent": parent_id}
-    call = {
-        "type": "LAUNCH_NESTED_CONTAINER_SESSION",
-        "launch_nested_container_session": {
-            "container_id": child,
-            "command": {"value": "sleep 1000"},
-        },
-    }
+    call = _session(child, "sleep 1000")
     async with aiohttp.ClientSession() as s:
         async with s.post(proc.url + "/api/v1", json=call, headers=STREAMING) as r:
             assert r.status == 200
@@ -375,14 +375,7 @@ async def test_debug_session_keeps_no_more_capabilities_than_its_task(tmp_path: 
         seen = {}
         async with aiohttp.ClientSession() as s:
             for name, extra in sessions.items():
-                call = {
-                    "type": "LAUNCH_NESTED_CONTAINER_SESSION",
-                    "launch_nested_container_session": {
-                        "container_id": {"value": name, "parent": parent_id},
-                        "command": {"value": show},
-                        **extra,
-                    },
-                }
+                call = _session({"value": name, "parent": parent_id}, show, **extra)
                 async with s.post(proc.url + "/api/v1", json=call, headers=STREAMING) as r:
                     assert r.status == 200, await r.text()
                     out = b"".join(d for k, d in _process_io(await r.read()) if k == "STDOUT")
@@ -404,14 +397,8 @@ async def test_tty_session_interrupt(any_parent: tuple[AgentProcess, dict[str, A
     terminal is the controlling one of the session's command."""
     proc, parent_id = any_parent
     child = {"value": "session-ctrl-c", "parent": parent_id}
-    call = {
-        "type": "LAUNCH_NESTED_CONTAINER_SESSION",
-        "launch_nested_container_session": {
-            "container_id": child,
-            "command": {"value": "echo ready; exec sleep 100"},
-            "container": {"type": "MESOS", "tty_info": {}},
-        },
-    }
+    tty = {"type": "MESOS", "tty_info": {}}
+    call = _session(child, "echo ready; exec sleep 100", container=tty)
     async with aiohttp.ClientSession() as s:
         url = proc.url + "/api/v1"
         async with s.post(url, json=call, headers=STREAMING) as session:
@@ -443,13 +430,7 @@ async def test_session_reads_stdin_from_attach_container_input(
 ) -> None:
     proc, parent_id = any_parent
     child = {"value": "session-in", "parent": parent_id}
-    call = {
-        "type": "LAUNCH_NESTED_CONTAINER_SESSION",
-        "launch_nested_container_session": {
-            "container_id": child,
-            "command": {"value": "cat; echo done >&2; exit 3"},
-        },
-    }
+    call = _session(child, "cat; echo done >&2; exit 3")
     release = asyncio.Event()
 
     async def body() -> AsyncIterator[bytes]:
@@ -518,17 +499,11 @@ async def test_attach_container_input_codes(parent: tuple[AgentProcess, dict[str
 async def test_tty_session(any_parent: tuple[AgentProcess, dict[str, Any]]) -> None:
     proc, parent_id = any_parent
     child = {"value": "session-tty", "parent": parent_id}
-    call = {
-        "type": "LAUNCH_NESTED_CONTAINER_SESSION",
-        "launch_nested_container_session": {
-            "container_id": child,
-            "command": {"value": "test -t 0 && test -t 1 && echo tty; stty size; echo to-err >&2"},
-            "container": {
-                "type": "MESOS",
-                "tty_info": {"window_size": {"rows": 31, "columns": 97}},
-            },
-        },
-    }
+    call = _session(
+        child,
+        "test -t 0 && test -t 1 && echo tty; stty size; echo to-err >&2",
+        container={"type": "MESOS", "tty_info": {"window_size": {"rows": 31, "columns": 97}}},
+    )
     async with aiohttp.ClientSession() as s:
         async with s.post(proc.url + "/api/v1", json=call, headers=STREAMING) as r:
             assert r.status == 200

@@ -79,8 +79,9 @@ def own_executor_arguments(
     """Mesilla's own executors' extra arguments; `launch_info` is changed accordingly.
 
     Such an executor (`config.executor_as_root`) runs as root and its tasks as
-    the container's user: the command executor is told the user (`--user`),
-    the default executor's nested containers take their parent's user. As
+    the container's user, unless the container has capabilities of its own:
+    the command executor is told the user (`--user`), the default executor's
+    nested containers take their parent's user. As
     Mesos, a command task with an image has the command executor stay on the
     host's filesystem (the image need not hold an interpreter) and put only the
     task into the rootfs.
@@ -93,7 +94,9 @@ def own_executor_arguments(
         # rootfs must still be reachable at its host path.
         launch_info.mounts.append(Mount(source=config.rootfs, target=config.rootfs))
         arguments += [f"--rootfs={config.rootfs}", f"--sandbox_directory={sandbox_directory}"]
-    elif not config.executor_as_root:
+    elif not config.executor_as_root or launch_info.capabilities is not None:
+        # With the task's capabilities only, an executor might not be able to switch
+        # users: it runs as the task's user itself, as Mesos's do.
         return arguments
     if user:
         if config.task_info is not None:

@@ -176,9 +176,9 @@ class CommandExecutor(Executor):
             "stdout": stdout, "stderr": stdout, "process_group": 0,
         }  # fmt: skip
         if not options.rootfs:
-            if options.user:
+            account = pwd.getpwnam(options.user) if options.user else None
+            if account is not None and account.pw_uid != os.geteuid():
                 # Its groups too: the executor's are root's.
-                account = pwd.getpwnam(options.user)
                 common.update(
                     user=account.pw_uid,
                     group=account.pw_gid,

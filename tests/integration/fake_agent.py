@@ -70,6 +70,9 @@ class FakeAgent:
         self.calls: list[str] = []
         self.containers: dict[str, FakeContainer] = {}
         self.removed: list[str] = []
+        # Commands whose LAUNCH_CONTAINER starts the container, then cuts the
+        # connection without an answer: an agent that dies in the middle of the call.
+        self.cut_launches: set[str] = set()
         self.unauthorized = 0
         self._stream: web.StreamResponse | None = None
         self._subscriber: asyncio.BaseTransport | None = None
@@ -257,6 +260,10 @@ class FakeAgent:
                 launched = await self._launch(container_id, body.get("command", {}))
             except OSError as exc:
                 return web.Response(status=400, text=f"Failed to launch container {value}: {exc}")
+            if launched.command.get("value") in self.cut_launches:
+                assert request.transport is not None
+                request.transport.abort()
+                return web.Response()  # never reaches the executor
             if kind == "LAUNCH_CONTAINER":
                 return web.json_response({})
             return await self._session(request, launched)

@@ -176,6 +176,17 @@ async def test_launch_failure_fails_the_task_and_its_group(start_pod: StartPod) 
     assert await pod.exited() == 0
 
 
+async def test_group_launch_cut_by_the_agent_exits_without_updates(start_pod: StartPod) -> None:
+    # As Mesos's executor: a launch answer that never came leaves the whole group to the agent.
+    pod = await start_pod()
+    agent = pod.agent
+    agent.cut_launches.add("sleep 601")
+    await agent.launch_group(task("a", "sleep 600"), task("b", "sleep 601"), task("c", "sleep 602"))
+    assert await pod.exited() == 0
+    assert {t: agent.states(t) for t in "abc"} == {t: ["TASK_STARTING"] for t in "abc"}
+    assert agent.calls.count("LAUNCH_CONTAINER") == 3
+
+
 async def test_shutdown_kills_every_task_and_exits(start_pod: StartPod) -> None:
     pod = await start_pod()
     agent = pod.agent

@@ -198,6 +198,9 @@ class DefaultExecutor(Executor):
                 self._checked.pop(instruction.task_id, None)
                 self._stop_checks(instruction.task_id)
             case Exit():
+                if self.machine is not None and self.machine.abandoned:
+                    log.error("A task group launch got no answer from the agent: exiting without further "
+                              "updates; the agent's recovery ends the tasks")
                 self._spawn(self._exit())
 
     def _fire(self, timer: Timer) -> None:
@@ -231,16 +234,16 @@ class DefaultExecutor(Executor):
         if self._ip is None:
             self._ip = container_ip(self.agent.host)
         command, container, resources, limits = launch_container_body(launch.task, self._ip)
-        error = None
+        error, agent_lost = None, False
         try:
             await self.agent.launch_container(launch.container_id, command, container, resources, limits)
         except AgentCallError as exc:
             error = str(exc)
         except OSError as exc:
-            error = f"the agent could not be reached: {exc}"
+            error, agent_lost = f"the agent could not be reached: {exc}", True
         if error:
             log.error("Launching task '%s' failed: %s", launch.task_id, error)
-        self.feed(ContainerLaunched(launch.task_id, launch.container_id, error))
+        self.feed(ContainerLaunched(launch.task_id, launch.container_id, error, agent_lost))
 
     async def _wait(self, wait: WaitContainer) -> None:
         loop = asyncio.get_running_loop()

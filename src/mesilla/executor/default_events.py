@@ -31,6 +31,9 @@ class ContainerLaunched(NamedTuple):
     task_id: str
     container_id: Json
     error: str | None = None  # None: the agent answered 200
+    # No answer at all (the connection to the agent failed): whether the
+    # container exists is unknown, unlike a refusal, which `error` alone means.
+    agent_lost: bool = False
 
 
 class ContainerExited(NamedTuple):

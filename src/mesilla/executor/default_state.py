@@ -11,8 +11,15 @@ the executor needs no message library.
 Behaviour follows Mesos's default executor, plus Mesilla's restart policy:
 
 * Per task a nested container ``{value: <uuid>, parent: <executor container>}``;
-  TASK_STARTING before the launch, TASK_RUNNING once it launched. Every update
-  carries ``container_status.container_id`` (with its parent).
+  TASK_STARTING before the launch, TASK_RUNNING once it launched. A group
+  launches as one unit: its answers are acted on once every launch of the
+  group answered, so no task shows RUNNING while a sibling's fate is open.
+  Every update carries ``container_status.container_id`` (with its parent).
+* A group launch that gets no answer from the agent (the connection failed:
+  the agent died or restarts) abandons the executor: no more updates, exit.
+  Whether the container exists is unknown, so the executor leaves the story
+  to the agent, whose recovery ends every task of the executor alike. A
+  refusal (a 4xx/5xx answer) instead fails that task (REASON_CONTAINER_LAUNCH_FAILED).
 * The container's end maps to TASK_FINISHED (exit 0), TASK_FAILED (otherwise)
   or TASK_KILLED (killed by us); a state or reason from the agent (such as a
   memory limitation) wins, as Mesos's executor prefers the agent's knowledge.
@@ -210,9 +217,15 @@ class ExecutorState:
         self.groups: list[list[str]] = []
         self.shutting_down = False
         self.exiting = False
+        # Groups whose first launch is in flight: the answers so far, by task.
+        self.launching_groups: dict[int, dict[str, ContainerLaunched]] = {}
+        # A group launch got no answer from the agent: the executor only waits to exit.
+        self.abandoned = False
 
     def handle(self, event: Event) -> list[Instruction]:
         out: list[Instruction] = []
+        if self.abandoned:
+            return out
         match event:
             case Subscribed():
                 self.container_id = event.container_id
@@ -246,6 +259,8 @@ class ExecutorState:
         fresh = [t for t in tasks if t["task_id"]["value"] not in self.tasks]
         group_index = len(self.groups)
         self.groups.append([t["task_id"]["value"] for t in fresh])
+        if fresh:
+            self.launching_groups[group_index] = {}
         for info in fresh:
             record = TaskRecord(info=info, group=group_index, container_id=self._new_container_id())
             self.tasks[record.task_id] = record
@@ -259,6 +274,29 @@ class ExecutorState:
         record = self._current(event.task_id, event.container_id)
         if record is None or record.phase is not Phase.LAUNCHING:
             return
+        answers = self.launching_groups.get(record.group)
+        if answers is None:  # a restart: launched on its own
+            self._settle_launch(record, event, out)
+            return
+        answers[record.task_id] = event
+        group = self.groups[record.group]
+        if len(answers) < len(group):
+            return
+        del self.launching_groups[record.group]
+        if any(answer.agent_lost for answer in answers.values()):
+            self._abandon(out)
+            return
+        for task_id in group:
+            self._settle_launch(self.tasks[task_id], answers[task_id], out)
+
+    def _abandon(self, out: list[Instruction]) -> None:
+        # As Mesos's default executor when a LAUNCH_NESTED_CONTAINER answer
+        # never came: no guess about containers that may or may not run.
+        self.abandoned = True
+        self.exiting = True
+        out.append(Exit())
+
+    def _settle_launch(self, record: TaskRecord, event: ContainerLaunched, out: list[Instruction]) -> None:
         if event.error is not None:
             self._ended(
                 record,
@@ -428,7 +466,7 @@ class ExecutorState:
             )
             return
         if record.phase is Phase.LAUNCHING:
-            return  # the kill starts once the launch answers
+            return  # the kill starts once the launch (of the whole group) answered
         self._signal_kill(record, out)
 
     def _signal_kill(self, record: TaskRecord, out: list[Instruction]) -> None:

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from mesilla.testing.processes import Cluster
-from mesilla.testing.scheduler import TERMINAL_STATES, Framework, Update
+from mesilla.testing.scheduler import TERMINAL_STATES, Framework
 from tests.fixtures.images import PushedImage
 from tests.integration.faults.workload import (
     container,
@@ -91,21 +91,7 @@ async def test_agent_killed_during_a_pod_launch(
     # And one end: all killed, or all ended alike without running, as the agent checkpoints
     # and recovers a task group as one unit.
     ends = [framework.terminal(tid(t))[0] for t in pod]
-    if len({(e.state, e.reason) for e in ends}) > 1 and all(launch_cut_by_agent_death(e) for e in ends):
-        pytest.xfail(
-            "default executor: LAUNCH_NESTED_CONTAINER calls cut by the agent's death end each task on "
-            "its own (first TASK_FAILED, the rest TASK_KILLED by the group policy); Mesos's executor "
-            "shuts down without updates then, and the restarted agent fails the whole group alike"
-        )
     assert len({(e.state, None if ran == {True} else e.reason) for e in ends}) == 1, framework.summary()
-
-
-def launch_cut_by_agent_death(end: Update) -> bool:
-    return (
-        end.reason == "REASON_CONTAINER_LAUNCH_FAILED"
-        and end.status.get("source") == "SOURCE_EXECUTOR"
-        and "the agent could not be reached" in end.status.get("message", "")
-    )
 
 
 def stdout_of(sandbox: Path, task_id: str | None = None) -> str:

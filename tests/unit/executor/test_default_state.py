@@ -75,8 +75,8 @@ class Harness:
     def launch(self, *tasks: dict[str, Any]) -> list[Any]:
         return self.send(LaunchGroup(list(tasks)))
 
-    def launched(self, task_id: str, error: str | None = None) -> list[Any]:
-        return self.send(ContainerLaunched(task_id, self.cid(task_id), error))
+    def launched(self, task_id: str, error: str | None = None, *, agent_lost: bool = False) -> list[Any]:
+        return self.send(ContainerLaunched(task_id, self.cid(task_id), error, agent_lost))
 
     def exit(self, task_id: str, status: int | None, **extra: Any) -> list[Any]:
         return self.send(ContainerExited(task_id, self.cid(task_id), status, **extra))
@@ -130,12 +130,15 @@ def test_group_launch_sends_starting_then_running_with_nested_container_ids() ->
     assert only_update(out, "a")["source"] == "SOURCE_EXECUTOR"
     assert only_update(out, "a")["executor_id"] == {"value": "e1"}
 
+    # Nothing happens until the whole group answered; then both run, in group order.
+    assert h.launched("b") == []
     out = h.launched("a")
     assert has(out, LinkSandbox("a", h.cid("a")))
     assert has(out, WaitContainer("a", h.cid("a")))
-    assert updates(out) == [("a", "TASK_RUNNING")]
+    assert has(out, LinkSandbox("b", h.cid("b")))
+    assert has(out, WaitContainer("b", h.cid("b")))
+    assert updates(out) == [("a", "TASK_RUNNING"), ("b", "TASK_RUNNING")]
     assert not any(isinstance(i, StartChecks) for i in out)
-    assert not has(out, LinkSandbox("a", h.cid("b")))
 
 
 def test_launch_before_subscribed_is_a_clear_error() -> None:
@@ -192,6 +195,33 @@ def test_launch_failure_fails_the_task_and_kills_the_group() -> None:
     assert status["reason"] == "REASON_CONTAINER_LAUNCH_FAILED"
     assert "image not found" in status["message"]
     assert kills(out) == [("b", signal.SIGTERM)]
+
+
+def test_group_launch_without_an_answer_from_the_agent_exits_without_updates() -> None:
+    h = Harness()
+    h.start(task("x"))  # an earlier group, running
+    h.launch(task("a"), task("b"), task("c"))
+    assert h.launched("a") == []
+    assert h.launched("b", "the agent could not be reached", agent_lost=True) == []
+    out = h.launched("c")
+    # No RUNNING for a or c, no FAILED for b: the restarted agent ends them all alike.
+    assert out == [Exit()] and isinstance(out[0], Exit)
+    assert h.machine.abandoned
+    for event in (KillTask("a"), ContainerExited("x", h.cid("x"), exited(1)), Shutdown()):
+        assert h.send(event) == []
+
+
+def test_launch_held_for_the_group_sees_kills_that_came_meanwhile() -> None:
+    h = Harness()
+    h.launch(task("a"), task("b"))
+    h.launch(task("y"))
+    assert updates(h.launched("y")) == [("y", "TASK_RUNNING")]  # groups are held apart
+    assert h.launched("a") == []
+    assert h.send(KillTask("a")) == []
+    out = h.launched("b")
+    assert updates(out) == [("b", "TASK_RUNNING")]
+    assert kills(out) == [("a", signal.SIGTERM)]
+    assert has(out, WaitContainer("a", h.cid("a")))
 
 
 def test_stale_events_of_another_container_are_ignored() -> None:
@@ -465,13 +495,26 @@ def test_relaunch_failure_counts_as_a_failure() -> None:
     assert only_update(out, "a")["reason"] == "REASON_CONTAINER_LAUNCH_FAILED"
 
 
+def test_relaunch_without_an_answer_from_the_agent_counts_as_a_failure() -> None:
+    # Its siblings run: only a group's first launch abandons the executor.
+    h = Harness()
+    h.start(task("a", restart_policy={"type": "ON_FAILURE", "max_restarts": 1}), task("b"))
+    h.exit("a", exited(1))
+    h.fire(TimerKind.RESTART)
+    out = h.launched("a", "the agent could not be reached", agent_lost=True)
+    assert only_update(out, "a")["reason"] == "REASON_CONTAINER_LAUNCH_FAILED"
+    assert kills(out) == [("b", signal.SIGTERM)]
+    assert not h.machine.abandoned
+
+
 # --- max_completion_time -----------------------------------------------------------------
 
 
 def test_max_completion_time_kills_and_fails_the_task() -> None:
     h = Harness()
     h.launch(task("a", max_completion_time=seconds(5)), task("b"))
-    out = h.launched("a")
+    assert h.launched("a") == []
+    h.launched("b")
     (timer,) = h.timers(TimerKind.MAX_COMPLETION)
     assert timer.delay == 5.0
     out = h.send(TimerFired(timer.timer))
@@ -479,8 +522,7 @@ def test_max_completion_time_kills_and_fails_the_task() -> None:
     out = h.exit("a", signaled(signal.SIGTERM))
     status = only_update(out, "a")
     assert (status["state"], status["reason"]) == ("TASK_FAILED", "REASON_MAX_COMPLETION_TIME_REACHED")
-    # b has not launched yet: it is killed once it does.
-    assert kills(h.launched("b")) == [("b", signal.SIGTERM)]
+    assert kills(out) == [("b", signal.SIGTERM)]  # the group policy
 
 
 def test_max_completion_time_is_not_rearmed_by_restarts_and_stops_backoff() -> None:
@@ -503,7 +545,8 @@ def test_max_completion_time_is_not_rearmed_by_restarts_and_stops_backoff() -> N
 def test_max_completion_timer_after_the_task_ended_is_ignored() -> None:
     h = Harness()
     h.launch(task("a", max_completion_time=seconds(5)), task("b"))
-    h.launched("a")
+    assert h.launched("a") == []
+    h.launched("b")
     (timer,) = h.timers(TimerKind.MAX_COMPLETION)
     out = h.exit("a", exited(0))
     assert has(out, CancelTimer(timer.timer))

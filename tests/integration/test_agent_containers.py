@@ -392,6 +392,46 @@ async def test_debug_session_keeps_no_more_capabilities_than_its_task(tmp_path: 
     assert seen["non-root"]["CapBnd"] == chown_net_raw
 
 
+async def test_tty_session_is_resized_and_typed_into(
+    any_parent: tuple[AgentProcess, dict[str, Any]],
+) -> None:
+    """CONTROL(TTY_INFO) resizes the session's terminal; STDIN is typed into it."""
+    proc, parent_id = any_parent
+    child = {"value": "session-resize", "parent": parent_id}
+    tty = {"type": "MESOS", "tty_info": {"window_size": {"rows": 10, "columns": 20}}}
+    call = _session(child, "stty size; read line; echo got $line; stty size", container=tty)
+    resize = _input_record(
+        {
+            "type": "PROCESS_IO",
+            "process_io": {
+                "type": "CONTROL",
+                "control": {
+                    "type": "TTY_INFO",
+                    "tty_info": {"window_size": {"rows": 40, "columns": 120}},
+                },
+            },
+        }
+    )
+    async with aiohttp.ClientSession() as s:
+        url = proc.url + "/api/v1"
+        async with s.post(url, json=call, headers=STREAMING) as session:
+            assert session.status == 200
+            decoder, output = Decoder(), b""
+            while b"10 20" not in output:
+                chunk = await session.content.readany()
+                assert chunk, f"the session ended early: {output!r}"
+                output += b"".join(d for _, d in _process_io(chunk, decoder))
+            attach = b"".join(
+                [_input_record({"type": "CONTAINER_ID", "container_id": child}), resize]
+            )
+            async with s.post(url, data=attach + _stdin(b"hello\n"), headers=INPUT) as r:
+                assert r.status == 200
+            output += b"".join(d for _, d in _process_io(await session.read(), decoder))
+    lines = output.decode().split("\r\n")
+    # The terminal echoes what is typed, as a terminal does.
+    assert lines[:4] == ["10 20", "hello", "got hello", "40 120"], lines
+
+
 async def test_tty_session_interrupt(any_parent: tuple[AgentProcess, dict[str, Any]]) -> None:
     """^C typed on the session's terminal interrupts its foreground process, so the
     terminal is the controlling one of the session's command."""

@@ -407,7 +407,8 @@ class LinuxLauncher(Launcher):
             if not (container.own_pid_namespace and _kill_init(container)):
                 await self._runtime.kill(rid, signal.SIGKILL, all_processes=True)
             try:
-                await asyncio.wait_for(asyncio.shield(container.exited), DESTROY_GRACE)
+                async with asyncio.timeout(DESTROY_GRACE):
+                    await asyncio.shield(container.exited)
             except TimeoutError:
                 log.warning("Monitor of container %s did not report its exit", container_id)
         if container is not None:

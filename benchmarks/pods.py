@@ -65,6 +65,7 @@ from _machine import (
     verdict,
 )
 
+from mesilla.containerizer.launcher.linux import INIT_PATH
 from mesilla.testing.cluster import LocalCluster
 from mesilla.testing.images import build_image, push_image
 from mesilla.testing.registry import Registry, start_registry
@@ -157,7 +158,7 @@ class MesillaPods:
         for entry in await self._containers():
             if entry.get("executor_id", {}).get("value") == executor_id:
                 pid = entry.get("container_status", {}).get("executor_pid")
-                return int(pid) if pid else None
+                return _past_init(int(pid)) if pid else None
         return None
 
     async def executor_gone(self, executor_id: str, timeout: float = 60) -> None:
@@ -168,6 +169,19 @@ class MesillaPods:
                 return
             await asyncio.sleep(0.1)
         print(f"  (executor {executor_id} still there after {timeout}s)")
+
+
+def _past_init(pid: int) -> int:
+    """The executor's own process: the container's first process is the init (tini) when
+    the container has its own pid namespace, and the executor is its child."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            argv0 = f.read().split(b"\0")[0]
+        with open(f"/proc/{pid}/task/{pid}/children") as f:
+            children = f.read().split()
+    except OSError:
+        return pid
+    return int(children[0]) if argv0 == INIT_PATH.encode() and len(children) == 1 else pid
 
 
 @dataclass

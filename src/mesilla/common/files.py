@@ -2,7 +2,9 @@
 
 `write_atomically` writes a temporary file next to the target (same filesystem,
 so the rename is atomic), fsyncs it, renames it over the target and fsyncs the
-directory so that the rename itself is durable. Temporary files carry
+directory so that the rename itself is durable. With `durable=False` (Mesos's
+`checkpoint(..., sync=false)`) it skips both fsyncs: still atomic for a crashed
+process, whose writes the page cache keeps, not for a crashed machine. Temporary files carry
 `TMP_PREFIX`; a crash between creating and renaming one can leave it behind,
 so code that lists such a directory skips names for which `is_temporary` holds.
 """
@@ -20,8 +22,8 @@ def is_temporary(name: str) -> bool:
     return name.startswith(TMP_PREFIX)
 
 
-def write_atomically(path: str, data: bytes) -> None:
-    """Replaces `path` with `data` durably, creating its directory if needed."""
+def write_atomically(path: str, data: bytes, *, durable: bool = True) -> None:
+    """Replaces `path` with `data` (durably unless told not to), creating its directory if needed."""
     directory = os.path.dirname(path) or "."
     os.makedirs(directory, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=TMP_PREFIX, dir=directory)
@@ -30,13 +32,15 @@ def write_atomically(path: str, data: bytes) -> None:
             # mkstemp creates 0600; the files are read like any other the agent writes.
             os.fchmod(f.fileno(), 0o644)
             f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
+            if durable:
+                f.flush()
+                os.fsync(f.fileno())
         os.replace(tmp, path)
     except BaseException:
         os.unlink(tmp)
         raise
-    fsync_directory(directory)
+    if durable:
+        fsync_directory(directory)
 
 
 def fsync_directory(path: str) -> None:

@@ -20,10 +20,9 @@ import signal
 import sys
 import uuid
 from collections.abc import Coroutine
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from mesilla.executor.agent_client import AgentCallError, AgentClient
-from mesilla.executor.checks import Checker, InvalidCheck, parse_check, probe_for
 from mesilla.executor.default_events import (
     CancelTimer,
     CheckUpdated,
@@ -58,6 +57,9 @@ from mesilla.executor.default_state import (
     ExecutorState,
 )
 from mesilla.executor.driver import Executor, ExecutorDriver
+
+if TYPE_CHECKING:
+    from mesilla.executor.checks import Checker
 
 log = logging.getLogger("mesilla.executor.default")
 
@@ -277,6 +279,14 @@ class DefaultExecutor(Executor):
             self._spawn(checker.stop())
 
     def _start_checks(self, start: StartChecks) -> None:
+        # Imported on first use: most pods have no checks, and each pod's executor start counts.
+        from mesilla.executor.checks import (
+            Checker,
+            InvalidCheck,
+            parse_check,
+            probe_for,
+        )
+
         probe = probe_for(self.agent, start.container_id)
         checkers = []
         task_id = start.task_id

@@ -159,8 +159,9 @@ class LinuxLauncher(Launcher):
             os.makedirs(config.sandbox, exist_ok=True)
             spec = self._spec(container_id, argv, config, launch_info, bundle)
             # Input of one `create`, not state: no fsync (recovery reads the runtime's state).
+            # dumps, not dump: json.dump encodes in pure Python, piece by piece.
             with open(os.path.join(bundle, "config.json"), "w") as f:
-                json.dump(spec, f)
+                f.write(json.dumps(spec))
             spawn = asyncio.ensure_future(
                 monitor.spawn(
                     self._runtime,

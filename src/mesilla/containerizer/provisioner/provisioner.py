@@ -23,6 +23,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
+from mesilla.common.blocking import in_thread
 from mesilla.common.files import write_atomically
 from mesilla.common.flags import Flags
 from mesilla.containerizer.provisioner._fs import remove
@@ -99,8 +100,9 @@ class Provisioner:
         os.makedirs(container_dir, exist_ok=True)
         records = self._records(container_dir)
         records.append({"image": stored.name, "layers": layers})
-        write_atomically(
-            os.path.join(container_dir, "images.json"), json.dumps(records).encode()
+        # fsync off the event loop: a pod's containers provision at once.
+        await in_thread(
+            write_atomically, os.path.join(container_dir, "images.json"), json.dumps(records).encode()
         )
 
         backend_dir = os.path.join(container_dir, "backends", self.backend.name)

@@ -61,26 +61,29 @@ class OverlayBackend(Backend):
             _mount.unmount(merged)
 
     async def provision(self, layers: list[str], rootfs: str, backend_dir: str) -> None:
-        scratch = _scratch(rootfs, backend_dir)
-        links = os.path.join(scratch, "links")
-        for sub in ("upperdir", "workdir", "links"):
-            os.makedirs(os.path.join(scratch, sub), exist_ok=True)
-        lowers = []
-        for index, layer in enumerate(_without_repeats(layers)):
-            link = os.path.join(links, str(index))
-            if not os.path.islink(link):
-                os.symlink(layer, link)
-            lowers.append(link)
-        os.makedirs(rootfs, exist_ok=True)
-        await asyncio.to_thread(
-            _mount.mount, "overlay", rootfs, "overlay", 0, _options(scratch, lowers)
-        )
+        # All of it in a thread: directory creation waits for the filesystem's journal,
+        # which other containers' fsyncs keep busy while a pod launches.
+        await asyncio.to_thread(_build, layers, rootfs, _scratch(rootfs, backend_dir))
 
     async def destroy(self, rootfs: str, backend_dir: str) -> None:
         for point in _mount.mount_points_under(rootfs):
             await asyncio.to_thread(_mount.unmount, point)
         await asyncio.to_thread(remove, rootfs)
         await asyncio.to_thread(remove, _scratch(rootfs, backend_dir))
+
+
+def _build(layers: list[str], rootfs: str, scratch: str) -> None:
+    links = os.path.join(scratch, "links")
+    for sub in ("upperdir", "workdir", "links"):
+        os.makedirs(os.path.join(scratch, sub), exist_ok=True)
+    lowers = []
+    for index, layer in enumerate(_without_repeats(layers)):
+        link = os.path.join(links, str(index))
+        if not os.path.islink(link):
+            os.symlink(layer, link)
+        lowers.append(link)
+    os.makedirs(rootfs, exist_ok=True)
+    _mount.mount("overlay", rootfs, "overlay", 0, _options(scratch, lowers))
 
 
 def _without_repeats(layers: list[str]) -> list[str]:

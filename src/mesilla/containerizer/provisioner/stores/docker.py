@@ -30,6 +30,7 @@ from urllib.parse import urlsplit
 
 import aiohttp
 
+from mesilla.common.blocking import in_thread
 from mesilla.common.files import fsync_directory, is_temporary, write_atomically
 from mesilla.containerizer.provisioner._fs import remove
 from mesilla.containerizer.provisioner.errors import ProvisionerError
@@ -228,7 +229,7 @@ class DockerStore:
                 resolved: ResolvedImage = await asyncio.to_thread(source.resolve)
 
                 async def fetch(blob: Descriptor, target: str) -> None:
-                    await _in_thread(source.fetch_blob, blob, target)
+                    await in_thread(source.fetch_blob, blob, target)
             else:
                 client = self._registry_client()
                 normalized = client.normalize(reference)
@@ -304,7 +305,7 @@ class DockerStore:
                 size = os.path.getsize(blob)
                 self._progress(PullProgress(image, layer.digest, size, size))
             extracted = os.path.join(staging, form)
-            await _in_thread(
+            await in_thread(
                 extract_layer,
                 blob,
                 extracted,
@@ -317,17 +318,6 @@ class DockerStore:
             log.info("Layer %s of '%s' is in the store", layer.digest, image)
         finally:
             await asyncio.to_thread(remove, staging)
-
-
-async def _in_thread(func: Callable[..., None], *args: Any, **kwargs: Any) -> None:
-    """Run blocking `func` in a thread. Cancelled, it still waits for the thread (which
-    cannot be stopped) so the caller's cleanup never races with its writes."""
-    work = asyncio.ensure_future(asyncio.to_thread(func, *args, **kwargs))
-    try:
-        await asyncio.shield(work)
-    except asyncio.CancelledError:
-        await asyncio.gather(work, return_exceptions=True)
-        raise
 
 
 async def _gather_all(awaitables: list[Awaitable[None]]) -> None:

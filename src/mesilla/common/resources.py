@@ -118,6 +118,19 @@ def _key(name: str, role: str, kind: ValueType) -> _Key:
     return key
 
 
+def _merge(items: dict[_Key, Value], key: _Key, value: Value) -> None:
+    """Adds one resource's value into `items` (in place)."""
+    mine = items.get(key)
+    if mine is None:
+        items[key] = value
+    elif key.kind is ValueType.SCALAR:
+        items[key] = mine + value  # type: ignore[operator]
+    elif key.kind is ValueType.RANGES:
+        items[key] = _normalize_ranges(mine + value)  # type: ignore[operator]
+    else:
+        items[key] = mine | value  # type: ignore[operator]
+
+
 class Resources:
     __slots__ = ("_items",)
 
@@ -128,13 +141,24 @@ class Resources:
 
     @classmethod
     def from_list(cls, resources: Iterable[Resource]) -> Resources:
-        total = cls()
+        # Summed in one dict: the master converts every offer, task and agent this way.
+        items: dict[_Key, Value] = {}
         for resource in resources:
-            total = total + cls._from_one(resource)
-        return total
+            key, value = cls._from_one(resource)
+            _merge(items, key, value)
+        return cls(items)
 
     @classmethod
-    def _from_one(cls, r: Resource) -> Resources:
+    def sum(cls, values: Iterable[Resources]) -> Resources:
+        """The total of many values, added up in place rather than one new value per `+`."""
+        items: dict[_Key, Value] = {}
+        for resources in values:
+            for key, value in resources._items.items():
+                _merge(items, key, value)
+        return cls(items)
+
+    @staticmethod
+    def _from_one(r: Resource) -> tuple[_Key, Value]:
         if not r.name:
             raise ResourcesError("resource without a name")
         role = UNRESERVED
@@ -160,7 +184,7 @@ class Resources:
             value = frozenset(r.set.item)
         else:
             raise ResourcesError(f"resource '{r.name}' has unsupported type {r.type.value}")
-        return cls({key: value})
+        return key, value
 
     @classmethod
     def parse(cls, text: str, default_role: str = UNRESERVED) -> Resources:
@@ -272,15 +296,7 @@ class Resources:
     def __add__(self, other: Resources) -> Resources:
         items = dict(self._items)
         for key, value in other._items.items():
-            mine = items.get(key)
-            if mine is None:
-                items[key] = value
-            elif key.kind is ValueType.SCALAR:
-                items[key] = mine + value  # type: ignore[operator]
-            elif key.kind is ValueType.RANGES:
-                items[key] = _normalize_ranges(mine + value)  # type: ignore[operator]
-            else:
-                items[key] = mine | value  # type: ignore[operator]
+            _merge(items, key, value)
         return Resources(items)
 
     def __sub__(self, other: Resources) -> Resources:

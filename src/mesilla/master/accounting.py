@@ -31,8 +31,30 @@ def used_resources(
     return used
 
 
-def offered_resources(offers: Iterable[Offer]) -> Resources:
-    total = Resources()
-    for offer in offers:
-        total = total + Resources.from_list(offer.resources)
-    return total
+
+
+class OfferedCache:
+    """`offered_resources` of an offer book, summed again only when its set of offers changed.
+
+    An offer's resources never change and its id is never reused, so each
+    offer is parsed once and the ids identify the sum; `/state` asks every
+    agent and framework for it.
+    """
+
+    __slots__ = ("_ids", "_parsed", "_total")
+
+    def __init__(self) -> None:
+        self._ids: tuple[str, ...] = ()
+        self._parsed: dict[str, Resources] = {}
+        self._total = Resources()
+
+    def __call__(self, offers: dict[str, Offer]) -> Resources:
+        ids = tuple(offers)
+        if ids != self._ids:
+            old = self._parsed
+            self._parsed = {
+                offer_id: old.get(offer_id) or Resources.from_list(offer.resources)
+                for offer_id, offer in offers.items()
+            }
+            self._ids, self._total = ids, Resources.sum(self._parsed.values())
+        return self._total

@@ -56,6 +56,9 @@ class Agent:
     pinged: bool = False
     #: Pings in a row that went unanswered.
     ping_timeouts: int = 0
+    #: `total_resources` parsed from this `info` (replaced, never changed in place, on re-registration).
+    _total: tuple[AgentInfo, Resources] | None = field(default=None, repr=False, compare=False)
+    _offered: accounting.OfferedCache = field(default_factory=accounting.OfferedCache, repr=False, compare=False)
 
     @property
     def hostname(self) -> str:
@@ -63,7 +66,9 @@ class Agent:
 
     @property
     def total_resources(self) -> Resources:
-        return Resources.from_list(self.info.resources)
+        if self._total is None or self._total[0] is not self.info:
+            self._total = (self.info, Resources.from_list(self.info.resources))
+        return self._total[1]
 
     def used_resources(self) -> dict[str, Resources]:
         """framework_id -> resources of its live tasks and executors on this agent."""
@@ -75,7 +80,7 @@ class Agent:
         return accounting.used_resources(tasks, self.executors)
 
     def offered_resources(self) -> Resources:
-        return accounting.offered_resources(self.offers.values())
+        return self._offered(self.offers)
 
     def add_task(self, task: Task) -> None:
         self.tasks.setdefault(task.framework_id.value, {})[task.task_id.value] = task

@@ -51,6 +51,7 @@ class Framework:
     #: Pending removal after a disconnection (`failover_timeout`).
     failover_timer: asyncio.TimerHandle | None = None
     heartbeat_task: asyncio.Task[None] | None = None
+    _offered: accounting.OfferedCache = field(default_factory=accounting.OfferedCache, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         self.completed_tasks = deque(maxlen=self.max_completed_tasks)
@@ -75,7 +76,7 @@ class Framework:
         return accounting.used_resources(tasks, self.executors)
 
     def offered_resources(self) -> Resources:
-        return accounting.offered_resources(self.offers.values())
+        return self._offered(self.offers)
 
     async def send(self, event: sched.Event) -> None:
         if self.stream is not None:

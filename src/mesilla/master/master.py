@@ -39,6 +39,7 @@ from mesilla.master.agents import AgentsMixin
 from mesilla.master.allocator import HierarchicalDRFAllocator
 from mesilla.master.framework import Framework
 from mesilla.master.frameworks import FrameworksMixin
+from mesilla.master.heap import HeapKeeper
 from mesilla.master.launch import LaunchMixin
 from mesilla.master.offers import OffersMixin
 from mesilla.master.registry import Registry
@@ -99,6 +100,7 @@ class Master(
         )
         #: Holds the SUBSCRIBE / REGISTER streams open and notices departed peers.
         self.streams = StreamWatch()
+        self.heap = HeapKeeper()
         self._observers: list[Observer] = []
         self._background: set[asyncio.Task[Any]] = set()
         self._offer_timers: dict[str, asyncio.TimerHandle] = {}
@@ -139,6 +141,7 @@ class Master(
                 lambda: self.spawn(self._expire_recovered_agents()),
             )
         self.streams.start()
+        self.heap.start()
         self.recovered = True
         self.elected_time = time.time()
         await self.allocator.start()
@@ -166,6 +169,7 @@ class Master(
         for agent in self.agents.values():
             self._close_agent_stream(agent)
         await self.streams.stop()
+        await self.heap.stop()
         for task in list(self._background):
             task.cancel()
         await asyncio.gather(*self._background, return_exceptions=True)

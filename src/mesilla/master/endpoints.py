@@ -9,11 +9,13 @@ capabilities are lists of names. Every endpoint takes ``?jsonp=callback``.
 
 from __future__ import annotations
 
+import asyncio
 import getpass
+import inspect
 import time
-from collections.abc import Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import msgspec
 from aiohttp import web
@@ -47,6 +49,30 @@ if TYPE_CHECKING:
 # Mesos's default page size for `/tasks` (`TASK_LIMIT`).
 TASK_LIMIT = 100
 READONLY = "mesos-master-readonly"
+# Items (agents, frameworks, tasks) rendered between two returns to the event loop.
+RENDER_CHUNK = 200
+
+T = TypeVar("T")
+
+
+async def rendered(items: Iterable[T], render: Callable[[T], Any] | Callable[[T], Awaitable[Any]]) -> list[msgspec.Raw]:
+    """Each item rendered and encoded as JSON, handing the event loop back every `RENDER_CHUNK` items.
+
+    At 10,000 agents `/state` and GET_STATE take hundreds of milliseconds;
+    done in one go, every scheduler and agent stream would stall meanwhile.
+    The items are taken first: the loop may change the collection between chunks
+    (the answer is then as of the moment each item was rendered). Encoding each
+    item on its own gives the very bytes of encoding the whole at once.
+    """
+    out: list[msgspec.Raw] = []
+    for index, item in enumerate(list(items)):
+        if index and index % RENDER_CHUNK == 0:
+            await asyncio.sleep(0)
+        value = render(item)
+        if inspect.isawaitable(value):
+            value = await value
+        out.append(msgspec.Raw(msgspec.json.encode(value)))
+    return out
 
 
 def install(router: Router, master: Master) -> None:
@@ -56,7 +82,10 @@ def install(router: Router, master: Master) -> None:
 
     def view(render: Any) -> Any:
         async def handler(request: web.Request) -> web.Response:
-            return jsonp_response(request, render(master, request.query))
+            body = render(master, request.query)
+            if inspect.isawaitable(body):
+                body = await body
+            return jsonp_response(request, body)
 
         return handler
 
@@ -169,9 +198,7 @@ def agent_info_json(info: AgentInfo) -> dict[str, object]:
 
 def agent_json(agent: Agent) -> dict[str, object]:
     total = agent.total_resources
-    used = Resources()
-    for resources in agent.used_resources().values():
-        used = used + resources
+    used = Resources.sum(agent.used_resources().values())
     out = agent_info_json(agent.info)
     out["pid"] = agent.pid
     out["registered_time"] = agent.registered_time
@@ -191,11 +218,10 @@ def agent_json(agent: Agent) -> dict[str, object]:
     return out
 
 
-def framework_json(framework: Framework) -> dict[str, object]:
+def _framework_fields(framework: Framework) -> dict[str, object]:
+    """A framework's own fields in `/state`, without its tasks, offers and executors."""
     info = framework.info
-    used = Resources()
-    for resources in framework.used_resources().values():
-        used = used + resources
+    used = Resources.sum(framework.used_resources().values())
     offered = framework.offered_resources()
     out: dict[str, object] = {
         "id": framework.id,
@@ -223,10 +249,16 @@ def framework_json(framework: Framework) -> dict[str, object]:
         out["roles"] = list(info.roles)
     else:
         out["role"] = info.role or "*"
-    out["tasks"] = [task_json(t) for t in framework.tasks.values()]
-    out["unreachable_tasks"] = [task_json(t) for t in framework.unreachable_tasks.values()]
-    out["completed_tasks"] = [task_json(t) for t in framework.completed_tasks]
-    out["offers"] = [offer_json(o) for o in framework.offers.values()]
+    return out
+
+
+async def framework_json(framework: Framework) -> dict[str, object]:
+    info = framework.info
+    out = _framework_fields(framework)
+    out["tasks"] = await rendered(framework.tasks.values(), task_json)
+    out["unreachable_tasks"] = await rendered(framework.unreachable_tasks.values(), task_json)
+    out["completed_tasks"] = await rendered(framework.completed_tasks, task_json)
+    out["offers"] = await rendered(framework.offers.values(), offer_json)
     out["executors"] = [
         executor_json(executor, framework.id, agent_id)
         for agent_id, executors in framework.executors.items()
@@ -241,9 +273,9 @@ def framework_json(framework: Framework) -> dict[str, object]:
 # --- endpoints ----------------------------------------------------------------------------------
 
 
-def _slaves(master: Master, agent_id: str | None) -> dict[str, object]:
+async def _slaves(master: Master, agent_id: str | None) -> dict[str, object]:
     return {
-        "slaves": [agent_json(a) for a in master.agents.values() if agent_id in (None, a.id)],
+        "slaves": await rendered((a for a in master.agents.values() if agent_id in (None, a.id)), agent_json),
         "recovered_slaves": [
             agent_info_json(info)
             for a_id, info in master.recovered_agents.items()
@@ -252,22 +284,22 @@ def _slaves(master: Master, agent_id: str | None) -> dict[str, object]:
     }
 
 
-def slaves(master: Master, query: Any) -> dict[str, object]:
-    return _slaves(master, query.get("slave_id"))
+async def slaves(master: Master, query: Any) -> dict[str, object]:
+    return await _slaves(master, query.get("slave_id"))
 
 
-def frameworks(master: Master, query: Any) -> dict[str, object]:
+async def frameworks(master: Master, query: Any) -> dict[str, object]:
     wanted = query.get("framework_id")
     return {
-        "frameworks": [framework_json(f) for f in master.frameworks.values() if wanted in (None, f.id)],
-        "completed_frameworks": [
-            framework_json(f) for f in master.completed_frameworks if wanted in (None, f.id)
-        ],
+        "frameworks": await rendered((f for f in master.frameworks.values() if wanted in (None, f.id)), framework_json),
+        "completed_frameworks": await rendered(
+            (f for f in master.completed_frameworks if wanted in (None, f.id)), framework_json
+        ),
         "unregistered_frameworks": [],
     }
 
 
-def state(master: Master, _query: Any) -> dict[str, object]:
+async def state(master: Master, _query: Any) -> dict[str, object]:
     info = master.master_info
     out: dict[str, object] = version()
     out["start_time"] = master.start_time
@@ -287,9 +319,9 @@ def state(master: Master, _query: Any) -> dict[str, object]:
             "flags": master.flags.as_strings(),
         }
     )
-    out.update(_slaves(master, None))
-    out["frameworks"] = [framework_json(f) for f in master.frameworks.values()]
-    out["completed_frameworks"] = [framework_json(f) for f in master.completed_frameworks]
+    out.update(await _slaves(master, None))
+    out["frameworks"] = await rendered(master.frameworks.values(), framework_json)
+    out["completed_frameworks"] = await rendered(master.completed_frameworks, framework_json)
     out["orphan_tasks"] = []
     out["unregistered_frameworks"] = []
     return out
@@ -367,17 +399,23 @@ def state_summary(master: Master, _query: Any) -> dict[str, object]:
     for task in [*live, *completed]:
         by_agent.setdefault(task.agent_id.value, []).append(task)
         by_framework.setdefault(task.framework_id.value, []).append(task)
+    # Who runs where, from one pass over the live tasks.
+    framework_ids: dict[str, set[str]] = {}
+    agent_ids: dict[str, set[str]] = {}
+    for task in live:
+        framework_ids.setdefault(task.agent_id.value, set()).add(task.framework_id.value)
+        agent_ids.setdefault(task.framework_id.value, set()).add(task.agent_id.value)
     agents = []
     for agent in master.agents.values():
         out = agent_json(agent)
         out.update(_state_counts(by_agent.get(agent.id, [])))
-        out["framework_ids"] = sorted({t.framework_id.value for t in live if t.agent_id.value == agent.id})
+        out["framework_ids"] = sorted(framework_ids.get(agent.id, ()))
         agents.append(out)
     frameworks = []
     for framework in master.frameworks.values():
-        out = {k: v for k, v in framework_json(framework).items() if k in _FRAMEWORK_SUMMARY}
+        out = {k: v for k, v in _framework_fields(framework).items() if k in _FRAMEWORK_SUMMARY}
         out.update(_state_counts(by_framework.get(framework.id, [])))
-        out["slave_ids"] = sorted({t.agent_id.value for t in live if t.framework_id.value == framework.id})
+        out["slave_ids"] = sorted(agent_ids.get(framework.id, ()))
         frameworks.append(out)
     summary: dict[str, object] = {"hostname": master.master_info.hostname or ""}
     if master.flags.get("cluster"):

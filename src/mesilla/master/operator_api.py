@@ -12,9 +12,10 @@ every 15 seconds. Calls Mesilla does not implement, and bad input, get
 from __future__ import annotations
 
 import asyncio
+import inspect
 import logging
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import msgspec
@@ -32,7 +33,7 @@ from mesilla.common.http import (
 from mesilla.common.resources import Resources
 from mesilla.master import metrics
 from mesilla.master.agent import Agent
-from mesilla.master.endpoints import known_roles, version_info
+from mesilla.master.endpoints import known_roles, rendered, version_info
 from mesilla.master.framework import Framework
 from mesilla.master.validation import validate_role
 from mesilla.v1 import codec
@@ -62,19 +63,11 @@ def time_info(seconds: float | None) -> TimeInfo | None:
     return None if seconds is None else TimeInfo(nanoseconds=int(seconds * 1e9))
 
 
-def _sum(resources: Iterable[Resources]) -> Resources:
-    total = Resources()
-    for r in resources:
-        total = total + r
-    return total
-
-
-def _offered(offers: Iterable[Offer]) -> list[Resource]:
-    """The resources of outstanding offers, summed (a single offer's are already)."""
-    offers = list(offers)
+def _offered(offers: dict[str, Offer], total: Callable[[], Resources]) -> list[Resource]:
+    """The resources of outstanding offers, summed by `total` (a single offer's are already)."""
     if len(offers) <= 1:
-        return [r for offer in offers for r in offer.resources]
-    return _sum(Resources.from_list(o.resources) for o in offers).to_list()
+        return [r for offer in offers.values() for r in offer.resources]
+    return total().to_list()
 
 
 def agent_response(agent: Agent) -> m.AgentResponse:
@@ -88,8 +81,10 @@ def agent_response(agent: Agent) -> m.AgentResponse:
         reregistered_time=time_info(agent.reregistered_time),
         # As registered; rebuilding them through `Resources` costs GET_STATE seconds at 10,000 agents.
         total_resources=list(agent.info.resources),
-        allocated_resources=_sum(agent.used_resources().values()).to_list() if agent.tasks or agent.executors else [],
-        offered_resources=_offered(agent.offers.values()),
+        allocated_resources=Resources.sum(agent.used_resources().values()).to_list()
+        if agent.tasks or agent.executors
+        else [],
+        offered_resources=_offered(agent.offers, agent.offered_resources),
         capabilities=list(agent.capabilities),
     )
 
@@ -104,22 +99,26 @@ def framework_response(framework: Framework) -> m.FrameworkResponse:
         reregistered_time=time_info(framework.reregistered_time),
         unregistered_time=time_info(framework.unregistered_time),
         offers=list(framework.offers.values()),
-        allocated_resources=_sum(framework.used_resources().values()).to_list(),
-        offered_resources=_offered(framework.offers.values()),
+        allocated_resources=Resources.sum(framework.used_resources().values()).to_list(),
+        offered_resources=_offered(framework.offers, framework.offered_resources),
     )
 
 
-def get_agents(master: Master) -> m.GetAgents:
+# The large answers are built with `rendered`: pre-encoded in chunks, handing the
+# event loop back in between (their lists then hold `msgspec.Raw`, which encodes as is).
+
+
+async def get_agents(master: Master) -> m.GetAgents:
     return m.GetAgents(
-        agents=[agent_response(a) for a in master.agents.values()],
+        agents=await rendered(master.agents.values(), agent_response),  # type: ignore[arg-type]
         recovered_agents=list(master.recovered_agents.values()),
     )
 
 
-def get_frameworks(master: Master) -> m.GetFrameworks:
+async def get_frameworks(master: Master) -> m.GetFrameworks:
     return m.GetFrameworks(
-        frameworks=[framework_response(f) for f in master.frameworks.values()],
-        completed_frameworks=[framework_response(f) for f in master.completed_frameworks],
+        frameworks=await rendered(master.frameworks.values(), framework_response),  # type: ignore[arg-type]
+        completed_frameworks=await rendered(master.completed_frameworks, framework_response),  # type: ignore[arg-type]
     )
 
 
@@ -134,7 +133,7 @@ def get_executors(master: Master) -> m.GetExecutors:
     )
 
 
-def get_tasks(master: Master) -> m.GetTasks:
+async def get_tasks(master: Master) -> m.GetTasks:
     tasks: list[Task] = []
     unreachable: list[Task] = []
     completed: list[Task] = []
@@ -142,15 +141,23 @@ def get_tasks(master: Master) -> m.GetTasks:
         tasks.extend(framework.tasks.values())
         unreachable.extend(framework.unreachable_tasks.values())
         completed.extend(framework.completed_tasks)
-    return m.GetTasks(tasks=tasks, unreachable_tasks=unreachable, completed_tasks=completed)
+    return m.GetTasks(
+        tasks=await rendered(tasks, _itself),  # type: ignore[arg-type]
+        unreachable_tasks=await rendered(unreachable, _itself),  # type: ignore[arg-type]
+        completed_tasks=await rendered(completed, _itself),  # type: ignore[arg-type]
+    )
 
 
-def get_state(master: Master) -> m.GetState:
+def _itself(task: Task) -> Task:
+    return task
+
+
+async def get_state(master: Master) -> m.GetState:
     return m.GetState(
-        get_tasks=get_tasks(master),
+        get_tasks=await get_tasks(master),
         get_executors=get_executors(master),
-        get_frameworks=get_frameworks(master),
-        get_agents=get_agents(master),
+        get_frameworks=await get_frameworks(master),
+        get_agents=await get_agents(master),
     )
 
 
@@ -268,7 +275,10 @@ class OperatorApi:
         if render is not None:
             # Each GET_FOO answers a Response of type GET_FOO carrying `get_foo`.
             name = call.type.value
-            return m.Response(type=m.ResponseType[name], **{name.lower(): render(self.master)})
+            answer = render(self.master)
+            if inspect.isawaitable(answer):
+                answer = await answer
+            return m.Response(type=m.ResponseType[name], **{name.lower(): answer})
         t = call.type
         if t is m.CallType.UPDATE_WEIGHTS:
             self._update_weights(_required(call.update_weights, "update_weights", t))
@@ -328,7 +338,7 @@ class OperatorApi:
             subscribed = m.Event(
                 type=m.EventType.SUBSCRIBED,
                 subscribed=m.Subscribed(
-                    get_state=get_state(master), heartbeat_interval_seconds=self.heartbeat_interval
+                    get_state=await get_state(master), heartbeat_interval_seconds=self.heartbeat_interval
                 ),
             )
             if not await stream.send(subscribed):

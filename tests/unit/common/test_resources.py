@@ -52,3 +52,18 @@ def test_json_form_round_trips() -> None:
 def test_malformed_resources_are_rejected_with_a_reason(text: str) -> None:
     with pytest.raises(ResourcesError):
         Resources.parse(text)
+
+
+def test_from_list_and_sum_add_up_like_plus() -> None:
+    parts = [
+        Resources.parse("cpus:1;mem:128;ports:[31000-31002]"),
+        Resources.parse("cpus:0.5;ports:[31003-31005];zones:{a}"),
+        Resources.parse("cpus(web):2;zones:{b}"),
+    ]
+    by_plus = parts[0] + parts[1] + parts[2]
+    assert Resources.sum(parts) == by_plus
+    assert Resources.from_list([r for p in parts for r in p.to_list()]) == by_plus
+    assert repr(by_plus) == "cpus:1.5;cpus(web):2;mem:128;ports:[31000-31005];zones:{a,b}"
+    assert Resources.sum([]) == Resources()
+    # The summands are values: summing does not change them.
+    assert repr(parts[0]) == "cpus:1;mem:128;ports:[31000-31002]"

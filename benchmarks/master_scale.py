@@ -508,19 +508,38 @@ async def bench_cluster(agents: int, frameworks: int, duration: float, in_flight
 
 
 async def _time_reads(session: aiohttp.ClientSession, base: str) -> dict[str, float]:
-    """How long the operator surfaces take to answer with the cluster in place (ms, bytes)."""
+    """How long the operator surfaces take to answer with the cluster in place (ms, bytes), and the
+    longest a `/health` call made meanwhile waited (ms): how long the master's event loop stalled."""
     out: dict[str, float] = {}
     for name, method, path, body in (
         ("state", "GET", "/state", None),
         ("get_state", "POST", "/api/v1", {"type": "GET_STATE"}),
         ("metrics", "GET", "/metrics/snapshot", None),
     ):
+        done = asyncio.Event()
+        waits: list[float] = []
+        probe = asyncio.create_task(_health_waits(session, base + "/health", done, waits))
         started = time.perf_counter()
-        async with session.request(method, base + path, json=body) as response:
-            size = len(await response.read())
-        out[f"{name}_ms"] = (time.perf_counter() - started) * 1000
+        try:
+            async with session.request(method, base + path, json=body) as response:
+                size = len(await response.read())
+            out[f"{name}_ms"] = (time.perf_counter() - started) * 1000
+        finally:
+            done.set()
+            await probe
         out[f"{name}_bytes"] = float(size)
+        out[f"{name}_stall_ms"] = max(waits, default=0.0)
     return out
+
+
+async def _health_waits(session: aiohttp.ClientSession, url: str, done: asyncio.Event, waits: list[float]) -> None:
+    """`/health` calls one after the other until `done`; each one's wait (ms) into `waits`."""
+    while not done.is_set():
+        started = time.perf_counter()
+        async with session.get(url) as response:
+            await response.read()
+        waits.append((time.perf_counter() - started) * 1000)
+        await asyncio.sleep(0.01)
 
 
 # --- main ----------------------------------------------------------------------------------------
@@ -574,6 +593,13 @@ def main() -> int:
             "  operator reads with the cluster in place: "
             + ", ".join(
                 f"{label} {live[key + '_ms']:.0f} ms ({live[key + '_bytes'] / 1e6:.1f} MB)"
+                for label, key in (("/state", "state"), ("GET_STATE", "get_state"), ("/metrics/snapshot", "metrics"))
+            )
+        )
+        print(
+            "  longest /health wait meanwhile (the master's event loop stalled): "
+            + ", ".join(
+                f"{label} {live[key + '_stall_ms']:.0f} ms"
                 for label, key in (("/state", "state"), ("GET_STATE", "get_state"), ("/metrics/snapshot", "metrics"))
             )
         )

@@ -330,6 +330,18 @@ def _input_record(part: dict[str, Any]) -> bytes:
     return b"%d\n%s" % (len(body), body)
 
 
+async def _output_until(
+    session: aiohttp.ClientResponse, decoder: Decoder, marker: bytes
+) -> bytes:
+    """The session's output (of every stream) read until it holds `marker`."""
+    output = b""
+    while marker not in output:
+        chunk = await session.content.readany()
+        assert chunk, f"the session ended before {marker!r}: {output!r}"
+        output += b"".join(d for _, d in _process_io(chunk, decoder))
+    return output
+
+
 def _stdin(data: bytes) -> bytes:
     return _input_record(
         {
@@ -416,11 +428,8 @@ async def test_tty_session_is_resized_and_typed_into(
         url = proc.url + "/api/v1"
         async with s.post(url, json=call, headers=STREAMING) as session:
             assert session.status == 200
-            decoder, output = Decoder(), b""
-            while b"10 20" not in output:
-                chunk = await session.content.readany()
-                assert chunk, f"the session ended early: {output!r}"
-                output += b"".join(d for _, d in _process_io(chunk, decoder))
+            decoder = Decoder()
+            output = await _output_until(session, decoder, b"10 20")
             attach = b"".join(
                 [_input_record({"type": "CONTAINER_ID", "container_id": child}), resize]
             )
@@ -443,11 +452,7 @@ async def test_tty_session_interrupt(any_parent: tuple[AgentProcess, dict[str, A
         url = proc.url + "/api/v1"
         async with s.post(url, json=call, headers=STREAMING) as session:
             assert session.status == 200
-            decoder, output = Decoder(), b""
-            while b"ready" not in output:
-                chunk = await session.content.readany()
-                assert chunk, f"the session ended before it was ready: {output!r}"
-                output += b"".join(d for _, d in _process_io(chunk, decoder))
+            await _output_until(session, Decoder(), b"ready")
             # `sleep` may not have replaced the shell yet; ^C until the session ends.
             async def interrupts() -> AsyncIterator[bytes]:
                 yield _input_record({"type": "CONTAINER_ID", "container_id": child})

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import json
 import os
 import signal
@@ -18,6 +19,7 @@ from mesilla.v1.internal import AgentEvent, AgentEventType, RunTask
 from mesilla.v1.mesos import (
     AgentID,
     CommandInfo,
+    ContainerID,
     ContainerInfo,
     FrameworkID,
     FrameworkInfo,
@@ -25,6 +27,7 @@ from mesilla.v1.mesos import (
     TaskID,
     TaskInfo,
 )
+from tests.conftest import free_port
 from tests.integration.agent_fake_master import AgentProcess, FakeMaster
 
 pytestmark = [pytest.mark.integration]
@@ -560,3 +563,199 @@ async def test_tty_session(any_parent: tuple[AgentProcess, dict[str, Any]]) -> N
             s, proc, {"type": "WAIT_CONTAINER", "wait_container": {"container_id": child}}
         )
         assert status == 200 and result["wait_container"]["exit_status"] == 0
+
+
+def _resize(rows: int, columns: int) -> bytes:
+    return _input_record(
+        {
+            "type": "PROCESS_IO",
+            "process_io": {
+                "type": "CONTROL",
+                "control": {
+                    "type": "TTY_INFO",
+                    "tty_info": {"window_size": {"rows": rows, "columns": columns}},
+                },
+            },
+        }
+    )
+
+
+async def _until_in_file(path: str, wanted: bytes) -> bytes:
+    for _ in range(200):
+        with contextlib.suppress(FileNotFoundError), open(path, "rb") as f:
+            data = f.read()
+            if wanted in data:
+                return data
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"{wanted!r} never reached {path}")
+
+
+async def _switchboards_gone(proc: AgentProcess) -> None:
+    """Every I/O switchboard server of the agent has exited and left no directory."""
+    assert proc.agent is not None
+    root = os.path.join(proc.agent.flags.runtime_dir, "io_switchboards")
+    for _ in range(300):
+        if not os.path.exists(root) or not os.listdir(root):
+            break
+        await asyncio.sleep(0.05)
+    assert not os.path.exists(root) or not os.listdir(root)
+    for pid in os.listdir("/proc"):
+        with contextlib.suppress(OSError):
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                argv = f.read().split(b"\0")
+            assert not any(root.encode() in arg for arg in argv), argv
+
+
+async def _attach_output(s: aiohttp.ClientSession, url: str, container_id: Any) -> Any:
+    body = {
+        "type": "ATTACH_CONTAINER_OUTPUT",
+        "attach_container_output": {"container_id": container_id},
+    }
+    r = await s.post(url, json=body, headers=STREAMING)
+    assert r.status == 200, await r.text()
+    assert r.headers["Content-Type"] == "application/recordio"
+    return r
+
+
+async def test_tty_container_logs_is_attached_typed_into_and_resized(
+    any_parent: tuple[AgentProcess, dict[str, Any]],
+) -> None:
+    """A nested container with tty_info (not a session) gets a switchboard server: its
+    terminal's output goes to its sandbox's stdout and to ATTACH_CONTAINER_OUTPUT, and
+    ATTACH_CONTAINER_INPUT types into it and resizes it, one attacher at a time."""
+    proc, parent_id = any_parent
+    assert proc.agent is not None
+    child = {"value": "tty-nested", "parent": parent_id}
+    launch = {
+        "type": "LAUNCH_NESTED_CONTAINER",
+        "launch_nested_container": {
+            "container_id": child,
+            "command": {"value": "stty size; read line; echo got $line; stty size"},
+            "container": {
+                "type": "MESOS",
+                "tty_info": {"window_size": {"rows": 10, "columns": 20}},
+            },
+        },
+    }
+    url = proc.url + "/api/v1"
+    parent_config = proc.agent.containerizer.config(ContainerID(value=parent_id["value"]))
+    assert parent_config is not None
+    stdout = os.path.join(parent_config.sandbox, "containers", "tty-nested", "stdout")
+    release = asyncio.Event()
+
+    async def body() -> AsyncIterator[bytes]:
+        yield _input_record({"type": "CONTAINER_ID", "container_id": child})
+        yield _resize(40, 120)
+        await release.wait()  # held open: a second attacher meanwhile is refused
+        yield _stdin(b"hello\n")
+
+    async with aiohttp.ClientSession() as s:
+        status, _ = await _call(s, proc, launch)
+        assert status == 200
+        # Output is streamed from the moment of attaching: wait for the first line.
+        await _until_in_file(stdout, b"10 20")
+        output = await _attach_output(s, url, child)
+
+        async def attach() -> int:
+            async with s.post(url, data=body(), headers=INPUT) as r:
+                return r.status
+
+        first = asyncio.create_task(attach())
+        try:
+            second = _input_record({"type": "CONTAINER_ID", "container_id": child})
+            for _ in range(100):
+                async with s.post(url, data=second, headers=INPUT) as r:
+                    if r.status == 409 and not first.done():
+                        break
+                if first.done():  # the second came first: the first was refused
+                    assert first.result() == 409
+                    first = asyncio.create_task(attach())
+                await asyncio.sleep(0.05)
+            assert r.status == 409
+        finally:
+            release.set()
+        assert await first == 200
+        records = _process_io(await output.read())
+        output.release()
+        assert {k for k, _ in records} == {"STDOUT"}
+        attached = b"".join(d for _, d in records).decode()
+        assert attached.split("\r\n")[-4:] == ["hello", "got hello", "40 120", ""], attached
+        status, result = await _call(
+            s, proc, {"type": "WAIT_CONTAINER", "wait_container": {"container_id": child}}
+        )
+        assert status == 200 and result["wait_container"]["exit_status"] == 0
+        logged = (await _until_in_file(stdout, b"40 120")).decode()
+        assert logged.split("\r\n") == ["10 20", "hello", "got hello", "40 120", ""], logged
+        # Once ended, nothing is left to attach to (as for an ended session).
+        await _switchboards_gone(proc)
+        status, _ = await _call(
+            s,
+            proc,
+            {"type": "ATTACH_CONTAINER_OUTPUT", "attach_container_output": {"container_id": child}},
+        )
+        assert status == 404
+        remove = {"type": "REMOVE_CONTAINER", "remove_container": {"container_id": child}}
+        assert (await _call(s, proc, remove))[0] == 200
+
+
+@pytest.mark.parametrize("launcher", ["posix", "linux"])
+async def test_tty_container_survives_an_agent_restart(tmp_path: Any, launcher: str) -> None:
+    """The switchboard server outlives its agent: the next one attaches to it again."""
+    if launcher == "linux" and os.geteuid() != 0:
+        pytest.skip("the linux launcher needs root")
+    master = FakeMaster()
+    await master.start()
+    port = free_port()
+    first, second = (
+        AgentProcess(
+            master,
+            str(tmp_path / "work"),
+            str(tmp_path / "run"),
+            f"--launcher={launcher}",
+            f"--port={port}",
+        )
+        for _ in range(2)
+    )
+    container = {"value": "tty-standalone"}
+    launch = {
+        "type": "LAUNCH_CONTAINER",
+        "launch_container": {
+            "container_id": container,
+            "command": {"value": "echo before; read line; echo got $line"},
+            "resources": [{"name": "cpus", "type": "SCALAR", "scalar": {"value": 0.1}}],
+            "container": {"type": "MESOS", "tty_info": {}},
+        },
+    }
+    stdout = str(tmp_path / "work" / "containers" / "tty-standalone" / "stdout")
+    try:
+        await first.start()
+        async with aiohttp.ClientSession() as s:
+            assert (await _call(s, first, launch))[0] == 200
+            await _until_in_file(stdout, b"before")
+        await first.stop(destroy=False)
+        master.drop_stream()
+
+        await second.start()
+        url = second.url + "/api/v1"
+        async with aiohttp.ClientSession() as s:
+            output = await _attach_output(s, url, container)
+            typed = _input_record({"type": "CONTAINER_ID", "container_id": container})
+            async with s.post(url, data=typed + _stdin(b"hello\n"), headers=INPUT) as r:
+                assert r.status == 200
+            attached = b"".join(d for _, d in _process_io(await output.read()))
+            output.release()
+            assert b"got hello\r\n" in attached, attached
+            status, result = await _call(
+                s, second, {"type": "WAIT_CONTAINER", "wait_container": {"container_id": container}}
+            )
+            assert status == 200 and result["wait_container"]["exit_status"] == 0
+            assert (await _until_in_file(stdout, b"got hello")).split(b"\r\n") == [
+                b"before", b"hello", b"got hello", b""
+            ]  # fmt: skip
+            await _switchboards_gone(second)
+            remove = {"type": "REMOVE_CONTAINER", "remove_container": {"container_id": container}}
+            assert (await _call(s, second, remove))[0] == 200
+    finally:
+        await second.stop()
+        await first.stop()
+        await master.stop()

@@ -15,7 +15,8 @@
 
 The `_NESTED_` variants are the deprecated names of the same calls, which
 also require a parent. Sessions and ATTACH_CONTAINER_OUTPUT/_INPUT are in
-`mesilla.agent.container_io`.
+`mesilla.agent.container_io`; a container with `tty_info` (not a session)
+gets its terminal from a switchboard server (`mesilla.agent.io_switchboard`).
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from mesilla.agent import checkpoints
 from mesilla.agent.agent import Agent
 from mesilla.agent.agent_api import AgentApi
 from mesilla.agent.container_io import Sessions
+from mesilla.agent.io_switchboard import Servers, requires_server
 from mesilla.common.errors import BadRequest, HttpError, NotFound, UnsupportedMediaType
 from mesilla.containerizer.containerizer import (
     ContainerLaunchError,
@@ -112,8 +114,9 @@ def _targeted_part(call: api.Call, name: str, type_: type[_Targeted], nested: bo
 
 
 class ContainerCalls:
-    def __init__(self, agent: Agent) -> None:
+    def __init__(self, agent: Agent, servers: Servers) -> None:
         self.agent = agent
+        self.servers = servers
 
     @property
     def containerizer(self):  # type: ignore[no-untyped-def]
@@ -175,10 +178,27 @@ class ContainerCalls:
             console_socket=console_socket,
         )
         os.makedirs(sandbox, exist_ok=True)
+        server = requires_server(launch.container, container_class)
+        if server:
+            try:
+                config.console_socket = await self.servers.start(container_id, sandbox)
+            except FileExistsError:
+                return web.Response(status=202)  # the id is in use
+            except OSError as exc:
+                raise BadRequest(f"Failed to start the I/O switchboard: {exc}") from None
         try:
             result = await self.containerizer.launch(container_id, config)
-        except ContainerLaunchError as exc:
-            raise BadRequest(str(exc)) from None
+        except BaseException as exc:
+            if server:
+                await self.servers.stop(container_id)
+            if isinstance(exc, ContainerLaunchError):
+                raise BadRequest(str(exc)) from None
+            raise
+        if server:
+            if result is LaunchResult.SUCCESS:
+                self.servers.watch(container_id)
+            else:
+                await self.servers.stop(container_id)
         if result is LaunchResult.ALREADY_LAUNCHED:
             return web.Response(status=202)
         if result is LaunchResult.NOT_SUPPORTED:
@@ -224,8 +244,10 @@ class ContainerCalls:
 
 
 def install(agent_api: AgentApi, agent: Agent) -> None:
-    calls = ContainerCalls(agent)
-    sessions = Sessions(agent)
+    servers = Servers(agent)
+    agent.spawn(servers.recover(), "recovery of the I/O switchboards")
+    calls = ContainerCalls(agent, servers)
+    sessions = Sessions(agent, servers)
     t = api.CallType
 
     async def session(call: api.Call, request: web.Request) -> web.StreamResponse:

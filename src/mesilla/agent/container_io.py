@@ -27,6 +27,10 @@ which its launcher allocates and sends to the switchboard over a console
 socket (`mesilla.containerizer.console`): the pty's slave is its stdin, stdout
 and stderr (and controlling terminal), everything it writes comes back as
 STDOUT, and STDIN data goes to the master.
+
+Any other container with `tty_info` has its terminal in a switchboard server
+(`mesilla.agent.io_switchboard`): attaching to it connects to that server,
+with the same HTTP behaviour, also after an agent restart.
 """
 
 from __future__ import annotations
@@ -37,11 +41,21 @@ import contextlib
 import logging
 import os
 import shutil
-from typing import Any
+from collections.abc import AsyncIterator
+from typing import Any, Protocol
 
 from aiohttp import web
 
+from mesilla.agent import io_switchboard_server
 from mesilla.agent.agent import Agent
+from mesilla.agent.io_switchboard import (
+    InputBusy,
+    InputClosed,
+    NoServer,
+    RemoteInput,
+    ServerGone,
+    Servers,
+)
 from mesilla.common import recordio
 from mesilla.common.errors import (
     BadRequest,
@@ -87,10 +101,6 @@ def _heartbeat() -> bytes:
         },
     }
     return recordio.encode(codec.encode(message))
-
-
-class InputClosed(Exception):
-    """The container's stdin was closed (end-of-file sent, or the container ended)."""
 
 
 class Switchboard:
@@ -245,8 +255,9 @@ class Switchboard:
 class Sessions:
     """The switchboards of the agent's session containers, by container id."""
 
-    def __init__(self, agent: Agent) -> None:
+    def __init__(self, agent: Agent, servers: Servers) -> None:
         self.agent = agent
+        self.servers = servers
         self._boards: dict[ContainerID, Switchboard] = {}
 
     def directory(self, container_id: ContainerID) -> str:
@@ -315,30 +326,51 @@ class Sessions:
             self._boards.pop(container_id, None)
             board.close()
 
-    def _board(self, container_id: ContainerID) -> Switchboard:
-        board = self._boards.get(container_id)
-        if board is None:
+    async def _connect(
+        self, container_id: ContainerID, role: bytes
+    ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+        """A connection to the container's switchboard server, or the HTTP error."""
+        try:
+            return await self.servers.connect(container_id, role)
+        except NoServer:
             if container_id in self.agent.containerizer.containers():
                 raise BadRequest(
-                    f"Container {container_id} has no I/O switchboard: only sessions can be "
-                    "attached"
-                )
-            raise NotFound(f"Container {container_id} cannot be found")
-        return board
+                    f"Container {container_id} has no I/O switchboard: only sessions and "
+                    "containers with a TTY can be attached"
+                ) from None
+            raise NotFound(f"Container {container_id} cannot be found") from None
+        except ServerGone:
+            raise BadRequest(
+                f"Container {container_id} has ended: its I/O switchboard is gone"
+            ) from None
+        except InputBusy:
+            raise Conflict(f"Container {container_id} already has an input attached") from None
 
     async def attach_output(
         self, request: web.Request, container_id: ContainerID
     ) -> web.StreamResponse:
         check_streaming_accept(request)
-        queue = self._board(container_id).listen()
-        response = web.StreamResponse(
-            status=200,
-            headers={"Content-Type": RECORDIO, "Message-Content-Type": "application/json"},
-        )
-        response.enable_chunked_encoding()
-        await response.prepare(request)
-        await _stream(request, response, queue)
-        await _finish(response)
+        board = self._boards.get(container_id)
+        relay: asyncio.Task[None] | None = None
+        if board is not None:
+            queue = board.listen()
+        else:
+            reader, writer = await self._connect(container_id, io_switchboard_server.OUTPUT)
+            queue = asyncio.Queue()
+            relay = asyncio.create_task(_relay(reader, queue))
+        try:
+            response = web.StreamResponse(
+                status=200,
+                headers={"Content-Type": RECORDIO, "Message-Content-Type": "application/json"},
+            )
+            response.enable_chunked_encoding()
+            await response.prepare(request)
+            await _stream(request, response, queue)
+            await _finish(response)
+        finally:
+            if relay is not None:
+                relay.cancel()
+                writer.close()
         return response
 
     async def attach_input(self, request: web.Request) -> web.StreamResponse:
@@ -364,17 +396,33 @@ class Sessions:
                 "Expecting the first record to be 'attach_container_input' of type "
                 "CONTAINER_ID with its 'container_id'"
             )
-        board = self._board(attach.container_id)
+        board = self._boards.get(attach.container_id)
+        if board is None:
+            _, writer = await self._connect(attach.container_id, io_switchboard_server.INPUT)
+            try:
+                await _feed_all(RemoteInput(writer), records)
+            finally:
+                writer.close()
+            return web.Response(status=200)
         if board.input_attached:
             raise Conflict(f"Container {attach.container_id} already has an input attached")
         board.input_attached = True
         try:
-            async for call in records:
-                if not await _feed(board, call):
-                    break
+            await _feed_all(board, records)
         finally:
             board.input_attached = False
         return web.Response(status=200)
+
+
+async def _relay(reader: asyncio.StreamReader, queue: asyncio.Queue[bytes | None]) -> None:
+    """Queues what a switchboard server outputs as STDOUT records; None at its end."""
+    try:
+        while data := await reader.read(65536):
+            queue.put_nowait(_record("STDOUT", data))
+    except ConnectionError:
+        pass  # the server went away: the end as well
+    finally:
+        queue.put_nowait(None)
 
 
 async def _calls(request: web.Request) -> Any:
@@ -386,7 +434,19 @@ async def _calls(request: web.Request) -> Any:
         raise BadRequest("The request body ended in the middle of a RecordIO record")
 
 
-async def _feed(board: Switchboard, call: api.Call) -> bool:
+class _Input(Protocol):
+    async def write_input(self, data: bytes) -> None: ...
+
+    async def resize(self, window_size: dict[str, Any]) -> None: ...
+
+
+async def _feed_all(target: _Input, records: AsyncIterator[api.Call]) -> None:
+    async for call in records:
+        if not await _feed(target, call):
+            break
+
+
+async def _feed(board: _Input, call: api.Call) -> bool:
     """Applies one PROCESS_IO record; False once the container's stdin is closed."""
     part = call.attach_container_input
     if (

@@ -210,12 +210,11 @@ class Servers:
         try:
             writer.write(role)
             await writer.drain()
-            if role == server.INPUT:
-                reply = await reader.read(1)
-                if reply == server.BUSY:
-                    raise InputBusy
-                if reply != server.ACCEPTED:
-                    raise ServerGone
+            reply = await reader.read(1)
+            if reply == server.BUSY:
+                raise InputBusy
+            if reply != server.ACCEPTED:
+                raise ServerGone
         except BaseException:
             writer.close()
             raise

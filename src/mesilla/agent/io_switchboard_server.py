@@ -13,13 +13,13 @@ restart (as Mesos's `mesos-io-switchboard`). It
   DIRECTORY, so the 108-byte limit of socket paths applies to no long path);
 * writes its pid to `DIRECTORY/pid`, then `ready` and a newline to fd 1;
 * exits once the master reads end-of-file or EIO (every slave is closed: the
-  container ended), after closing its clients' connections (their EOF), or on
-  SIGTERM.
+  container ended) or on SIGTERM, after closing its clients' connections
+  (their EOF).
 
 The protocol with the agent. A client connects and sends one line:
 
-* `OUTPUT\\n`: from then on it receives every byte the terminal outputs, raw,
-  until the connection closes (the container ended).
+* `OUTPUT\\n`: it receives one byte, `+`, and from then on every byte the
+  terminal outputs, raw, until the connection closes (the container ended).
 * `INPUT\\n`: it receives one byte, `+` if it is the input client now, `!` if
   another one is (then the connection closes). Then it sends frames: a type
   byte, a 4-byte big-endian length, and that many bytes:
@@ -115,11 +115,28 @@ class Server:
         self.selector.register(self.listener, selectors.EVENT_READ, self.accept)
 
     def run(self):
-        while self.master is None or self.master >= 0:
+        # SIGTERM only wakes the loop up: raised in a handler, it could cut a send short.
+        wakeup_r, wakeup_w = os.pipe()
+        os.set_blocking(wakeup_w, False)
+        signal.set_wakeup_fd(wakeup_w)
+        signal.signal(signal.SIGTERM, lambda signum, frame: None)
+        self.selector.register(wakeup_r, selectors.EVENT_READ, self.stop)
+        while not self.stopped:
             for key, events in self.selector.select():
-                if self.master == -1:
+                if self.stopped:
                     break
                 key.data(key.fileobj, events)
+
+    @property
+    def stopped(self):
+        return self.master == -1
+
+    def stop(self, wakeup, events):
+        os.read(wakeup, 64)
+        if self.master is not None and self.master >= 0:
+            self.selector.unregister(self.master)
+            os.close(self.master)
+        self.master = -1
 
     def receive_master(self, listener, events):
         connection, _ = listener.accept()
@@ -203,7 +220,9 @@ class Server:
                     return
                 self.input = client
                 self.send(client, ACCEPTED)
-            elif client.role != OUTPUT:
+            elif client.role == OUTPUT:
+                self.send(client, ACCEPTED)  # output from now on reaches it
+            else:
                 self.drop(client)
                 return
         if client.role == INPUT:
@@ -320,13 +339,8 @@ class Server:
             pass
 
 
-def terminate(signum, frame):
-    raise SystemExit(0)
-
-
 def main(args):
     directory, console_path, stdout_path = args
-    signal.signal(signal.SIGTERM, terminate)
     signal.signal(signal.SIGPIPE, signal.SIG_IGN)
     os.chdir(directory)
     server = Server(console_path, stdout_path)

@@ -74,6 +74,8 @@ class Running:
         sock.settimeout(10)
         sock.connect(str(self.directory / server.SOCKET))
         sock.sendall(role)
+        if role == server.OUTPUT:
+            assert sock.recv(1) == server.ACCEPTED  # output from now on reaches it
         return sock
 
     def close(self) -> None:

@@ -652,6 +652,8 @@ async def test_tty_container_logs_is_attached_typed_into_and_resized(
     async with aiohttp.ClientSession() as s:
         status, _ = await _call(s, proc, launch)
         assert status == 200
+        status, _ = await _call(s, proc, launch)
+        assert status == 202  # the id is in use, its switchboard too
         # Output is streamed from the moment of attaching: wait for the first line.
         await _until_in_file(stdout, b"10 20")
         output = await _attach_output(s, url, child)

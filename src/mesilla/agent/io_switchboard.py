@@ -172,7 +172,7 @@ class Servers:
                     container_id = codec.decode(f.read(), ContainerID)
             except (OSError, BadRequest) as exc:
                 log.warning("Removing the unreadable I/O switchboard %s: %s", directory, exc)
-                await _end(directory)
+                await _end(directory, 0.0)
                 shutil.rmtree(directory, ignore_errors=True)
                 continue
             self.watch(container_id)
@@ -180,11 +180,12 @@ class Servers:
     async def _reap(self, container_id: ContainerID) -> None:
         # Unknown (not recovered) containers return at once: their servers go too.
         await self.agent.containerizer.wait(container_id)
-        await self.stop(container_id)
+        await self.stop(container_id, TERMINATION_GRACE)
 
-    async def stop(self, container_id: ContainerID) -> None:
+    async def stop(self, container_id: ContainerID, grace: float = 0.0) -> None:
+        """Ends the server (after `grace` to exit by itself) and removes its directory."""
         directory = self.directory(container_id)
-        await _end(directory)
+        await _end(directory, grace)
         shutil.rmtree(directory, ignore_errors=True)
 
     async def connect(
@@ -233,8 +234,9 @@ async def _read_line(fd: int) -> bytes:
         transport.close()
 
 
-async def _end(directory: str) -> None:
-    """Lets the server in `directory` exit, then makes it (SIGTERM, then SIGKILL)."""
+async def _end(directory: str, grace: float) -> None:
+    """Gives the server in `directory` `grace` to exit, then makes it (SIGTERM, then
+    SIGKILL after TERMINATION_GRACE)."""
     try:
         with open(os.path.join(directory, server.PID_FILE)) as f:
             pid = int(f.read())
@@ -242,14 +244,15 @@ async def _end(directory: str) -> None:
     except (OSError, ValueError):
         return  # never started, or gone
     try:
-        for sig in (None, signal.SIGTERM, signal.SIGKILL):
-            if sig is not None:
-                if not _is_server(pid, directory):
-                    break  # the pid is another process's now
-                log.info("Sending %s to the I/O switchboard server in %s", sig.name, directory)
-                signal.pidfd_send_signal(pidfd, sig)
-            if await _exited(pidfd, TERMINATION_GRACE):
-                break
+        if await _exited(pidfd, grace) or not _is_server(pid, directory):
+            return  # exited, or the pid is another process's now
+        log.info("Sending SIGTERM to the I/O switchboard server in %s", directory)
+        signal.pidfd_send_signal(pidfd, signal.SIGTERM)
+        if await _exited(pidfd, TERMINATION_GRACE):
+            return
+        log.warning("Sending SIGKILL to the I/O switchboard server in %s", directory)
+        signal.pidfd_send_signal(pidfd, signal.SIGKILL)
+        await _exited(pidfd, TERMINATION_GRACE)
     finally:
         os.close(pidfd)
         with contextlib.suppress(ChildProcessError):

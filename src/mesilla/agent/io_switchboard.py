@@ -115,12 +115,13 @@ class Servers:
         console_directory = tempfile.mkdtemp(prefix="mesilla-console-")
         console_path = os.path.join(console_directory, "socket")
         ready_r, ready_w = os.pipe()
+        pid = 0
         argv = [
             sys.executable, "-I", "-S", SERVER_SCRIPT,
             directory, console_path, os.path.join(sandbox, "stdout"),
         ]  # fmt: skip
         try:
-            os.posix_spawn(
+            pid = os.posix_spawn(
                 sys.executable,
                 argv,
                 {},
@@ -145,6 +146,9 @@ class Servers:
             if ready != b"ready\n":
                 raise OSError(f"the I/O switchboard server of {container_id} failed to start")
         except BaseException:
+            if pid:  # it may not have got as far as its pid file
+                os.kill(pid, signal.SIGKILL)
+                await asyncio.to_thread(os.waitpid, pid, 0)
             await self.stop(container_id)
             shutil.rmtree(console_directory, ignore_errors=True)
             raise

@@ -23,7 +23,7 @@ import os
 import time
 import uuid
 from collections import deque
-from collections.abc import Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
 
 from mesilla import MESOS_VERSION
@@ -52,6 +52,7 @@ from mesilla.agent.status_update_manager import (
     StatusUpdateError,
     StatusUpdateManager,
 )
+from mesilla.common.blocking import in_thread
 from mesilla.common.durations import format_duration
 from mesilla.common.flags import Flags
 from mesilla.containerizer.types import ContainerTermination
@@ -276,8 +277,6 @@ class Agent:
             return None
         else:
             framework.info = info
-        if framework.checkpoint:
-            self.meta.framework(info)
         return framework
 
     def run_task(self, framework_info: FrameworkInfo, task: TaskInfo) -> None:
@@ -314,19 +313,24 @@ class Agent:
             return
         if executor is None:
             executor = self._create_executor(framework, info, command_task)
-            self._queue(executor, tasks, group)
-            self.spawn(self._launch_executor(framework, executor, tasks[0]), f"launch {executor}")
+            written = self._queue(framework, executor, tasks, group, new_executor=True)
+            self.spawn(
+                self._launch_executor(framework, executor, tasks[0], written),
+                f"launch {executor}",
+            )
         elif executor.state is ExecutorState.REGISTERING:
-            self._queue(executor, tasks, group)
+            self._queue(framework, executor, tasks, group)
         elif executor.state is ExecutorState.RUNNING:
-            self._checkpoint_tasks(executor, [executor.add_launched(task) for task in tasks])
             if group is not None:
                 event = ev.Event(
                     type=ev.EventType.LAUNCH_GROUP, launch_group=ev.LaunchGroup(task_group=group)
                 )
             else:
                 event = ev.Event(type=ev.EventType.LAUNCH, launch=ev.Launch(task=tasks[0]))
-            self.spawn(self._grow_and_deliver(executor, event), f"deliver to {executor}")
+            launched = [executor.add_launched(task) for task in tasks]
+            self._checkpoint_launch(
+                framework, executor, launched, then=lambda: self._grow_and_deliver(executor, event)
+            )
         else:
             state = (
                 TaskState.TASK_DROPPED if partition_aware(framework.info) else TaskState.TASK_LOST
@@ -358,22 +362,84 @@ class Agent:
             log.warning("Failed to update the resources of executor %s: %s", executor, exc)
 
     def _queue(
-        self, executor: Executor, tasks: list[TaskInfo], group: TaskGroupInfo | None
-    ) -> None:
+        self,
+        framework: Framework,
+        executor: Executor,
+        tasks: list[TaskInfo],
+        group: TaskGroupInfo | None,
+        *,
+        new_executor: bool = False,
+    ) -> asyncio.Task[None]:
         if group is not None:
             executor.queue_group(group)
         else:
             for task in tasks:
                 executor.queue_task(task)
         staging = TaskState.TASK_STAGING
-        self._checkpoint_tasks(
-            executor, [make_task(t, staging, executor.framework_id, self._id()) for t in tasks]
+        return self._checkpoint_launch(
+            framework,
+            executor,
+            [make_task(t, staging, executor.framework_id, self._id()) for t in tasks],
+            new_executor=new_executor,
         )
 
-    def _checkpoint_tasks(self, executor: Executor, tasks: list[Task]) -> None:
-        """Before anything is launched, as Mesos: a task group all at once."""
-        if executor.checkpoint:
-            self.meta.tasks(executor.id, executor.container_id.value, tasks)
+    def _checkpoint_launch(
+        self,
+        framework: Framework,
+        executor: Executor,
+        tasks: list[Task],
+        *,
+        new_executor: bool = False,
+        then: Callable[[], Awaitable[None]] | None = None,
+    ) -> asyncio.Task[None]:
+        """Checkpoints a launch before anything is launched, as Mesos: the framework, a new
+        executor, a task group all at once; `then` runs once that is durable.
+
+        The files are written in a worker thread (their fsyncs would stall
+        every other pod and executor on the event loop), after the
+        executor's earlier jobs (`in_order`), as is whatever sends tasks to
+        the executor.
+        """
+        if not executor.checkpoint:
+            return self.in_order(executor, then, f"deliver to {executor}")
+        launch = self.meta.launch(
+            executor.id,
+            executor.container_id.value,
+            tasks,
+            framework=framework.info,
+            executor=executor.info if new_executor else None,
+        )
+
+        async def checkpoint_then() -> None:
+            try:
+                await in_thread(launch.write)
+            except OSError as exc:
+                # Mesos aborts here: an agent that cannot checkpoint cannot promise
+                # recovery. It stops (its executors live on) and recovers when restarted.
+                log.critical("Failed to checkpoint a launch on executor %s: %s", executor, exc)
+                self.shutdown_requested.set()
+                raise
+            if then is not None:
+                await then()
+
+        return self.in_order(executor, checkpoint_then, f"checkpoint launch on {executor}")
+
+    def in_order(
+        self, executor: Executor, job: Callable[[], Awaitable[None]] | None, what: str
+    ) -> asyncio.Task[None]:
+        """Runs `job` once the executor's earlier jobs ended (whichever way), so that two
+        launches on one executor keep their order and a KILL never overtakes its task's
+        LAUNCH."""
+        previous = executor.in_flight
+
+        async def run() -> None:
+            if previous is not None:
+                await asyncio.gather(previous, return_exceptions=True)
+            if job is not None:
+                await job()
+
+        executor.in_flight = self.spawn(run(), what)
+        return executor.in_flight
 
     def _create_executor(
         self, framework: Framework, info: ExecutorInfo, command_task: bool
@@ -399,8 +465,6 @@ class Agent:
         )
         framework.executors[ex] = executor
         self.attach_sandbox(executor)
-        if executor.checkpoint:
-            self.meta.executor(fw, info, container_id.value)
         log.info("Launching executor %s in container %s", executor, container_id.value)
         return executor
 
@@ -414,8 +478,14 @@ class Agent:
         )
 
     async def _launch_executor(
-        self, framework: Framework, executor: Executor, first_task: TaskInfo
+        self,
+        framework: Framework,
+        executor: Executor,
+        first_task: TaskInfo,
+        checkpointed: asyncio.Task[None],
     ) -> None:
+        # Not launched unless checkpointed (a failure is logged and stops the agent).
+        await asyncio.shield(checkpointed)
         env = executor_environment(
             self.flags,
             executor.info,
@@ -461,8 +531,12 @@ class Agent:
             return
         pid = status.get("executor_pid")
         if pid is not None:
-            self.meta.forked_pid(
-                executor.framework_id.value, executor.id, executor.container_id.value, pid
+            await in_thread(
+                self.meta.forked_pid,
+                executor.framework_id.value,
+                executor.id,
+                executor.container_id.value,
+                pid,
             )
 
     async def _watch_executor(self, executor: Executor) -> None:
@@ -884,9 +958,14 @@ class Agent:
         )
 
     def send_to_executor(self, executor: Executor, event: ev.Event) -> None:
-        if executor.stream is None:
-            log.debug("Executor %s has no connection; dropping %s", executor, event.type.value)
-            return
-        self.spawn(executor.stream.send(event), f"send {event.type.value} to {executor}")
+        """Sends after the executor's pending launches (`in_order`)."""
+
+        async def send() -> None:
+            if executor.stream is None:
+                log.debug("Executor %s has no connection; dropping %s", executor, event.type.value)
+                return
+            await executor.stream.send(event)
+
+        self.in_order(executor, send, f"send {event.type.value} to {executor}")
 
     # -- executor subscription ---------------------------------------------------------

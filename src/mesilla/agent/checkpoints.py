@@ -352,6 +352,48 @@ def checkpoint_agent(work_dir: str, info: AgentInfo) -> None:
     )
 
 
+@dataclass
+class LaunchCheckpoint:
+    """The files of one launch (`MetaDir.launch`): `framework.info` and, for a
+    new executor, `executor.info` and the run as its `runs/latest`; the tasks
+    (a task, or a task group) as a unit.
+
+    `write` writes the files of each step in one batch
+    (`files.write_all_atomically`), renamed in order, so a killed agent
+    leaves a prefix (and a crashed host, on a journaling file system that
+    commits renames in order): never a task without its framework and
+    executor. A group's `task.info` files are written while `task_group.pending` lists them, and that file
+    goes once all are durable. Recovery discards the tasks a pending file
+    still lists, so a crash at any instant leaves the whole group checkpointed
+    or none of it, as a pod is launched as one unit.
+    """
+
+    first: list[tuple[str, bytes]]
+    latest: tuple[str, str] | None  # (link, run directory)
+    pending: tuple[str, bytes] | None
+    tasks: list[tuple[str, bytes]]
+
+    def write(self) -> None:
+        """Durable on return."""
+        if self.pending is None:
+            files.write_all_atomically(self.first + self.tasks)
+            self._link_latest()
+            return
+        files.write_all_atomically([*self.first, self.pending])
+        self._link_latest()
+        files.write_all_atomically(self.tasks)
+        os.unlink(self.pending[0])
+        files.fsync_directory(os.path.dirname(self.pending[0]))
+
+    def _link_latest(self) -> None:
+        # After the batch that created the run's directory: recovery ignores
+        # the run (and its tasks) until the link is there.
+        if self.latest is not None:
+            link, run_dir = self.latest
+            paths.update_latest_symlink(link, run_dir)
+            files.fsync_directory(os.path.dirname(link))
+
+
 class MetaDir:
     """Writes one agent's checkpoints (only for frameworks with `checkpoint: true`)."""
 
@@ -363,37 +405,39 @@ class MetaDir:
         assert info.id is not None
         checkpoint(paths.framework_info_path(self.work_dir, self.agent_id, info.id.value), info)
 
-    def executor(self, framework_id: str, info: ExecutorInfo, container_id: str) -> None:
-        """executor.info, and the run's directory as the executor's `runs/latest`."""
-        ex = info.executor_id.value
-        checkpoint(paths.executor_info_path(self.work_dir, self.agent_id, framework_id, ex), info)
-        run = paths.run_meta_dir(self.work_dir, self.agent_id, framework_id, ex, container_id)
-        os.makedirs(run, exist_ok=True)
-        paths.update_latest_symlink(os.path.join(os.path.dirname(run), paths.LATEST), run)
-
     def _run(
         self, framework_id: str, executor_id: str, container_id: str
     ) -> tuple[str, str, str, str, str]:
         return (self.work_dir, self.agent_id, framework_id, executor_id, container_id)
 
-    def tasks(self, executor_id: str, container_id: str, tasks: list[Task]) -> None:
-        """Checkpoints the tasks of one launch (a task, or a task group) as a unit.
-
-        A group's `task.info` files are written while `task_group.pending`
-        lists them, and that file goes once all are durable. Recovery discards
-        the tasks a pending file still lists, so a crash at any instant leaves
-        the whole group checkpointed or none of it, as a pod is launched as
-        one unit.
-        """
-        run = self._run(tasks[0].framework_id.value, executor_id, container_id)
-        pending = paths.pending_task_group_path(*run) if len(tasks) > 1 else None
-        if pending is not None:
-            files.write_atomically(pending, msgspec.json.encode([t.task_id.value for t in tasks]))
-        for task in tasks:
-            checkpoint(paths.task_info_path(*run, task.task_id.value), task)
-        if pending is not None:
-            os.unlink(pending)
-            files.fsync_directory(os.path.dirname(pending))
+    def launch(
+        self,
+        executor_id: str,
+        container_id: str,
+        tasks: list[Task],
+        *,
+        framework: FrameworkInfo | None = None,
+        executor: ExecutorInfo | None = None,
+    ) -> LaunchCheckpoint:
+        """The checkpoint of one launch, encoded now (the messages may change
+        once the caller goes on), to `write` in any thread."""
+        fw = tasks[0].framework_id.value
+        run = self._run(fw, executor_id, container_id)
+        first: list[tuple[str, bytes]] = []
+        if framework is not None:
+            path = paths.framework_info_path(self.work_dir, self.agent_id, fw)
+            first.append((path, codec.encode(framework)))
+        latest = None
+        if executor is not None:
+            first.append((paths.executor_info_path(*run[:4]), codec.encode(executor)))
+            run_dir = paths.run_meta_dir(*run)
+            latest = (os.path.join(os.path.dirname(run_dir), paths.LATEST), run_dir)
+        task_files = [(paths.task_info_path(*run, t.task_id.value), codec.encode(t)) for t in tasks]
+        pending = None
+        if len(tasks) > 1:
+            ids = msgspec.json.encode([t.task_id.value for t in tasks])
+            pending = (paths.pending_task_group_path(*run), ids)
+        return LaunchCheckpoint(first, latest, pending, task_files)
 
     def task_updates_path(
         self, framework_id: str, executor_id: str, container_id: str, task_id: str

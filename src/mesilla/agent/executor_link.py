@@ -14,6 +14,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import socket
 import time
@@ -21,6 +22,7 @@ from typing import Any
 
 from mesilla.agent.agent import Agent, AgentStatus, partition_aware
 from mesilla.agent.state import Executor, ExecutorState, Framework, FrameworkState
+from mesilla.common.blocking import in_thread
 from mesilla.common.errors import BadRequest
 from mesilla.v1 import codec
 from mesilla.v1 import executor as ev
@@ -55,7 +57,10 @@ async def subscribe(
     executor.stream = stream
     executor.cancel_timers()
     if executor.checkpoint:
-        agent.meta.http_marker(framework.id.value, executor.id, executor.container_id.value)
+        marker = (framework.id.value, executor.id, executor.container_id.value)
+        agent.in_order(
+            executor, lambda: in_thread(agent.meta.http_marker, *marker), f"mark {executor}"
+        )
     for unacked in subscribe.unacknowledged_updates:
         await update(agent, framework, executor, unacked.status)
     known = {t.task_id.value for t in subscribe.unacknowledged_tasks}
@@ -78,7 +83,7 @@ async def subscribe(
         )
         agent.end_executor(framework, executor)
         return
-    await stream.send(
+    events = [
         ev.Event(
             type=ev.EventType.SUBSCRIBED,
             subscribed=ev.Subscribed(
@@ -88,14 +93,20 @@ async def subscribe(
                 container_id=executor.container_id,
             ),
         )
-    )
+    ]
     lone, groups = executor.launch_queued()
-    for info in lone:
-        await stream.send(ev.Event(type=ev.EventType.LAUNCH, launch=ev.Launch(task=info)))
-    for group in groups:
-        await stream.send(
-            ev.Event(type=ev.EventType.LAUNCH_GROUP, launch_group=ev.LaunchGroup(task_group=group))
-        )
+    events += [ev.Event(type=ev.EventType.LAUNCH, launch=ev.Launch(task=info)) for info in lone]
+    events += [
+        ev.Event(type=ev.EventType.LAUNCH_GROUP, launch_group=ev.LaunchGroup(task_group=group))
+        for group in groups
+    ]
+
+    async def deliver() -> None:
+        for event in events:
+            await stream.send(event)
+
+    # After the queued tasks' checkpoints are durable, before any later launch.
+    await asyncio.shield(agent.in_order(executor, deliver, f"subscribe {executor}"))
 
 
 async def update(

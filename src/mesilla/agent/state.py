@@ -105,6 +105,9 @@ class Executor:
     # Serializes the executor's status updates, which wait on the containerizer.
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     timers: list[asyncio.TimerHandle] = field(default_factory=list)
+    # The last of the agent's jobs for this executor that run one after the
+    # other: launch checkpoints (written in a thread) and what is sent to it.
+    in_flight: asyncio.Task[None] | None = None
 
     @property
     def id(self) -> str:

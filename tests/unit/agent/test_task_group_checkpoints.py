@@ -96,9 +96,9 @@ def _agent_tree(work_dir: str) -> checkpoints.MetaDir:
     """A checkpointed agent, framework and executor run that already has a lone task."""
     checkpoints.checkpoint_agent(work_dir, AgentInfo(hostname="h", id=AgentID(value=AGENT)))
     meta = checkpoints.MetaDir(work_dir, AGENT)
-    meta.framework(FrameworkInfo(user="u", name="n", id=FrameworkID(value=FW), checkpoint=True))
-    meta.executor(FW, ExecutorInfo(executor_id=ExecutorID(value=EX)), CID)
-    meta.tasks(EX, CID, [_task("lone")])
+    framework = FrameworkInfo(user="u", name="n", id=FrameworkID(value=FW), checkpoint=True)
+    executor = ExecutorInfo(executor_id=ExecutorID(value=EX))
+    meta.launch(EX, CID, [_task("lone")], framework=framework, executor=executor).write()
     return meta
 
 
@@ -122,7 +122,7 @@ async def test_a_crash_while_checkpointing_a_group_leaves_all_or_none(tmp_path: 
         meta = _agent_tree(work_dir)
         try:
             with crash_at(step):
-                meta.tasks(EX, CID, [_task(t) for t in GROUP])
+                meta.launch(EX, CID, [_task(t) for t in GROUP]).write()
         finally:
             recovered = _recovered_tasks(work_dir)
             assert recovered in ({"lone"}, {"lone", *GROUP}), (step, recovered)
@@ -141,11 +141,13 @@ async def test_a_crash_while_discarding_a_half_written_group_is_repaired_by_the_
 ) -> None:
     def half_written(work_dir: str) -> None:
         meta = _agent_tree(work_dir)
-        # After the marker and t0's task.info (each: fsync, rename, fsync of the directory).
-        with pytest.raises(Crash), crash_at(6):
-            meta.tasks(EX, CID, [_task(t) for t in GROUP])
+        # After the marker (fsync, rename, fsync of the directory), the group's three
+        # fsyncs and t0's rename.
+        with pytest.raises(Crash), crash_at(7):
+            meta.launch(EX, CID, [_task(t) for t in GROUP]).write()
         tasks_dir = os.path.dirname(paths.task_meta_dir(work_dir, AGENT, FW, EX, CID, "t0"))
         assert "t0" in os.listdir(tasks_dir) and _pending(work_dir)
+        assert os.path.exists(paths.task_info_path(work_dir, AGENT, FW, EX, CID, "t0"))
 
     async def recover_twice(step: int) -> None:
         work_dir = str(tmp_path / f"recover-{step}")
@@ -234,6 +236,14 @@ async def _recover(work_dir: str) -> Fates:
         await agent.close()
 
 
+async def _checkpointed(agent: Agent) -> None:
+    """Waits for the launch checkpoints the agent writes in a worker thread (and their Crash)."""
+    for framework in agent.frameworks.values():
+        for executor in framework.executors.values():
+            if executor.in_flight is not None:
+                await executor.in_flight
+
+
 def _assert_one_fate(reported: Fates, group: list[str]) -> bool:
     """The group's tasks are all unknown to the agent (the master then reports each one
     LOST the same way) or all end alike; True if they are known."""
@@ -253,6 +263,7 @@ async def test_an_agent_killed_during_a_pod_launch_recovers_the_pod_as_one(tmp_p
         try:
             with crash_at(step):
                 agent.run_task_group(FRAMEWORK, EXECUTOR, _pod(*GROUP))
+                await _checkpointed(agent)
         finally:
             await agent.close()  # dead: nothing it spawned runs
             reported = await _recover(work_dir)
@@ -273,12 +284,14 @@ async def test_an_agent_killed_while_adding_a_pod_to_a_running_executor(tmp_path
         agent = _new_agent(work_dir, AGENT)
         try:
             agent.run_task_group(FRAMEWORK, EXECUTOR, _pod("first"))
+            await _checkpointed(agent)
             # As if the executor had subscribed and got the first pod.
             executor = agent.frameworks[FW].executors[EX]
             executor.launch_queued()
             executor.state = ExecutorState.RUNNING
             with crash_at(step):
                 agent.run_task_group(FRAMEWORK, EXECUTOR, _pod(*GROUP))
+                await _checkpointed(agent)
         finally:
             await agent.close()
             reported = await _recover(work_dir)

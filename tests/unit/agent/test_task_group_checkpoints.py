@@ -18,11 +18,12 @@ from typing import Any
 import pytest
 
 from mesilla.agent import checkpoints, paths, recovery
-from mesilla.agent.agent import Agent
+from mesilla.agent.agent import Agent, AgentStatus
 from mesilla.agent.main import AGENT_FLAGS
 from mesilla.agent.state import ExecutorState
 from mesilla.common.flags import parse
 from mesilla.containerizer.types import ContainerTermination
+from mesilla.v1 import executor as ev
 from mesilla.v1.mesos import (
     AgentID,
     AgentInfo,
@@ -203,10 +204,24 @@ class NoContainers:
         return None
 
 
-def _new_agent(work_dir: str, agent_id: str | None) -> Agent:
+class RunningContainers(NoContainers):
+    """Containers that start and keep running."""
+
+    async def launch(self, container_id: ContainerID, config: Any) -> None:
+        return None
+
+    async def status(self, container_id: ContainerID) -> dict[str, Any]:
+        return {}
+
+    async def wait(self, container_id: ContainerID) -> ContainerTermination | None:
+        await asyncio.Event().wait()
+        return None
+
+
+def _new_agent(work_dir: str, agent_id: str | None, containerizer: Any = None) -> Agent:
     flags = parse(AGENT_FLAGS, ["--master=127.0.0.1:1", f"--work_dir={work_dir}"], environ={})
     info = AgentInfo(hostname="h", id=AgentID(value=agent_id) if agent_id else None)
-    return Agent(flags, NoContainers(), info)
+    return Agent(flags, containerizer or NoContainers(), info)
 
 
 def _pod(*task_ids: str) -> TaskGroupInfo:
@@ -253,7 +268,11 @@ def _assert_one_fate(reported: Fates, group: list[str]) -> bool:
     return bool(known)
 
 
-async def test_an_agent_killed_during_a_pod_launch_recovers_the_pod_as_one(tmp_path: Path) -> None:
+# A lone task too: its framework, executor and task are written in one batch.
+@pytest.mark.parametrize("group", [GROUP, ["solo"]])
+async def test_an_agent_killed_during_a_pod_launch_recovers_the_pod_as_one(
+    tmp_path: Path, group: list[str]
+) -> None:
     known: set[bool] = set()
 
     async def launch_then_recover(step: int) -> None:
@@ -262,12 +281,12 @@ async def test_an_agent_killed_during_a_pod_launch_recovers_the_pod_as_one(tmp_p
         agent = _new_agent(work_dir, AGENT)
         try:
             with crash_at(step):
-                agent.run_task_group(FRAMEWORK, EXECUTOR, _pod(*GROUP))
+                agent.run_task_group(FRAMEWORK, EXECUTOR, _pod(*group))
                 await _checkpointed(agent)
         finally:
             await agent.close()  # dead: nothing it spawned runs
             reported = await _recover(work_dir)
-            if _assert_one_fate(reported, GROUP):
+            if _assert_one_fate(reported, group):
                 assert {s for s, _ in reported.values()} == {TaskState.TASK_FAILED}
             known.add(bool(reported))
 
@@ -300,3 +319,52 @@ async def test_an_agent_killed_while_adding_a_pod_to_a_running_executor(tmp_path
 
     await until_no_crash(add_then_recover)
     assert known == {False, True}
+
+
+async def test_an_executor_hears_of_tasks_once_they_are_checkpointed_and_in_order(
+    tmp_path: Path,
+) -> None:
+    work_dir = str(tmp_path)
+    checkpoints.checkpoint_agent(work_dir, AgentInfo(hostname="h", id=AgentID(value=AGENT)))
+    agent = _new_agent(work_dir, AGENT, RunningContainers())
+    agent.status = AgentStatus.RUNNING
+    sent: list[tuple[ev.EventType, list[str], bool]] = []
+
+    class Stream:
+        """The executor's end of its SUBSCRIBE stream: what it hears, and whether the tasks
+        it hears of were checkpointed by then."""
+
+        def __init__(self, container_id: str) -> None:
+            self.container_id = container_id
+
+        async def send(self, event: ev.Event) -> None:
+            if event.launch_group is not None:
+                ids = [t.task_id.value for t in event.launch_group.task_group.tasks]
+            else:
+                assert event.kill is not None
+                ids = [event.kill.task_id.value]
+            durable = all(
+                os.path.exists(paths.task_info_path(work_dir, AGENT, FW, EX, self.container_id, t))
+                for t in ids
+            )
+            sent.append((event.type, ids, durable))
+
+        def close(self) -> None:
+            pass
+
+    try:
+        agent.run_task_group(FRAMEWORK, EXECUTOR, _pod("first"))
+        await _checkpointed(agent)
+        executor = agent.frameworks[FW].executors[EX]
+        executor.launch_queued()
+        executor.state = ExecutorState.RUNNING
+        executor.stream = Stream(executor.container_id.value)  # type: ignore[assignment]
+        agent.run_task_group(FRAMEWORK, EXECUTOR, _pod("a1", "a2"))
+        agent.run_task_group(FRAMEWORK, EXECUTOR, _pod("b1"))
+        agent.kill_task(FrameworkID(value=FW), "a1", None)
+        await _checkpointed(agent)
+    finally:
+        await agent.close()
+    group = ev.EventType.LAUNCH_GROUP
+    kill = ev.EventType.KILL
+    assert sent == [(group, ["a1", "a2"], True), (group, ["b1"], True), (kill, ["a1"], True)]

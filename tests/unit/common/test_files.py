@@ -51,3 +51,46 @@ def test_failed_rename_leaves_no_temporary(tmp_path: Path) -> None:
         files.write_atomically(str(target), b"data")
     assert os.listdir(tmp_path) == ["taken"]
     assert os.listdir(target) == ["child"]
+
+
+def test_a_batch_replaces_every_file_and_syncs_each_directory_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "old").mkdir()
+    (tmp_path / "old" / "kept.info").write_bytes(b"old")
+    synced: list[str] = []
+    real = files.fsync_directory
+    monkeypatch.setattr(files, "fsync_directory", lambda p: (synced.append(p), real(p)))
+    batch = [
+        (str(tmp_path / "old" / "kept.info"), b"new"),
+        (str(tmp_path / "old" / "added.info"), b"added"),
+        (str(tmp_path / "a" / "b" / "deep.info"), b"deep"),
+    ]
+    files.write_all_atomically(batch)
+    assert [Path(p).read_bytes() for p, _ in batch] == [b"new", b"added", b"deep"]
+    assert sorted(os.listdir(tmp_path / "old")) == ["added.info", "kept.info"]
+    # The files' directories, and the parents of the directories it created.
+    expected = [tmp_path / "old", tmp_path / "a" / "b", tmp_path / "a", tmp_path]
+    assert sorted(synced) == sorted(str(p) for p in expected)
+
+
+def test_a_failed_batch_renames_nothing_and_leaves_no_temporary(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    files.write_atomically(str(tmp_path / "one.info"), b"old")
+    calls = [0]
+    real_fsync = os.fsync
+
+    def second_fsync_fails(fd: int) -> None:
+        calls[0] += 1
+        if calls[0] == 2:
+            raise OSError(errno.EIO, "I/O error")
+        real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", second_fsync_fails)
+    with pytest.raises(OSError, match="I/O error"):
+        files.write_all_atomically(
+            [(str(tmp_path / "one.info"), b"new"), (str(tmp_path / "two.info"), b"two")]
+        )
+    assert os.listdir(tmp_path) == ["one.info"]
+    assert (tmp_path / "one.info").read_bytes() == b"old"

@@ -23,6 +23,11 @@ The default executor's cost, two ways:
     agent's GET_CONTAINERS) once all tasks run, and, from /proc, when it started
     relative to ACCEPT.
 
+With `--compare-python` (another checkout's interpreter, e.g. its `.venv/bin/python`),
+a second `mesilla local` runs that checkout's code beside this one, and its pods are
+interleaved with this checkout's one by one (alternating which goes first): the
+before/after of a change, with the host's noise hitting both alike.
+
 The image is built from Debian's busybox-static and served by a real
 docker-registry on 127.0.0.1. Everything lives under one temporary directory
 and is removed at the end, also after an error, Ctrl-C or SIGTERM.
@@ -87,6 +92,7 @@ class PodSample:
 class Results:
     mesilla: dict[int, list[PodSample]] = field(default_factory=dict)
     podman: dict[int, list[float]] = field(default_factory=dict)
+    compare: dict[int, list[PodSample]] = field(default_factory=dict)  # --compare-python
     podman_error: str | None = None
 
 
@@ -326,6 +332,11 @@ def install_podman() -> None:
 # --- the run -------------------------------------------------------------------------
 
 
+def _started_p50(samples: list[PodSample]) -> str:
+    started = [s.executor_started_ms for s in samples if s.executor_started_ms is not None]
+    return f"{Stats.of(started).p50:.0f}" if started else "-"
+
+
 def report(results: Results, startup: Startup) -> None:
     print("\nPod launch latency, ACCEPT to every task TASK_RUNNING (Mesilla) and `podman kube play` (ms):")
     print(f"  {'containers':>10}  {'Mesilla p50':>11}  {'p90':>7}  {'podman p50':>10}  {'p90':>7}  "
@@ -343,6 +354,16 @@ def report(results: Results, startup: Startup) -> None:
         print(line + f"  n={mine.n}")
     if results.podman_error:
         print(f"  podman: {results.podman_error}")
+    if any(results.compare.values()):
+        print("\nThis checkout against --compare-python's, pods interleaved (ms; the executor's"
+              " process start after ACCEPT from /proc, 10 ms ticks):")  # fmt: skip
+        print(f"  {'containers':>10}  {'other p50':>9}  {'this p50':>8}  {'this/other':>10}  "
+              f"{'executor started, other':>23}  {'this':>5}")  # fmt: skip
+        for size, samples in results.compare.items():
+            other = Stats.of([s.latency_ms for s in samples]).p50
+            this = Stats.of([s.latency_ms for s in results.mesilla[size]]).p50
+            print(f"  {size:>10}  {other:>9.0f}  {this:>8.0f}  {this / other:>10.2f}  "
+                  f"{_started_p50(samples):>23}  {_started_p50(results.mesilla[size]):>5}  n={len(samples)}")  # fmt: skip
 
     times, rss = startup.executor_ms, startup.executor_rss_kb
     print("\nThe default executor:")
@@ -374,32 +395,42 @@ async def run(args: argparse.Namespace, root: Path, cgroups_root: str, results: 
         push_image(registry.url, "library/busybox", "latest", build_image())
         image = f"{registry.host}/library/busybox:latest"
         startup = await executor_startup(args.executor_runs, root / "executor-startup")
-        cluster = LocalCluster(root / "cluster", extra_flags=[
-            "--launcher=linux", "--oci_runtime=runc",
-            f"--isolation={args.isolation}",
-            "--image_providers=docker", f"--docker_registry={registry.url}",
-            f"--docker_store_dir={root / 'store'}", "--image_provisioner_backend=overlay",
-            f"--cgroups_root={cgroups_root}", "--resources=cpus:16;mem:16384;disk:16384",
-            "--logging_level=WARNING",
-        ])  # fmt: skip
-        await asyncio.to_thread(cluster.start)
+
+        def local_cluster(name: str, cgroups: str, python: str) -> LocalCluster:
+            return LocalCluster(root / name, python=python, extra_flags=[
+                "--launcher=linux", "--oci_runtime=runc",
+                f"--isolation={args.isolation}",
+                "--image_providers=docker", f"--docker_registry={registry.url}",
+                f"--docker_store_dir={root / name / 'store'}", "--image_provisioner_backend=overlay",
+                f"--cgroups_root={cgroups}", "--resources=cpus:16;mem:16384;disk:16384",
+                "--logging_level=WARNING",
+            ])  # fmt: skip
+
+        clusters = [local_cluster("cluster", cgroups_root, sys.executable)]
+        if args.compare_python:
+            clusters.append(local_cluster("cluster-compare", f"{cgroups_root}-compare", args.compare_python))
         try:
-            await measure(args, cluster, image, root, results, podman_ref)
+            for cluster in clusters:
+                await asyncio.to_thread(cluster.start)
+            await measure(args, clusters, image, root, results, podman_ref)
         finally:
-            await asyncio.to_thread(cluster.stop)
+            for cluster in clusters:
+                await asyncio.to_thread(cluster.stop)
         return startup
     finally:
         registry.stop()
 
 
-async def measure(args: argparse.Namespace, cluster: LocalCluster, image: str, root: Path, results: Results,
-                  podman_ref: list[Podman]) -> None:  # fmt: skip
-    framework = Framework(cluster.master, "bench-pods")
-    await framework.start()
+async def measure(args: argparse.Namespace, clusters: list[LocalCluster], image: str, root: Path,
+                  results: Results, podman_ref: list[Podman]) -> None:  # fmt: skip
+    frameworks = [Framework(cluster.master, "bench-pods") for cluster in clusters]
     try:
-        pods = MesillaPods(cluster, framework, image)
+        for framework in frameworks:
+            await framework.start()
+        pods, *compare = [MesillaPods(c, f, image) for c, f in zip(clusters, frameworks, strict=True)]
         print("Warm-up: one Mesilla pod (pulls the image into the agent's store) ...", flush=True)
-        await pods.launch(1)
+        for each in (pods, *compare):
+            await each.launch(1)
         podman = None
         if shutil.which("podman") and not args.no_podman:
             podman = Podman(root / "podman", image)
@@ -414,15 +445,20 @@ async def measure(args: argparse.Namespace, cluster: LocalCluster, image: str, r
         elif not args.no_podman:
             results.podman_error = "not installed (run with --install-podman)"
         for size in args.sizes:
-            results.mesilla[size], results.podman[size] = [], []
+            results.mesilla[size], results.podman[size], results.compare[size] = [], [], []
             for i in range(args.pods):
+                if compare and i % 2:
+                    results.compare[size].append(await compare[0].launch(size))
                 results.mesilla[size].append(await pods.launch(size))
+                if compare and not i % 2:
+                    results.compare[size].append(await compare[0].launch(size))
                 if podman is not None:
                     results.podman[size].append(await asyncio.to_thread(podman.launch, size))
                 print(f"  {size} containers: pod {i + 1}/{args.pods}", end="\r", flush=True)
             print()
     finally:
-        await framework.close()
+        for framework in frameworks:
+            await framework.close()
 
 
 def main() -> int:
@@ -434,6 +470,8 @@ def main() -> int:
     parser.add_argument("--isolation", default="filesystem/linux,docker/runtime,posix/cpu,posix/mem")
     parser.add_argument("--install-podman", action="store_true", help="apt-get install -y podman first")
     parser.add_argument("--no-podman", action="store_true", help="measure Mesilla only")
+    parser.add_argument("--compare-python", metavar="PYTHON",
+                        help="another checkout's interpreter: its cluster's pods interleaved with these")  # fmt: skip
     args = parser.parse_args()
     if os.geteuid() != 0:
         print("pods.py needs root (the linux launcher)", file=sys.stderr)
@@ -457,7 +495,8 @@ def main() -> int:
         for p in podman:
             p.cleanup()
         print(f"Load average at the end: {load_average()}")
-        left = sweep(root, [cgroups_root], [root / "cluster" / "agent-0" / "run"])
+        left = sweep(root, [cgroups_root, f"{cgroups_root}-compare"],
+                     [root / name / "agent-0" / "run" for name in ("cluster", "cluster-compare")])  # fmt: skip
         if left:
             print(f"cleanup removed {len(left)} leftovers, e.g. {left[:3]}", file=sys.stderr)
     return code

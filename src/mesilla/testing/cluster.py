@@ -27,8 +27,10 @@ class ClusterError(RuntimeError):
 class LocalCluster:
     """A master and agents on 127.0.0.1 in their own process group, logging to a file."""
 
-    def __init__(self, work_dir: Path, *, num_agents: int = 1, extra_flags: list[str] | None = None) -> None:
+    def __init__(self, work_dir: Path, *, num_agents: int = 1, extra_flags: list[str] | None = None,
+                 python: str = sys.executable) -> None:  # fmt: skip
         self.work_dir = work_dir
+        self.python = python  # another checkout's interpreter runs that checkout's code
         self.num_agents = num_agents
         self.extra_flags = extra_flags or []
         self.master_port = free_port()
@@ -45,7 +47,7 @@ class LocalCluster:
         # Agents get consecutive ports from --agent_port; with one agent the
         # free port found above is used as is.
         args = [
-            sys.executable, "-m", "mesilla", "local",
+            self.python, "-m", "mesilla", "local",
             f"--work_dir={self.work_dir}",
             f"--port={self.master_port}",
             f"--agent_port={self.agent_ports[0]}",

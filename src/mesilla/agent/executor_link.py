@@ -127,14 +127,16 @@ async def update(
             else:
                 status.container_status = await _container_status(agent, executor, status)
                 agent.record_update(framework.id, executor, status)
-        # Acknowledged once the agent has taken charge, so the executor stops resending.
-        agent.send_to_executor(
-            executor,
-            ev.Event(
-                type=ev.EventType.ACKNOWLEDGED,
-                acknowledged=ev.Acknowledged(task_id=status.task_id, uuid=status.uuid),
-            ),
-        )
+    # Acknowledged once the agent has taken charge (checkpointed it), so the executor
+    # stops resending; a resend waits too, as its first copy may still be being written.
+    await agent.status_updates.durable(fw_id, task_id)
+    agent.send_to_executor(
+        executor,
+        ev.Event(
+            type=ev.EventType.ACKNOWLEDGED,
+            acknowledged=ev.Acknowledged(task_id=status.task_id, uuid=status.uuid),
+        ),
+    )
 
 
 async def _container_status(

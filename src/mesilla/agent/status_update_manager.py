@@ -10,7 +10,11 @@ As Mesos's task status update manager (`src/slave/task_status_update_manager.cpp
   an acknowledgement that is not for the head is ignored;
 * streams of checkpointing frameworks write every update and every
   acknowledgement to `task.updates` (fsync'ed) before acting on it, and are
-  rebuilt from that log on agent restart;
+  rebuilt from that log on agent restart. The appends run in a worker thread,
+  one stream's in order (their fsyncs would stall the agent's event loop, and
+  a pod's tasks report at once); the stream sends its head to the master, and
+  the agent acknowledges an update to its executor (`durable`), only once the
+  log has it;
 * the stream ends when its terminal update is acknowledged.
 
 While the agent is disconnected from the master the manager is paused (no
@@ -26,6 +30,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from mesilla.agent import checkpoints
+from mesilla.common.blocking import in_thread
 from mesilla.v1 import codec
 from mesilla.v1.internal import StatusUpdate
 from mesilla.v1.mesos import TaskState
@@ -54,10 +59,27 @@ class _Stream:
     terminated: bool = False
     retry: asyncio.TimerHandle | None = None
     interval: float = RETRY_INTERVAL_MIN
+    writes: asyncio.Task[None] | None = None  # the last append to `path`, in a worker thread
 
     def record(self, record: checkpoints.UpdateRecord) -> None:
-        if self.path is not None:
-            checkpoints.append_record(self.path, codec.encode(record))
+        """Appends the record after the stream's earlier ones (see `written`)."""
+        if self.path is None:
+            return
+        path, data, previous = self.path, codec.encode(record), self.writes
+
+        async def append() -> None:
+            if previous is not None:
+                await previous
+            await in_thread(checkpoints.append_record, path, data)
+
+        self.writes = asyncio.get_running_loop().create_task(append())
+        self.writes.add_done_callback(_log_failure)
+
+    async def written(self) -> None:
+        """Returns once the records so far are durable; raises if one could not be written
+        (then neither it nor any later record is, and the stream acts on none of them)."""
+        if self.writes is not None:
+            await asyncio.shield(self.writes)
 
     def apply(self, record: checkpoints.UpdateRecord) -> None:
         """Replays one record (live or from the checkpoint) onto the in-memory state."""
@@ -76,6 +98,11 @@ class _Stream:
     @property
     def finished(self) -> bool:
         return self.terminated and not self.pending
+
+
+def _log_failure(task: asyncio.Task[None]) -> None:
+    if not task.cancelled() and task.exception() is not None:
+        log.error("Failed to checkpoint a status update record", exc_info=task.exception())
 
 
 class StatusUpdateManager:
@@ -115,7 +142,7 @@ class StatusUpdateManager:
         stream.record(record)
         stream.apply(record)
         if len(stream.pending) == 1:
-            self._send_head(stream, reset=True)
+            self._send_head_when_written(stream)
         return True
 
     def acknowledgement(self, framework_id: str, task_id: str, uuid: bytes) -> bool | None:
@@ -138,8 +165,15 @@ class StatusUpdateManager:
             del self._streams[(framework_id, task_id)]
             return True
         if stream.pending:
-            self._send_head(stream, reset=True)
+            # Not before the ack is durable: a crash would resend the acked update after it.
+            self._send_head_when_written(stream)
         return False
+
+    async def durable(self, framework_id: str, task_id: str) -> None:
+        """Returns once the task's stream has checkpointed what it has been given so far."""
+        stream = self._streams.get((framework_id, task_id))
+        if stream is not None:
+            await stream.written()
 
     # -- recovery, connection state --
 
@@ -196,6 +230,22 @@ class StatusUpdateManager:
         return stream.pending[-1].status.state if stream and stream.pending else None
 
     # -- sending --
+
+    def _send_head_when_written(self, stream: _Stream) -> None:
+        writes = stream.writes
+        if writes is None or writes.done():
+            self._send_head(stream, reset=True)
+            return
+
+        def written(task: asyncio.Task[None]) -> None:
+            if task.cancelled() or task.exception() is not None:
+                return  # never acted upon (logged by `_log_failure`)
+            # Unless it was sent meanwhile (its retry is then set) or the stream ended.
+            key = (stream.framework_id, stream.task_id)
+            if self._streams.get(key) is stream and stream.retry is None:
+                self._send_head(stream, reset=True)
+
+        writes.add_done_callback(written)
 
     def _send_head(self, stream: _Stream, *, reset: bool) -> None:
         self._cancel(stream)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import threading
 import uuid
 from typing import Any
 
@@ -100,6 +101,7 @@ async def test_streams_survive_a_restart_through_their_checkpoint(tmp_path: Any)
     first.update(running, path)
     first.update(finished, path)
     first.acknowledgement("fw", "t", running.status.uuid)
+    await first.durable("fw", "t")
     first.close()
 
     records = checkpoints.decode_update_records(path, checkpoints.read_records(path))
@@ -111,3 +113,42 @@ async def test_streams_survive_a_restart_through_their_checkpoint(tmp_path: Any)
     assert [u.status.uuid for u in sent.sent] == [finished.status.uuid]
     assert second.acknowledgement("fw", "t", finished.status.uuid) is True
     second.close()
+
+
+async def test_nothing_is_acted_upon_before_its_record_is_durable(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = str(tmp_path / "task.updates")
+    disk = threading.Event()  # the slow fsync of an append, released by the test
+    real_append = checkpoints.append_record
+
+    def slow_append(p: str, record: bytes) -> None:
+        assert disk.wait(10)
+        real_append(p, record)
+
+    monkeypatch.setattr(checkpoints, "append_record", slow_append)
+    sent = Recorder()
+    manager = StatusUpdateManager(sent, initial_interval=60)
+    manager.resume()
+    running, finished = update("t", TaskState.TASK_RUNNING), update("t", TaskState.TASK_FINISHED)
+    manager.update(running, path)
+    manager.update(finished, path)
+    durable = asyncio.ensure_future(manager.durable("fw", "t"))
+    await asyncio.sleep(0.05)
+    assert sent.sent == [] and not durable.done()  # neither forwarded nor acknowledgeable
+    disk.set()
+    await durable
+    assert (await sent.next()).status.uuid == running.status.uuid
+    records = checkpoints.decode_update_records(path, checkpoints.read_records(path))
+    assert [r.update.status.uuid for r in records if r.update] == [
+        running.status.uuid,
+        finished.status.uuid,
+    ]
+    # The next head goes once the acknowledgement is durable too.
+    disk.clear()
+    manager.acknowledgement("fw", "t", running.status.uuid)
+    await asyncio.sleep(0.05)
+    assert len(sent.sent) == 1
+    disk.set()
+    assert (await sent.next()).status.uuid == finished.status.uuid
+    manager.close()

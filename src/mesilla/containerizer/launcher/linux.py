@@ -384,7 +384,8 @@ class LinuxLauncher(Launcher):
         if code is None:
             return None
         status = monitor.wait_status(code)
-        write_atomically(status_path, b"%d\n" % status)
+        # Under --runtime_dir: atomic, not fsynced (runtime_paths says why).
+        write_atomically(status_path, b"%d\n" % status, durable=False)
         return status
 
     async def wait(self, container_id: ContainerID) -> int | None:

@@ -39,6 +39,7 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any
 
+from mesilla.common.blocking import in_thread
 from mesilla.common.files import write_atomically
 from mesilla.containerizer.cgroups import cgroup_path
 from mesilla.containerizer.launcher import enter, host_rootfs, monitor, oci
@@ -427,8 +428,10 @@ class LinuxLauncher(Launcher):
         shm = os.path.join(directory, SHM_DIR)
         if os.path.ismount(shm):
             _unmount(shm)
-        for name in (BUNDLE_DIR, MONITOR_DIR, SHM_DIR):
-            _remove_tree(os.path.join(directory, name))
+        trees = [os.path.join(directory, name) for name in (BUNDLE_DIR, MONITOR_DIR, SHM_DIR)]
+        if any(os.path.lexists(tree) for tree in trees):
+            # A pod's teardown would otherwise stall the loop for ~100 ms.
+            await in_thread(_remove_trees, trees)
         for path in (os.path.join(directory, CONTAINERS_DIR), directory):
             with contextlib.suppress(OSError):
                 os.rmdir(path)  # only when nothing else (checkpoints, children) is left
@@ -576,6 +579,11 @@ def _unmount(path: str) -> None:
     if _libc.umount2(path.encode(), _MNT_DETACH) != 0:
         errno = ctypes.get_errno()
         raise OSError(errno, f"unmounting {path} failed: {os.strerror(errno)}")
+
+
+def _remove_trees(paths: list[str]) -> None:
+    for path in paths:
+        _remove_tree(path)
 
 
 def _remove_tree(path: str) -> None:

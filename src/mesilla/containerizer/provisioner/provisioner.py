@@ -212,7 +212,7 @@ class Provisioner:
         # deleted through the mount.
         for point in mount_points_under(container_dir):
             unmount(point)
-        remove(container_dir)
+        await in_thread(remove, container_dir)
 
 
 def _docker_name(image: Image) -> str:

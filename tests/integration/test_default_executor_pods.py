@@ -183,6 +183,26 @@ async def test_a_pods_tasks_run_as_their_frameworks_user(cluster: LocalCluster) 
             assert f.read().strip() == "0"
 
 
+async def test_a_pod_task_with_a_tty_writes_through_its_terminal(
+    framework: Framework, cluster: LocalCluster
+) -> None:
+    """A task with `tty_info` runs on a terminal (an I/O switchboard server holds it),
+    and what it prints lands in its sandbox's stdout."""
+    tty = task(
+        "tty",
+        "test -t 0 && test -t 1 && echo on-a-terminal; stty size",
+        container={"type": "MESOS", "tty_info": {"window_size": {"rows": 25, "columns": 81}}},
+    )
+    await framework.launch_group(tty)
+    ended = await framework.until_terminal(tid(tty))
+    assert ended[tid(tty)]["state"] == "TASK_FINISHED", ended[tid(tty)].get("message")
+    sandbox = next(
+        Path(cluster.work_dir).glob(f"agent-*/slaves/*/frameworks/*/executors/*/runs/*/tasks/{tid(tty)}")
+    )
+    output = (sandbox / "stdout").read_bytes().decode()
+    assert output.split("\r\n")[:2] == ["on-a-terminal", "25 81"], output
+
+
 async def test_one_task_reaches_the_server_of_another_on_localhost(framework: Framework) -> None:
     port = free_port()
     server = task("server", f"exec {sys.executable} -m http.server {port} --bind 127.0.0.1")

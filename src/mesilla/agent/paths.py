@@ -20,6 +20,8 @@ from __future__ import annotations
 
 import os
 
+from mesilla.common import files
+
 LATEST = "latest"
 
 
@@ -190,8 +192,12 @@ def executor_virtual_path(framework_id: str, executor_id: str) -> str:
 
 
 def update_latest_symlink(link: str, target: str) -> None:
-    """Points `link` at `target`, replacing an old link atomically (symlink + rename)."""
-    tmp = f"{link}.tmp.{os.getpid()}"
+    """Points `link` at `target`, replacing an old link atomically (symlink + rename).
+
+    The link is made under a temporary name (`files.TMP_PREFIX`), which the
+    checkpoint listings skip if a crash leaves it behind."""
+    directory, name = os.path.split(link)
+    tmp = os.path.join(directory, f"{files.TMP_PREFIX}{name}.{os.getpid()}")
     if os.path.lexists(tmp):
         os.unlink(tmp)
     os.symlink(target, tmp)

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import os
+from pathlib import Path
 from typing import Any
 
-from mesilla.agent import paths
+from mesilla.agent import checkpoints, paths
+from mesilla.common import files
 
 
 def test_sandbox_and_meta_layout() -> None:
@@ -25,3 +27,14 @@ def test_latest_symlink_is_replaced(tmp_path: Any) -> None:
     paths.update_latest_symlink(link, "/one")
     paths.update_latest_symlink(link, "/two")
     assert os.readlink(link) == "/two"
+
+
+def test_a_latest_link_left_half_made_is_skipped_by_the_run_listing(tmp_path: Path) -> None:
+    runs = tmp_path / "runs"
+    (runs / "r1").mkdir(parents=True)
+    link = str(runs / paths.LATEST)
+    paths.update_latest_symlink(link, str(runs / "r1"))
+    # A crash between symlink and rename leaves the temporary link behind.
+    os.symlink(str(runs / "r1"), str(runs / f"{files.TMP_PREFIX}{paths.LATEST}.123"))
+    assert [n for n in os.listdir(runs) if files.is_temporary(n)]
+    assert checkpoints._listdir(str(runs)) == ["r1"]

@@ -8,7 +8,7 @@ import contextlib
 import json
 import os
 import signal
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import aiohttp
@@ -345,6 +345,31 @@ async def _output_until(
     return output
 
 
+async def _second_attacher(
+    s: aiohttp.ClientSession,
+    url: str,
+    child: dict[str, Any],
+    attach: Callable[[], Awaitable[int]],
+    release: asyncio.Event,
+) -> tuple[asyncio.Task[int], int]:
+    """Attaches input with `attach` (held open until `release`), then a second attacher
+    until it is refused while the first holds on; returns the first and that status."""
+    first = asyncio.create_task(attach())
+    try:
+        second = _input_record({"type": "CONTAINER_ID", "container_id": child})
+        for _ in range(100):
+            async with s.post(url, data=second, headers=INPUT) as r:
+                if r.status == 409 and not first.done():
+                    break
+            if first.done():  # the second came first: the first was refused
+                assert first.result() == 409
+                first = asyncio.create_task(attach())
+            await asyncio.sleep(0.05)
+        return first, r.status
+    finally:
+        release.set()
+
+
 def _stdin(data: bytes) -> bytes:
     return _input_record(
         {
@@ -497,17 +522,8 @@ async def test_session_reads_stdin_from_attach_container_input(
                 async with s.post(url, data=body(), headers=INPUT) as r:
                     return r.status
 
-            first = asyncio.create_task(attach())
-            try:
-                second = _input_record({"type": "CONTAINER_ID", "container_id": child})
-                for _ in range(100):
-                    async with s.post(url, data=second, headers=INPUT) as r:
-                        if r.status == 409:
-                            break
-                    await asyncio.sleep(0.05)
-                assert r.status == 409
-            finally:
-                release.set()
+            first, status = await _second_attacher(s, url, child, attach, release)
+            assert status == 409
             assert await first == 200
             records = _process_io(await session.read())
         assert b"".join(d for k, d in records if k == "STDOUT") == b"hello\nworld\n"
@@ -662,20 +678,8 @@ async def test_tty_container_logs_is_attached_typed_into_and_resized(
             async with s.post(url, data=body(), headers=INPUT) as r:
                 return r.status
 
-        first = asyncio.create_task(attach())
-        try:
-            second = _input_record({"type": "CONTAINER_ID", "container_id": child})
-            for _ in range(100):
-                async with s.post(url, data=second, headers=INPUT) as r:
-                    if r.status == 409 and not first.done():
-                        break
-                if first.done():  # the second came first: the first was refused
-                    assert first.result() == 409
-                    first = asyncio.create_task(attach())
-                await asyncio.sleep(0.05)
-            assert r.status == 409
-        finally:
-            release.set()
+        first, status = await _second_attacher(s, url, child, attach, release)
+        assert status == 409
         assert await first == 200
         records = _process_io(await output.read())
         output.release()

@@ -44,9 +44,6 @@ class _Container:
     nanny_pid: int
     gate: int | None  # write end of the start gate; None once started or recovered
     exited: asyncio.Future[int | None] = field(default_factory=asyncio.Future)
-    # Our end of a TTY container's terminal slave, held until the container
-    # ends: the master would read end-of-file before the container opened it.
-    terminal: int | None = None
 
 
 def _rlimit_spec(rlimits: list[tuple[str, int | None, int | None]]) -> str:
@@ -158,8 +155,10 @@ class PosixLauncher(Launcher):
         finally:
             os.close(gate_r)
             os.close(report_w)
-        container = _Container(pid=0, nanny_pid=nanny_pid, gate=gate_w, terminal=terminal)
+        container = _Container(pid=0, nanny_pid=nanny_pid, gate=gate_w)
         if terminal is not None:
+            # Our end of the terminal's slave, held until the container ends: the
+            # master would read end-of-file before the container opened it.
             container.exited.add_done_callback(lambda _: os.close(terminal))
         self._containers[container_id] = container
         self._watch(container_id, container)

@@ -64,6 +64,7 @@ async def containerizer(env: LinuxEnv) -> AsyncIterator[Containerizer]:
     flags.set("launcher", "linux")
     flags.set("isolation", ISOLATION)
     flags.set("cgroups_max_pids", 32)
+    flags.set("cgroups_enable_cfs", True)  # off by default, as in Mesos; these tests cap CPU
     flags.set("enforce_container_disk_quota", True)
     flags.set("container_disk_watch_interval", 0.05)
     c = await Containerizer.create(flags)

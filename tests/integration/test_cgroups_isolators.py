@@ -192,6 +192,7 @@ async def test_process_within_its_limit_is_not_reported(
 
 async def test_cpu_hog_is_throttled_to_its_quota(flags, held, tmp_path):
     skip_without(flags, "cpu")
+    flags.set("cgroups_enable_cfs", True)
     isolator = CgroupsCpuIsolator(flags)
     cid = ContainerID(value=str(uuid.uuid4()))
     info = await isolator.prepare(cid, config(str(tmp_path), cpus=0.2))
@@ -227,6 +228,7 @@ async def test_update_changes_quota_and_infinite_limit_removes_it(
     flags, held, tmp_path
 ):
     hierarchy = skip_without(flags, "cpu")
+    flags.set("cgroups_enable_cfs", True)
     isolator = CgroupsCpuIsolator(flags)
     cid, sleeper = await isolated_sleeper(isolator, held, config(str(tmp_path), cpus=1))
     cgroup = hierarchy.cgroup(own_cgroup_path(flags, cid))

@@ -25,7 +25,7 @@ CONTAINERIZER_FLAGS = [
          False, "bool"),
     Flag("cgroups_root", "Name of the root cgroup under which containers' cgroups go.", "mesilla"),
     Flag("cgroups_hierarchy", "Mount point of the cgroup hierarchies.", "/sys/fs/cgroup"),
-    Flag("cgroups_enable_cfs", "Cap CPU with CFS quota, not only shares.", True, "bool"),
+    Flag("cgroups_enable_cfs", "Cap CPU with CFS quota, not only shares.", False, "bool"),
     Flag("cgroups_max_pids", "cgroups/pids: the most tasks (processes and threads) a container "
          "with its own cgroups may have (unset: no limit, as Mesos has no pids resource).",
          None, "int"),

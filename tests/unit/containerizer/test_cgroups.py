@@ -172,8 +172,9 @@ def config(
 @pytest.mark.parametrize(
     ("cpus", "limits", "argv", "expected"),
     [
-        (0.5, {}, [], {"shares": 512, "quota": 50_000, "period": 100_000}),
-        (0.001, {}, [], {"shares": 2, "quota": 1_000, "period": 100_000}),
+        (0.5, {}, ["--cgroups_enable_cfs"], {"shares": 512, "quota": 50_000, "period": 100_000}),
+        (0.001, {}, ["--cgroups_enable_cfs"], {"shares": 2, "quota": 1_000, "period": 100_000}),
+        (2, {}, [], {"shares": 2048}),
         (2, {}, ["--no-cgroups_enable_cfs"], {"shares": 2048}),
         (
             1,
@@ -225,7 +226,7 @@ async def test_v2_isolate_writes_limits_on_the_container_and_moves_the_process_t
 ):
     cid = ContainerID(value="c1")
     base = tmp_path / "mesilla" / "c1"
-    cpu = CgroupsCpuIsolator(flags(), v2)
+    cpu = CgroupsCpuIsolator(flags("--cgroups_enable_cfs"), v2)
     mem = CgroupsMemIsolator(flags(), v2)
     cfg = config([scalar("cpus", 0.5), scalar("mem", 64)], {"mem": 96})
     await cpu.prepare(cid, cfg)
@@ -329,7 +330,7 @@ async def test_cleanup_of_a_container_never_seen_is_harmless(v2, tmp_path):
 
 async def test_an_invalid_update_changes_nothing(v2, tmp_path):
     cid = ContainerID(value="c2")
-    cpu = CgroupsCpuIsolator(flags(), v2)
+    cpu = CgroupsCpuIsolator(flags("--cgroups_enable_cfs"), v2)
     await cpu.prepare(cid, config([scalar("cpus", 1)]))
     FakeV2Cgroups.populate(tmp_path / "mesilla", {})
     FakeV2Cgroups.populate(tmp_path / "mesilla" / "c2", {})

@@ -26,7 +26,10 @@ The default executor's cost, two ways:
 With `--compare-python` (another checkout's interpreter, e.g. its `.venv/bin/python`),
 a second `mesilla local` runs that checkout's code beside this one, and its pods are
 interleaved with this checkout's one by one (alternating which goes first): the
-before/after of a change, with the host's noise hitting both alike.
+before/after of a change, with the host's noise hitting both alike. With
+`--compare-flags` the second cluster runs this checkout with extra agent flags instead
+(e.g. `--compare-flags=--cgroups_enable_cfs --isolation=... ,cgroups/cpu`): the cost of a
+setting, measured the same way.
 
 The image is built from Debian's busybox-static and served by a real
 docker-registry on 127.0.0.1. Everything lives under one temporary directory
@@ -337,7 +340,7 @@ def _started_p50(samples: list[PodSample]) -> str:
     return f"{Stats.of(started).p50:.0f}" if started else "-"
 
 
-def report(results: Results, startup: Startup) -> None:
+def report(results: Results, startup: Startup, compare_flags: str = "") -> None:
     print("\nPod launch latency, ACCEPT to every task TASK_RUNNING (Mesilla) and `podman kube play` (ms):")
     print(f"  {'containers':>10}  {'Mesilla p50':>11}  {'p90':>7}  {'podman p50':>10}  {'p90':>7}  "
           f"{'Mesilla/podman':>14}  {'podman ref.':>11}")  # fmt: skip
@@ -355,7 +358,8 @@ def report(results: Results, startup: Startup) -> None:
     if results.podman_error:
         print(f"  podman: {results.podman_error}")
     if any(results.compare.values()):
-        print("\nThis checkout against --compare-python's, pods interleaved (ms; the executor's"
+        other_name = f"--compare-flags={compare_flags}" if compare_flags else "--compare-python's"
+        print(f"\nThis run against {other_name}, pods interleaved (ms; the executor's"
               " process start after ACCEPT from /proc, 10 ms ticks):")  # fmt: skip
         print(f"  {'containers':>10}  {'other p50':>9}  {'this p50':>8}  {'this/other':>10}  "
               f"{'executor started, other':>23}  {'this':>5}")  # fmt: skip
@@ -396,19 +400,22 @@ async def run(args: argparse.Namespace, root: Path, cgroups_root: str, results: 
         image = f"{registry.host}/library/busybox:latest"
         startup = await executor_startup(args.executor_runs, root / "executor-startup")
 
-        def local_cluster(name: str, cgroups: str, python: str) -> LocalCluster:
+        def local_cluster(name: str, cgroups: str, python: str, *extra: str) -> LocalCluster:
             return LocalCluster(root / name, python=python, extra_flags=[
                 "--launcher=linux", "--oci_runtime=runc",
                 f"--isolation={args.isolation}",
                 "--image_providers=docker", f"--docker_registry={registry.url}",
                 f"--docker_store_dir={root / name / 'store'}", "--image_provisioner_backend=overlay",
                 f"--cgroups_root={cgroups}", "--resources=cpus:16;mem:16384;disk:16384",
-                "--logging_level=WARNING",
+                "--logging_level=WARNING", *extra,
             ])  # fmt: skip
 
         clusters = [local_cluster("cluster", cgroups_root, sys.executable)]
-        if args.compare_python:
-            clusters.append(local_cluster("cluster-compare", f"{cgroups_root}-compare", args.compare_python))
+        if args.compare_python or args.compare_flags:
+            clusters.append(local_cluster(
+                "cluster-compare", f"{cgroups_root}-compare", args.compare_python or sys.executable,
+                *args.compare_flags.split(),
+            ))  # fmt: skip
         try:
             for cluster in clusters:
                 await asyncio.to_thread(cluster.start)
@@ -472,6 +479,8 @@ def main() -> int:
     parser.add_argument("--no-podman", action="store_true", help="measure Mesilla only")
     parser.add_argument("--compare-python", metavar="PYTHON",
                         help="another checkout's interpreter: its cluster's pods interleaved with these")  # fmt: skip
+    parser.add_argument("--compare-flags", default="", metavar="FLAGS",
+                        help="a second cluster of this checkout with these extra agent flags, interleaved")  # fmt: skip
     args = parser.parse_args()
     if os.geteuid() != 0:
         print("pods.py needs root (the linux launcher)", file=sys.stderr)
@@ -487,7 +496,7 @@ def main() -> int:
     code = 0
     try:
         startup = asyncio.run(run(args, root, cgroups_root, results, podman))
-        report(results, startup)
+        report(results, startup, args.compare_flags)
     except KeyboardInterrupt:
         print("\ninterrupted: cleaning up", file=sys.stderr)
         code = 130

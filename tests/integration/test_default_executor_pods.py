@@ -11,18 +11,22 @@ import base64
 import json
 import os
 import sys
+import urllib.request
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import aiohttp
 import pytest
 
 from mesilla.common.recordio import Decoder
+from mesilla.containerizer.cgroups import Hierarchy, own_cgroup_path
 from mesilla.testing.cluster import LocalCluster, free_port
 from mesilla.testing.images import build_image, write_docker_save
+from mesilla.v1.mesos import ContainerID
 from tests.integration.master_harness import Scheduler, scalar
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.root]
@@ -291,6 +295,42 @@ async def test_task_over_its_own_memory_limit_is_oom_killed_and_its_group_with_i
         assert ended[tid(hog)]["state"] == "TASK_FAILED", ended[tid(hog)]
         assert ended[tid(hog)].get("reason") == "REASON_CONTAINER_LIMITATION_MEMORY", ended[tid(hog)]
         assert ended[tid(peer)]["state"] == "TASK_KILLED"
+
+
+@pytest.fixture(scope="module")
+def cfs_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+    flags = ["--isolation=filesystem/linux,cgroups/cpu", "--cgroups_enable_cfs"]
+    with LocalCluster(tmp_path_factory.mktemp("pods-cfs"), extra_flags=flags) as running:
+        yield running
+
+
+async def test_with_cfs_on_a_pods_executor_is_capped_once_subscribed(cfs_cluster: LocalCluster) -> None:
+    """The executor starts uncapped (its Python start-up is not throttled to the pod's
+    0.2 cpus); by the time its tasks run, the container has the quota of executor + tasks."""
+    async with framework_on(cfs_cluster) as framework:
+        sleeper = task("capped", "sleep 600")
+        executor_id = await framework.launch_group(sleeper)
+        while (await framework.next_update())["state"] != "TASK_RUNNING":
+            pass
+        url = f"http://127.0.0.1:{cfs_cluster.agent_ports[0]}/state"
+        with urllib.request.urlopen(url, timeout=5) as response:
+            agent = json.loads(response.read())
+        [container_id] = [
+            e["container"]
+            for f in agent["frameworks"]
+            for e in f["executors"]
+            if e["id"] == executor_id
+        ]
+        flags = SimpleNamespace(cgroups_root="mesilla")  # mesilla local's default
+        cgroup = Hierarchy.detect("/sys/fs/cgroup").cgroup(
+            own_cgroup_path(flags, ContainerID(value=container_id))
+        )
+        if cgroup.version == 1:
+            quota = cgroup.read("cpu", "cpu.cfs_quota_us").strip()
+        else:
+            quota = cgroup.read("cpu", "cpu.max").split()[0]
+        assert quota == "20000"  # (0.1 executor + 0.1 task) cpus of a 100 ms period
+        await framework.kill(sleeper)
 
 
 @pytest.fixture(scope="module")

@@ -102,6 +102,7 @@ async def subscribe(
     ]
 
     async def deliver() -> None:
+        await agent.cap_after_subscribe(executor)
         for event in events:
             await stream.send(event)
 

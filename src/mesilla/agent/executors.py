@@ -178,12 +178,14 @@ def container_config(
     task: TaskInfo | None,
     resources: list,
     user: str | None,
+    limits: dict[str, float] | None = None,
 ) -> ContainerConfig:
     return ContainerConfig(
         command=executor_command(info),
         sandbox=directory,
         container_info=info.container,
         resources=resources,
+        limits=limits or {},
         environment=environment,
         user=user,
         executor_as_root=info.type == "DEFAULT" or task is not None,

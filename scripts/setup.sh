@@ -36,4 +36,8 @@ SHARED="${MESILLA_SHARED:-$(cd .. && pwd)/shared}"
 if [ -x "$SHARED/acceptance/install_pymesos.sh" ] || [ -f "$SHARED/acceptance/install_pymesos.sh" ]; then
   PYMESOS_VENV="${PYMESOS_VENV:-/tmp/acceptance-pymesos}" bash "$SHARED/acceptance/install_pymesos.sh" >/dev/null
 fi
+# ... and with mesos-go (Debian's golang package and mesos-go 0.0.6, built offline).
+if [ -f "$SHARED/acceptance/mesos-go/install_mesos_go.sh" ]; then
+  bash "$SHARED/acceptance/mesos-go/install_mesos_go.sh" >/dev/null
+fi
 echo "setup: ready (.venv/bin/mesilla)"

@@ -2,6 +2,11 @@
 
 Decode errors become `BadRequest` carrying msgspec's message, which names the
 offending field (``Expected `str`, got `int` - at `$.framework_info.user```).
+
+A JSON `null` is an unset field, as Mesos reads it (stout's protobuf parser
+skips `JSON::Null`): mesos-go writes empty repeated fields as `null`. The typed
+decode runs first; only a body it refuses and that holds a null is parsed
+again with its nulls dropped, so valid bodies pay nothing.
 """
 
 from __future__ import annotations
@@ -21,6 +26,8 @@ def decode(data: bytes | str, type_: type[T]) -> T:
     try:
         return msgspec.json.decode(data, type=type_)
     except msgspec.ValidationError as exc:
+        if (b"null" if isinstance(data, bytes) else "null") in data:
+            return convert(msgspec.json.decode(data), type_)
         raise BadRequest(f"Failed to validate {type_.__name__}: {exc}") from None
     except msgspec.DecodeError as exc:
         raise BadRequest(f"Failed to parse body into JSON: {exc}") from None
@@ -30,8 +37,21 @@ def convert(obj: Any, type_: type[T]) -> T:
     """Builds a message from already-parsed JSON (dicts, lists, scalars)."""
     try:
         return msgspec.convert(obj, type=type_)
-    except msgspec.ValidationError as exc:
-        raise BadRequest(f"Failed to validate {type_.__name__}: {exc}") from None
+    except msgspec.ValidationError as first:
+        try:
+            return msgspec.convert(_without_nulls(obj), type=type_)
+        except msgspec.ValidationError:
+            # The first error names the field as the client wrote it.
+            raise BadRequest(f"Failed to validate {type_.__name__}: {first}") from None
+
+
+def _without_nulls(obj: Any) -> Any:
+    """`obj` with every object member whose value is null left out, at any depth."""
+    if isinstance(obj, dict):
+        return {k: _without_nulls(v) for k, v in obj.items() if v is not None}
+    if isinstance(obj, list):
+        return [_without_nulls(v) for v in obj]
+    return obj
 
 
 def encode(msg: Any) -> bytes:

@@ -1,0 +1,56 @@
+"""The shared mesos-go acceptance checks (Debian's mesos-go 0.0.6), run against a real `mesilla local`.
+
+Only what Mesilla speaks today runs here: the v1 scheduler and operator clients
+in JSON. Protobuf on v1 and the v0 libprocess drivers are issue #13's and join
+this list as they land.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from mesilla.testing.cluster import LocalCluster
+from tests.acceptance.test_pymesos import ACCEPTANCE
+
+MESOS_GO_BIN = Path(os.environ.get("MESOS_GO_BIN", "/tmp/acceptance-mesos-go/bin"))
+
+pytestmark = [pytest.mark.acceptance, pytest.mark.integration]
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+    if not (MESOS_GO_BIN / "mesos-go-v1-sched").exists() or not ACCEPTANCE.is_dir():
+        if os.environ.get("CI"):
+            pytest.fail(f"mesos-go acceptance programs missing ({MESOS_GO_BIN}, {ACCEPTANCE})")
+        pytest.skip("mesos-go acceptance programs not built (scripts/setup.sh builds them)")
+    with LocalCluster(tmp_path_factory.mktemp("acceptance-mesos-go")) as running:
+        yield running
+
+
+def run_check(cluster: LocalCluster, program: str, *args: str) -> None:
+    result = subprocess.run(
+        [str(MESOS_GO_BIN / program), *args],
+        env={**os.environ, "MASTER": cluster.master, "TIMEOUT": "60"},
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    assert result.returncode == 0, (
+        f"{program} {' '.join(args)} failed ({result.returncode}):\n{result.stdout}\n{result.stderr}\n"
+        f"--- cluster log ---\n{cluster.log_tail()}"
+    )
+    assert "check passed" in result.stdout
+
+
+@pytest.mark.parametrize("mode", ["launch", "group", "kill", "fail"])
+def test_mesos_go_v1_scheduler_json(cluster: LocalCluster, mode: str) -> None:
+    run_check(cluster, "mesos-go-v1-sched", "-codec=json", f"-mode={mode}")
+
+
+def test_mesos_go_v1_operator_json(cluster: LocalCluster) -> None:
+    run_check(cluster, "mesos-go-v1-operator", "-codec=json")

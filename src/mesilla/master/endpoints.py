@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import getpass
 import inspect
+import sys
 import time
 from collections.abc import Awaitable, Callable, Iterable
 from pathlib import Path
@@ -328,16 +329,17 @@ async def state(master: Master, _query: Any) -> dict[str, object]:
 
 
 def _count(query: Any, name: str, default: int) -> int:
+    """`limit` or `offset` as Mesos reads them: an int cast to size_t, so a negative one is
+    past any end (`limit=-1`, what avmesos-cli sends, is no limit). Mesos silently takes the
+    default for a malformed number; Mesilla answers 400 naming it."""
     text = query.get(name)
     if text is None:
         return default
     try:
         value = int(text)
     except ValueError:
-        raise BadRequest(f"Invalid '{name}' query parameter '{text}': expecting a non-negative integer") from None
-    if value < 0:
-        raise BadRequest(f"Invalid '{name}' query parameter '{text}': expecting a non-negative integer")
-    return value
+        raise BadRequest(f"Invalid '{name}' query parameter '{text}': expecting an integer") from None
+    return sys.maxsize if value < 0 else value
 
 
 def tasks(master: Master, query: Any) -> dict[str, object]:

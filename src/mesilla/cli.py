@@ -15,6 +15,7 @@ import subprocess
 import sys
 from collections.abc import Awaitable, Callable, Sequence
 
+from mesilla.common import mesos_flags
 from mesilla.common.flags import Flag, FlagError, Flags, parse, usage
 
 USAGE = """Usage: mesilla <command> [--flag=value ...]
@@ -25,7 +26,8 @@ Commands:
   local    run a master and --num_agents agents on 127.0.0.1
 
 `mesilla <command> --help` lists the command's flags. Every flag can also come
-from the environment as MESILLA_<FLAG>.
+from the environment as MESILLA_<FLAG> or, as in Mesos, MESOS_<FLAG>. Mesos's
+flags that Mesilla does not implement are accepted with a warning.
 """
 
 LOCAL_FLAGS = [
@@ -45,22 +47,50 @@ def _setup_logging(level: str | None) -> None:
     )
 
 
-def _run_daemon(kind: str, argv: Sequence[str]) -> int:
+def _daemon_flags(kind: str) -> tuple[list[Flag], frozenset[str]]:
+    """(the daemon's flags, Mesos's names for it that Mesilla accepts without effect)."""
     if kind == "master":
         from mesilla.master.main import MASTER_FLAGS as specs
-        from mesilla.master.main import run
     else:
         from mesilla.agent.main import AGENT_FLAGS as specs
+    mesos = mesos_flags.MASTER if kind == "master" else mesos_flags.AGENT
+    return specs, mesos - {spec.name for spec in specs}
+
+
+def _refuse_unsafe_to_ignore(flags: Flags) -> None:
+    unsafe = [
+        name
+        for name, text in flags.without_effect.items()
+        if name in mesos_flags.UNSAFE_TO_IGNORE and text.strip().lower() not in ("false", "0", "no")
+    ]
+    if unsafe:
+        raise FlagError(
+            "Not implemented in Mesilla yet, and ignoring them would leave the daemon open: "
+            + ", ".join(f"--{name}" for name in unsafe)
+        )
+
+
+def _run_daemon(kind: str, argv: Sequence[str]) -> int:
+    if kind == "master":
+        from mesilla.master.main import run
+    else:
         from mesilla.agent.main import run
+    specs, accepted = _daemon_flags(kind)
     if "--help" in argv:
         print(usage(f"mesilla {kind}", specs))
         return 0
     try:
-        flags = parse(specs, argv)
+        flags = parse(specs, argv, accepted=accepted, aliases=mesos_flags.DEPRECATED)
+        _refuse_unsafe_to_ignore(flags)
     except FlagError as exc:
         print(f"mesilla {kind}: {exc}\n\nSee 'mesilla {kind} --help'.", file=sys.stderr)
         return 1
     _setup_logging(flags.get("logging_level"))
+    if flags.without_effect:
+        logging.getLogger(f"mesilla.{kind}").warning(
+            "Mesos flags without effect in Mesilla (accepted, ignored): %s",
+            ", ".join(f"--{name}" for name in flags.without_effect),
+        )
     asyncio.run(_serve(run, flags))
     return 0
 
@@ -80,16 +110,16 @@ async def _serve(run: Callable[[Flags], Awaitable[None]], flags: Flags) -> None:
 
 def _split_local_flags(argv: Sequence[str]) -> tuple[list[str], list[str], list[str]]:
     """Sorts `mesilla local`'s arguments into (local, master, agent) flags."""
-    from mesilla.agent.main import AGENT_FLAGS
-    from mesilla.master.main import MASTER_FLAGS
-
     local_names = {f.name for f in LOCAL_FLAGS}
-    master_names = {f.name for f in MASTER_FLAGS}
-    agent_names = {f.name for f in AGENT_FLAGS}
+    master_specs, master_accepted = _daemon_flags("master")
+    agent_specs, agent_accepted = _daemon_flags("agent")
+    master_names = {f.name for f in master_specs} | master_accepted
+    agent_names = {f.name for f in agent_specs} | agent_accepted
     local, master, agent = [], [], []
     for arg in argv:
         name = arg[2:].partition("=")[0].replace("-", "_") if arg.startswith("--") else ""
         bare = name[3:] if name.startswith("no_") else name
+        bare = mesos_flags.DEPRECATED.get(bare, bare)
         if bare in local_names:
             local.append(arg)
             continue

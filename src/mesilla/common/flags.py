@@ -1,15 +1,21 @@
 """Command-line flags in Mesos's style.
 
 ``--name=value``, ``--name`` (true) and ``--no-name`` (false) for booleans, and
-each flag also from the environment as ``MESILLA_<NAME>`` (command line wins).
-Durations use stout's format (``15secs``); a value of ``file:///path`` is read
-from that file, as Mesos allows.
+each flag also from the environment as ``MESILLA_<NAME>`` or, as Mesos reads
+it, ``MESOS_<NAME>`` (the command line wins, then MESILLA_). Durations use
+stout's format (``15secs``); a value of ``file:///path`` is read from that
+file, as Mesos allows.
+
+A daemon may also name `accepted` flags, Mesos's that it does not implement:
+they parse (as strings) and land in `Flags.without_effect` for one warning,
+and `aliases`, Mesos's deprecated names for current flags.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterable, Sequence
+import difflib
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -71,9 +77,16 @@ _PARSERS: dict[str, Callable[[str], Any]] = {
 class Flags:
     """Parsed values, readable as attributes (``flags.work_dir``)."""
 
-    def __init__(self, specs: Iterable[Flag], values: dict[str, Any]) -> None:
+    def __init__(
+        self,
+        specs: Iterable[Flag],
+        values: dict[str, Any],
+        without_effect: Mapping[str, str] | None = None,
+    ) -> None:
         self._specs = {spec.name: spec for spec in specs}
         self._values = values
+        #: Mesos flags given that Mesilla does not implement, with their text, by name.
+        self.without_effect = dict(sorted((without_effect or {}).items()))
 
     def __getattr__(self, name: str) -> Any:
         try:
@@ -104,37 +117,57 @@ class Flags:
         ]
 
 
+ENV_PREFIXES = ("MESILLA_", "MESOS_")  # the first found wins
+
+
 def parse(
     specs: Sequence[Flag],
     argv: Sequence[str],
     environ: dict[str, str] | None = None,
     *,
     ignore_unknown: bool = False,
+    accepted: Collection[str] = (),
+    aliases: Mapping[str, str] | None = None,
 ) -> Flags:
     environ = dict(os.environ if environ is None else environ)
+    aliases = aliases or {}
     by_name = {spec.name: spec for spec in specs}
     values: dict[str, Any] = {spec.name: spec.default for spec in specs}
     given: set[str] = set()
+    without_effect: dict[str, str] = {}
 
-    for spec in specs:
-        env = environ.get(f"MESILLA_{spec.name.upper()}")
-        if env is not None:
-            values[spec.name] = spec.parse(env)
-            given.add(spec.name)
+    def canonical(name: str) -> str:
+        name = name if name in by_name else name.replace("-", "_")
+        return aliases.get(name, name)
+
+    for name in [*by_name, *accepted]:
+        env = next((environ[p + name.upper()] for p in ENV_PREFIXES if p + name.upper() in environ), None)
+        if env is None:
+            continue
+        if name in by_name:
+            values[name] = by_name[name].parse(env)
+            given.add(name)
+        else:
+            without_effect[name] = env
 
     for arg in argv:
         if not arg.startswith("--"):
             raise FlagError(f"Unexpected argument '{arg}': flags look like --name=value")
-        name, eq, text = arg[2:].partition("=")
-        name = name.replace("-", "_") if name not in by_name else name
+        raw, eq, text = arg[2:].partition("=")
+        name = canonical(raw)
         negated = False
-        if name not in by_name and name.startswith("no_") and name[3:] in by_name:
-            name, negated = name[3:], True
+        if name not in by_name and name.startswith("no_"):
+            bare = canonical(name[3:])
+            if bare in by_name or bare in accepted:
+                name, negated = bare, True
         spec = by_name.get(name)
         if spec is None:
+            if name in accepted:
+                without_effect[name] = text if eq else str(not negated).lower()
+                continue
             if ignore_unknown:
                 continue
-            raise FlagError(f"Unknown flag '--{name}'")
+            raise FlagError(_unknown(name, [*by_name, *accepted]))
         if not eq:
             if spec.kind != "bool":
                 raise FlagError(f"Flag '--{name}' needs a value: --{name}=VALUE")
@@ -148,7 +181,13 @@ def parse(
     missing = [spec.name for spec in specs if spec.required and spec.name not in given]
     if missing:
         raise FlagError("Missing required flag(s): " + ", ".join(f"--{m}" for m in missing))
-    return Flags(specs, values)
+    return Flags(specs, values, without_effect)
+
+
+def _unknown(name: str, known: Sequence[str]) -> str:
+    close = difflib.get_close_matches(name, known, n=3)
+    hint = f"; did you mean {', '.join(f'--{c}' for c in close)}?" if close else ""
+    return f"Unknown flag '--{name}'{hint} (known: {', '.join(sorted(known))})"
 
 
 def usage(program: str, specs: Sequence[Flag]) -> str:

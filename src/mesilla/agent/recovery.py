@@ -53,9 +53,7 @@ def _rebuild_executor(
         ),
         checkpoint=True,
         command_task=_is_command_executor(state.info),
-        # Until it re-subscribes; it has been sent its tasks before the restart.
-        state=ExecutorState.REGISTERING,
-        ever_sent_task=True,
+        state=ExecutorState.REGISTERING,  # until it re-subscribes
     )
     for task_state in run.tasks.values():
         task = task_state.task

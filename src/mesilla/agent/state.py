@@ -27,6 +27,7 @@ from mesilla.v1.mesos import (
     FrameworkID,
     FrameworkInfo,
     Resource,
+    StatusSource,
     Task,
     TaskGroupInfo,
     TaskInfo,
@@ -99,7 +100,6 @@ class Executor:
     )
     # Why the agent is ending this executor, for the tasks' terminal updates.
     pending_termination: ContainerTermination | None = None
-    ever_sent_task: bool = False
     # Tasks the framework asked to kill: if the executor dies first they end KILLED.
     killing: set[str] = field(default_factory=set)
     # Serializes the executor's status updates, which wait on the containerizer.
@@ -146,8 +146,6 @@ class Executor:
             self.launched_tasks[info.task_id.value] = make_task(
                 info, TaskState.TASK_STAGING, self.framework_id, self.agent_id
             )
-        if self.queued_tasks:
-            self.ever_sent_task = True
         self.queued_tasks = OrderedDict()
         self.queued_groups = []
         return lone, groups
@@ -155,8 +153,21 @@ class Executor:
     def add_launched(self, info: TaskInfo) -> Task:
         task = make_task(info, TaskState.TASK_STAGING, self.framework_id, self.agent_id)
         self.launched_tasks[info.task_id.value] = task
-        self.ever_sent_task = True
         return task
+
+    @property
+    def ever_sent_task(self) -> bool:
+        """Whether the executor has been given a task, derived from its tasks as Mesos's
+        `Executor::everSentTask` (MESOS-8411), so that it holds after a recovery too: a task
+        still launched, or an ended one the executor itself reported on. A task the agent
+        ended before delivery (killed, or lost in a restart) does not count."""
+        if self.launched_tasks:
+            return True
+        return any(
+            status.source is StatusSource.SOURCE_EXECUTOR
+            for task in (*self.terminated_tasks.values(), *self.completed_tasks)
+            for status in task.statuses
+        )
 
     def find_task(self, task_id: str) -> Task | None:
         return self.launched_tasks.get(task_id) or self.terminated_tasks.get(task_id)

@@ -94,6 +94,35 @@ async def test_agent_killed_during_a_pod_launch(
     assert len({(e.state, None if ran == {True} else e.reason) for e in ends}) == 1, framework.summary()
 
 
+async def test_agent_killed_before_a_command_task_reaches_its_executor(
+    make_cluster: MakeCluster, make_framework: MakeFramework
+) -> None:
+    """The executor's checkpoint is written, the agent dies before the task is delivered: on
+    restart the task is lost ("Task launched during agent restart") and, as Mesos derives
+    from the tasks (MESOS-8411), the idle executor is shut down instead of kept forever."""
+    cluster = make_cluster()
+    framework = await make_framework(cluster)
+    sleeper = task("undelivered", "sleep 3600")
+    await framework.launch(await framework.offer(), [sleeper])
+    # Its container is up (the agent checkpoints its pid), its task not yet sent.
+    await poll(lambda: any(cluster.agent_dir(0).glob(
+        f"meta/slaves/*/frameworks/*/executors/{tid(sleeper)}/runs/*/pids/forked.pid")), "executor pid")  # fmt: skip
+    killed_at = time.time()
+    cluster.agents[0].kill()
+
+    cluster.start_agent(0, registered=False)
+    cluster.await_agent_active(0, after=killed_at)
+    await framework.until(
+        lambda: framework.state(tid(sleeper)) in TERMINAL_STATES | {"TASK_RUNNING"}, 90,
+        "the task running or ended",
+    )
+    if framework.state(tid(sleeper)) == "TASK_RUNNING":  # delivered before the kill after all
+        await framework.kill(tid(sleeper))
+    await framework.until_state([tid(sleeper)], "TERMINAL", 60)
+    assert_one_consistent_end(framework, tid(sleeper))
+    assert cluster.await_no_leftovers() == []
+
+
 def stdout_of(sandbox: Path, task_id: str | None = None) -> str:
     path = sandbox / "tasks" / task_id / "stdout" if task_id else sandbox / "stdout"
     try:

@@ -567,3 +567,20 @@ async def test_observers_see_tasks_agents_and_frameworks(master: MasterServer) -
     assert (
         framework_id.value == scheduler.framework_id and state.value == "TASK_RUNNING"
     )
+
+
+async def test_teardown_reaches_every_agent_even_those_without_its_tasks(master: MasterServer) -> None:
+    """As Mesos: an agent may run an executor of the framework the master never saw (its
+    task was lost in an agent restart); only a shutdown sent to every agent ends it."""
+    async with aiohttp.ClientSession() as session:
+        agent, scheduler = await agent_and_scheduler(session, master)
+        other = FakeAgent(session, base_url(master), hostname="other.test")
+        await other.register()
+        await running_task(scheduler, agent)
+        await scheduler.call("TEARDOWN")
+        for each in (agent, other):
+            shutdown = await each.next_event("SHUTDOWN_FRAMEWORK")
+            assert shutdown["shutdown_framework"]["framework_id"]["value"] == scheduler.framework_id
+        await scheduler.close()
+        for each in (agent, other):
+            await each.disconnect()

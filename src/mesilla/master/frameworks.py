@@ -3,7 +3,7 @@
 A framework that loses its stream is deactivated (its offers go back to the
 allocator) and removed once its `failover_timeout` passes without a new
 SUBSCRIBE carrying its id. Removal (TEARDOWN or failover expiry) marks its
-tasks TASK_KILLED and sends SHUTDOWN_FRAMEWORK to its agents.
+tasks TASK_KILLED and sends SHUTDOWN_FRAMEWORK to every agent.
 """
 
 from __future__ import annotations
@@ -195,9 +195,6 @@ class FrameworksMixin(MasterBase):
             stream.close()
         for offer in list(framework.offers.values()):
             self.remove_offer(offer, rescind=False, recover=False)
-        agent_ids = {t.agent_id.value for t in framework.tasks.values()} | set(
-            framework.executors
-        )
         for task in list(framework.tasks.values()):
             if not task.state.terminal:
                 status = master_status(
@@ -212,10 +209,9 @@ class FrameworksMixin(MasterBase):
             self.remove_task(task)
         for task in list(framework.unreachable_tasks.values()):
             framework.complete_task(task)
-        for agent_id in agent_ids:
-            agent = self.agents.get(agent_id)
-            if agent is None:
-                continue
+        # Every agent, as Mesos: one may run an executor the master never heard of (launched
+        # just before the agent restarted, its task lost), which nothing else would end.
+        for agent in list(self.agents.values()):
             agent.executors.pop(framework.id, None)
             await agent.shutdown_framework(framework.id)
         framework.executors.clear()

@@ -40,6 +40,7 @@ from mesilla.v1.mesos import (
     DurationInfo,
     ExecutorID,
     ExecutorInfo,
+    FrameworkCapability,
     FrameworkID,
     FrameworkInfo,
     KillPolicy,
@@ -471,6 +472,23 @@ async def test_reconciling_tasks_unknown_to_the_agent(
         "TASK_STARTING",
         "TASK_RUNNING",
     ]
+    # A framework the agent never saw: the master's FrameworkInfo says it is partition-aware.
+    aware = FrameworkInfo(
+        user="root", name="aware", id=FrameworkID(value="fw-aware"),
+        capabilities=[FrameworkCapability(type="PARTITION_AWARE")],
+    )  # fmt: skip
+    await master.send(
+        AgentEvent(
+            type=AgentEventType.RECONCILE_TASKS,
+            reconcile_tasks=ReconcileTasks(
+                framework_id=FrameworkID(value="fw-aware"),
+                task_ids=[TaskID(value="t-never-here")],
+                framework_info=aware,
+            ),
+        )
+    )
+    dropped = await master.wait_update("t-never-here", "TASK_DROPPED")
+    assert dropped.status.uuid is not None  # reliable: retried until acknowledged
 
 
 async def test_ended_sandboxes_are_garbage_collected(master: FakeMaster, tmp_path: Any) -> None:

@@ -174,11 +174,28 @@ async def test_reregistering_agent_reconciles_tasks_it_does_not_know(
         "disconnection",
     )  # type: ignore[index]
     await agent.register(tasks=[])
+    # As Mesos, the master asks the agent, which answers for the tasks it does not know
+    # with a reliable update of its own (a uuid, acknowledged), rather than inventing one.
+    reconcile = (await agent.next_event("RECONCILE_TASKS"))["reconcile_tasks"]
+    assert reconcile["framework_id"]["value"] == scheduler.framework_id
+    assert reconcile["task_ids"] == [{"value": "t"}]
+    assert reconcile["framework_info"]["id"]["value"] == scheduler.framework_id
+    assert server.master.frameworks[scheduler.framework_id or ""].tasks["t"].state.value == "TASK_RUNNING"
+    sent = await agent.send_status(
+        scheduler.framework_id or "", "t", "TASK_LOST", source="SOURCE_AGENT",
+        reason="REASON_RECONCILIATION", message="Reconciliation: task unknown to the agent",
+    )  # fmt: skip
     status = await scheduler.update("t")
-    assert (
-        status["state"] == "TASK_LOST" and status["reason"] == "REASON_RECONCILIATION"
+    assert status["state"] == "TASK_LOST" and status["reason"] == "REASON_RECONCILIATION"
+    assert status["uuid"] == sent
+    ack_call = {"agent_id": agent.agent_id, "task_id": {"value": "t"}, "uuid": sent}
+    assert (await scheduler.call("ACKNOWLEDGE", ack_call)).status == 202
+    ack = (await agent.next_event("ACKNOWLEDGE"))["acknowledge"]
+    assert ack["task_id"]["value"] == "t" and ack["uuid"] == sent
+    await until(
+        lambda: "t" not in server.master.frameworks[scheduler.framework_id or ""].tasks,
+        "the task gone from the master",
     )
-    assert "t" not in server.master.frameworks[scheduler.framework_id or ""].tasks
     await scheduler.close()
     await agent.disconnect()
 

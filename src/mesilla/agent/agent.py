@@ -722,7 +722,8 @@ class Agent:
         for task_id in msg.task_ids:
             if framework is not None and framework.executor_of_task(task_id.value) is not None:
                 continue
-            aware = framework is not None and partition_aware(framework.info)
+            info = framework.info if framework is not None else msg.framework_info
+            aware = info is not None and partition_aware(info)
             self.agent_update(
                 msg.framework_id,
                 None,

@@ -43,6 +43,7 @@ class AgentsMixin(MasterBase):
         """REGISTER on an open stream; returns the agent, or None if it was told to shut down."""
         info = call.agent_info
         pid = f"slave(1)@{remote_ip}:{info.port}"
+        reconcile: list[internal.ReconcileTasks] = []
         if info.id is None:
             agent_id = self.new_agent_id()
             info = msgspec.structs.replace(info, id=AgentID(value=agent_id))
@@ -67,6 +68,7 @@ class AgentsMixin(MasterBase):
             self.counters["master/slave_reregistrations"] += 1
             known = self.agents.get(agent_id)
             if known is not None:
+                reconcile = self._unknown_to_agent(known, call)
                 agent = await self._reregister_known(known, info, pid, call)
             else:
                 await self.registry.readmit_agent(info)
@@ -91,6 +93,10 @@ class AgentsMixin(MasterBase):
                 ),
             )
         )
+        for each in reconcile:
+            await agent.send(
+                internal.AgentEvent(type=internal.AgentEventType.RECONCILE_TASKS, reconcile_tasks=each)
+            )
         await self._shutdown_completed_frameworks(agent, call)
         if agent.observer is None:  # a known agent that re-registers keeps its observer
             agent.observer = self.spawn(self._observe_agent(agent))
@@ -186,6 +192,39 @@ class AgentsMixin(MasterBase):
             if self.is_completed_framework(framework_id):
                 await agent.shutdown_framework(framework_id)
 
+    def _unknown_to_agent(
+        self, agent: Agent, call: internal.Register
+    ) -> list[internal.ReconcileTasks]:
+        """Live tasks the master places on a re-registering agent that it does not report (the
+        launch was lost, or raced the re-registration). As Mesos, the master asks the agent,
+        which answers the ones it does not know with a TASK_LOST (or TASK_DROPPED) of its
+        own: reliable, retried until acknowledged, and never for a task it did receive."""
+        reported = {(t.framework_id.value, t.task_id.value) for t in call.tasks}
+        asks = []
+        for framework_id, tasks in agent.tasks.items():
+            framework = self.frameworks.get(framework_id)
+            if framework is None:
+                continue
+            missing = [
+                task.task_id
+                for task in tasks.values()
+                if not task.state.terminal and (framework_id, task.task_id.value) not in reported
+            ]
+            if missing:
+                for task_id in missing:
+                    log.warning(
+                        "task %s of framework %s unknown to agent %s during re-registration: "
+                        "reconciling with the agent", task_id.value, framework_id, agent.id,
+                    )  # fmt: skip
+                asks.append(
+                    internal.ReconcileTasks(
+                        framework_id=FrameworkID(value=framework_id),
+                        task_ids=missing,
+                        framework_info=framework.info,
+                    )
+                )
+        return asks
+
     def _framework_for(
         self, framework_id: str, reported: dict[str, internal.FrameworkInfo]
     ) -> Framework:
@@ -212,31 +251,6 @@ class AgentsMixin(MasterBase):
         agent.pid = pid
         agent.version = call.version
         agent.reregistered_time = time.time()
-        reported = {(t.framework_id.value, t.task_id.value): t for t in call.tasks}
-        for framework_id, tasks in list(agent.tasks.items()):
-            framework = self.frameworks.get(framework_id)
-            for task in list(tasks.values()):
-                if (framework_id, task.task_id.value) in reported or framework is None:
-                    continue
-                if task.state.terminal:
-                    continue
-                # The agent never got it or forgot it: Mesos's agent answers such tasks the same way.
-                state = (
-                    TaskState.TASK_DROPPED
-                    if framework.partition_aware
-                    else TaskState.TASK_LOST
-                )
-                status = master_status(
-                    task.task_id.value,
-                    state,
-                    Reason.REASON_RECONCILIATION,
-                    "Task is unknown to the agent",
-                    agent_id=agent.id,
-                    executor_id=task.executor_id,
-                )
-                self.update_task(task, status)
-                self.remove_task(task)
-                await self.forward_update(framework, status)
         before = agent.used_resources()
         self._adopt_reported(agent, call)
         if agent.used_resources() != before:

@@ -171,10 +171,13 @@ class FrameworkToExecutor(Message):
 
 
 class ReconcileTasks(Message):
-    """The master asks for the latest state of tasks it believes are on the agent."""
+    """The master asks for the latest state of tasks it believes are on the agent; the
+    agent answers those it does not know with a reliable TASK_LOST (TASK_DROPPED for a
+    PARTITION_AWARE `framework_info`, which the agent may not know itself)."""
 
     framework_id: FrameworkID
     task_ids: list[TaskID] = []
+    framework_info: FrameworkInfo | None = None
 
 
 class Shutdown(Message):

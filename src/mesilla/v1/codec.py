@@ -27,7 +27,11 @@ def decode(data: bytes | str, type_: type[T]) -> T:
         return msgspec.json.decode(data, type=type_)
     except msgspec.ValidationError as exc:
         if (b"null" if isinstance(data, bytes) else "null") in data:
-            return convert(msgspec.json.decode(data), type_)
+            try:
+                parsed = msgspec.json.decode(data)
+            except msgspec.DecodeError as malformed:
+                raise BadRequest(f"Failed to parse body into JSON: {malformed}") from None
+            return convert(parsed, type_)
         raise BadRequest(f"Failed to validate {type_.__name__}: {exc}") from None
     except msgspec.DecodeError as exc:
         raise BadRequest(f"Failed to parse body into JSON: {exc}") from None

@@ -128,3 +128,10 @@ def test_a_wrong_type_is_still_refused_with_the_field() -> None:
     raw = b'{"type":"SUBSCRIBE","subscribe":{"framework_info":{"user":3,"name":null}}}'
     with pytest.raises(BadRequest, match=r"Expected `str`, got `int` - at `\$.subscribe.framework_info.user`"):
         codec.decode(raw, scheduler.Call)
+
+
+def test_a_malformed_body_with_a_null_is_still_a_400() -> None:
+    # Python's json writes inf as Infinity: not JSON; the null sends it down the second parse.
+    raw = b'{"type":"SUBSCRIBE","executor_id":[Infinity],"subscribe":null}'
+    with pytest.raises(BadRequest, match="Failed to parse body into JSON"):
+        codec.decode(raw, executor_api.Call)

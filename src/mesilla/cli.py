@@ -1,4 +1,4 @@
-"""The `mesilla` command: `master`, `agent` and `local` (a whole cluster on 127.0.0.1).
+"""The `mesilla` command: `master`, `agent`, `network` and `local` (a whole cluster on 127.0.0.1).
 
 `mesilla local` runs one master and `--num_agents` agents as child processes of
 its own, handing each flag to the side(s) that know it, so that a crash or a
@@ -22,6 +22,7 @@ USAGE = """Usage: mesilla <command> [--flag=value ...]
 Commands:
   master   run a master (scheduler, operator and agent-facing APIs)
   agent    run an agent (executor and agent APIs, containerizer)
+  network  run the network service (a Neutron v2.0 subset) alone
   local    run a master and --num_agents agents on 127.0.0.1
 
 `mesilla <command> --help` lists the command's flags. Every flag can also come
@@ -49,6 +50,9 @@ def _run_daemon(kind: str, argv: Sequence[str]) -> int:
     if kind == "master":
         from mesilla.master.main import MASTER_FLAGS as specs
         from mesilla.master.main import run
+    elif kind == "network":
+        from mesilla.network.main import NETWORK_FLAGS as specs
+        from mesilla.network.main import run
     else:
         from mesilla.agent.main import AGENT_FLAGS as specs
         from mesilla.agent.main import run
@@ -202,7 +206,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(USAGE)
         return 0 if args else 1
     command, rest = args[0], args[1:]
-    if command in ("master", "agent"):
+    if command in ("master", "agent", "network"):
         return _run_daemon(command, rest)
     if command == "local":
         return _run_local(rest)

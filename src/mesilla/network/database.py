@@ -55,7 +55,8 @@ class Database:
         }
 
     async def load(self) -> dict[str, list[dict[str, Any]]]:
-        return await self._run(self._load)
+        loaded: dict[str, list[dict[str, Any]]] = await self._run(self._load)
+        return loaded
 
     def _write(self, rows: list[Row]) -> None:
         db = self._connect()

@@ -28,10 +28,10 @@ class Pool:
     end: IPAddress
 
     def __contains__(self, ip: IPAddress) -> bool:
-        return ip.version == self.start.version and self.start <= ip <= self.end
+        return ip.version == self.start.version and int(self.start) <= int(ip) <= int(self.end)
 
     def overlaps(self, other: Pool) -> bool:
-        return self.start <= other.end and other.start <= self.end
+        return int(self.start) <= int(other.end) and int(other.start) <= int(self.end)
 
     def __str__(self) -> str:
         return f"{self.start}-{self.end}"
@@ -90,24 +90,24 @@ def default_gateway(cidr: IPNetwork) -> IPAddress:
 def default_pools(cidr: IPNetwork, gateway: IPAddress | None) -> list[Pool]:
     """The whole subnet less the gateway, as Neutron lays it out."""
     first, last = _host_bounds(cidr)
-    if gateway is None or not first <= gateway <= last:
+    if gateway is None or gateway not in Pool(first, last):
         return [Pool(first, last)]
     pools = []
-    if gateway > first:
+    if int(gateway) > int(first):
         pools.append(Pool(first, gateway - 1))
-    if gateway < last:
+    if int(gateway) < int(last):
         pools.append(Pool(gateway + 1, last))
     return pools
 
 
 def validate_pools(cidr: IPNetwork, pools: Sequence[Pool], gateway: IPAddress | None) -> None:
-    first, last = _host_bounds(cidr)
+    hosts = Pool(*_host_bounds(cidr))
     for pool in pools:
-        if pool.start.version != cidr.version or pool.end.version != cidr.version or pool.start > pool.end:
+        if pool.start.version != cidr.version or pool.end.version != cidr.version or int(pool.start) > int(pool.end):
             raise errors.InvalidAllocationPool(str(pool))
-        if pool.start < first or pool.end > last:
+        if pool.start not in hosts or pool.end not in hosts:
             raise errors.OutOfBoundsAllocationPool(str(pool), str(cidr))
-    ordered = sorted(pools, key=lambda p: p.start)
+    ordered = sorted(pools, key=lambda p: int(p.start))
     for one, two in zip(ordered, ordered[1:]):
         if one.overlaps(two):
             raise errors.OverlappingAllocationPools(str(one), str(two), str(cidr))
@@ -129,15 +129,14 @@ class SubnetAddresses:
     ) -> None:
         self.subnet_id = subnet_id
         self.cidr = cidr
-        self.pools = sorted(pools, key=lambda p: p.start)
+        self.pools = sorted(pools, key=lambda p: int(p.start))
         self.gateway = gateway
         self.allocated: set[IPAddress] = set()
 
     def check_requested(self, ip: IPAddress, reserved: Iterable[IPAddress] = ()) -> None:
         """A port may ask for any host address of the subnet, in a pool or not, but the
         gateway and what is taken (or `reserved` by the same request) are refused."""
-        first, last = _host_bounds(self.cidr)
-        if ip.version != self.cidr.version or not first <= ip <= last:
+        if ip not in Pool(*_host_bounds(self.cidr)):
             raise errors.InvalidIpForSubnet(str(ip))
         if ip == self.gateway or ip in self.allocated or ip in set(reserved):
             raise errors.IpAddressAlreadyAllocated(str(ip), self.subnet_id)

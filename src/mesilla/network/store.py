@@ -34,7 +34,7 @@ import sqlite3
 import time
 import uuid
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import Any, TypeVar
 
 from mesilla.network import errors, ipam, segmentation
 from mesilla.network.database import Database, Row
@@ -45,6 +45,7 @@ SUBPORT_OWNER = "trunk:subport"
 MAC_PREFIX = "fa:16:3e"
 
 Doc = dict[str, Any]
+T = TypeVar("T")
 
 
 def _now() -> str:
@@ -192,7 +193,7 @@ class Book:
                 self._index(table, doc)
                 self.tables[table][key] = doc
 
-    async def _mutate(self, plan: Callable[[], tuple[Change, Any]]) -> Any:
+    async def _mutate(self, plan: Callable[[], tuple[Change, T]]) -> T:
         """Runs `plan` (which raises a NeutronError to refuse) and commits what it planned."""
         async with self._lock:
             change, result = plan()
@@ -352,7 +353,7 @@ class Book:
         cidr = ipam.parse_cidr(spec["cidr"], spec["ip_version"])
         for other in [*self._subnets_of(spec["network_id"]), *planned]:
             if other["network_id"] == spec["network_id"] and cidr.overlaps(
-                ipaddress.ip_network(other["cidr"])  # type: ignore[arg-type]
+                ipaddress.ip_network(other["cidr"])
             ):
                 raise errors.InvalidInput(
                     f"Requested subnet with cidr: {cidr} for network: {spec['network_id']} "
@@ -571,7 +572,7 @@ class Book:
             seen.add(port["id"])
             if port["id"] == parent["id"] or port["id"] in self._trunk_of_parent:
                 raise errors.PortInUseAsTrunkParent(
-                    port["id"], self._trunk_of_parent.get(port["id"], trunk["id"])
+                    port["id"], self._trunk_of_parent.get(port["id"], str(trunk["id"]))
                 )
             if port["id"] in self._trunk_of_subport:
                 raise errors.PortInUseAsSubPort(port["id"], self._trunk_of_subport[port["id"]])

@@ -14,7 +14,9 @@ and hands it to the agent of the host that trunk serves. A request whose
 * ``DELETE /v2.0/ports/<id>`` of a ``trunk:subport`` port attached to no
   trunk or to its own (the book refuses the latter with 409 until removed).
 
-Anything else answers 403 ``HTTPForbidden``. The version and extension
+Anything else answers 403 ``HTTPForbidden``, and so does any request with a
+trunk token that is unknown or was revoked (deleting a trunk revokes its
+tokens). The version and extension
 documents (``GET /``, ``/v2.0``, ``/v2.0/extensions``) answer everyone, as
 Neutron's do, so that clients can discover the API with any token.
 """
@@ -27,7 +29,7 @@ from typing import Any
 from aiohttp import web
 
 from mesilla.network import errors
-from mesilla.network.store import SUBPORT_OWNER, Book
+from mesilla.network.store import SUBPORT_OWNER, TOKEN_PREFIX, Book
 
 
 @dataclass(frozen=True)
@@ -60,6 +62,9 @@ def principal_of(request: web.Request, book: Book) -> Principal:
         trunk_id = book.trunk_of_token(token)
         if trunk_id is not None:
             return Principal(trunk_id)
+        if token.startswith(TOKEN_PREFIX):
+            # Revoked with its trunk: it must not turn into an admin's while auth is off.
+            raise errors.HTTPForbidden("This trunk token is unknown or was revoked with its trunk")
     if not is_admin(request):
         raise errors.HTTPForbidden("This request needs an admin's credentials or a trunk token")
     return ADMIN

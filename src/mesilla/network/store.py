@@ -43,6 +43,7 @@ from mesilla.network.segmentation import TrunkSegments
 
 SUBPORT_OWNER = "trunk:subport"
 MAC_PREFIX = "fa:16:3e"
+TOKEN_PREFIX = "mesilla-trunk-"
 
 Doc = dict[str, Any]
 T = TypeVar("T")
@@ -640,7 +641,7 @@ class Book:
 
     async def mint_trunk_token(self, trunk_id: str) -> str:
         """A new token that may manage the subports of `trunk_id` only (`mesilla.network.access`)."""
-        token = "mesilla-trunk-" + secrets.token_urlsafe(32)
+        token = TOKEN_PREFIX + secrets.token_urlsafe(32)
 
         def plan() -> tuple[Change, str]:
             self.trunk(trunk_id)

@@ -97,6 +97,43 @@ def test_version_documents(service: Service) -> None:
     assert {"trunk", "trunk-details", "binding"} <= {e["alias"] for e in extensions["extensions"]}
 
 
+def test_bad_requests_are_neutron_shaped(service: Service) -> None:
+    def error(method: str, path: str, body: Any = None) -> tuple[int, str, str]:
+        request = urllib.request.Request(service.url + path.lstrip("/"), method=method, data=body,
+                                         headers={"Content-Type": "application/json"})
+        with pytest.raises(urllib.error.HTTPError) as failed:
+            urllib.request.urlopen(request, timeout=30)
+        answer = json.loads(failed.value.read())["NeutronError"]
+        assert answer["detail"] == ""
+        return failed.value.code, answer["type"], answer["message"]
+
+    assert error("POST", "/v2.0/networks", b"{not json") == (
+        400, "HTTPBadRequest", "Malformed request body: it is not JSON")
+    assert error("POST", "/v2.0/networks", b'{"net": {}}') == (
+        400, "HTTPBadRequest", "Unable to find 'network' in request body")
+    assert error("POST", "/v2.0/networks", b'{"network": {"colour": "red"}}') == (
+        400, "HTTPBadRequest", "Unrecognized attribute(s) 'colour'")
+    assert error("POST", "/v2.0/networks", b'{"network": {"admin_state_up": "maybe"}}')[:2] == (
+        400, "HTTPBadRequest")
+    assert error("POST", "/v2.0/ports", b'{"port": {"name": "x"}}') == (
+        400, "HTTPBadRequest", "Failed to parse request. Required attribute 'network_id' not specified")
+    assert error("POST", "/v2.0/ports", b'{"port": {"network_id": "nope"}}') == (
+        400, "HTTPBadRequest", "Invalid input for network_id. Reason: 'nope' is not a valid UUID.")
+    missing = "5a1c5b0e-0000-4000-8000-000000000000"
+    assert error("POST", "/v2.0/ports", json.dumps({"port": {"network_id": missing}}).encode()) == (
+        404, "NetworkNotFound", f"Network {missing} could not be found.")
+    assert error("POST", "/v2.0/trunks", b'{"trunks": [{}]}')[:2] == (400, "HTTPBadRequest")
+    assert error("GET", "/v2.0/routers")[:2] == (404, "HTTPNotFound")
+    assert error("DELETE", "/v2.0/networks")[:2] == (405, "HTTPMethodNotAllowed")
+    assert error("PUT", f"/v2.0/trunks/{missing}/add_subports", b'{"sub_ports": []}')[:2] == (404, "TrunkNotFound")
+    status, created = service.http("POST", "/v2.0/networks", {"network": {"name": "n"}})
+    assert status == 201
+    status, shown = service.http("GET", f"/v2.0/networks/{created['network']['id']}?fields=name&fields=status")
+    assert shown == {"network": {"name": "n", "status": "ACTIVE"}}
+    assert error("PUT", f"/v2.0/networks/{created['network']['id']}", b'{"network": {"shared": true}}') == (
+        400, "HTTPBadRequest", "Cannot update read-only attribute shared")
+
+
 def test_life_cycle(service: Service) -> None:
     conn = service.sdk()
     net = conn.network.create_network(name="pods-a")

@@ -22,6 +22,7 @@ from mesilla.master.registry import (
     SqliteRegistry,
 )
 from mesilla.network.service import NetworkService
+from mesilla.network.store import BookError
 
 log = logging.getLogger(__name__)
 
@@ -133,13 +134,16 @@ async def serve(flags: Flags) -> AsyncIterator[MasterServer]:
     except ValueError as exc:
         raise FlagError(f"Invalid --weights '{flags.weights}': {exc}") from None
     validate_ping_flags(flags)
+    try:
+        network = await NetworkService.in_work_dir(flags.work_dir) if flags.get("network_service") else None
+    except BookError as exc:
+        raise MasterStartError(str(exc)) from None
     master = Master(flags, make_registry(flags))
     router = Router("master")
     scheduler_api.install(router, master)
     agent_api.install(router, master)
     operator_api.install(router, master)
     endpoints.install(router, master)
-    network = await NetworkService.in_work_dir(flags.work_dir) if flags.get("network_service") else None
     if network is not None:
         network.install(router)
     runner = web.AppRunner(make_app(router), access_log=None, shutdown_timeout=1.0)

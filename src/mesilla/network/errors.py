@@ -206,11 +206,6 @@ class PortInUseAsSubPort(Conflict):
         super().__init__(f"Port {port_id} is currently a subport for trunk {trunk_id}.")
 
 
-class TrunkInUse(Conflict):
-    def __init__(self, trunk_id: str) -> None:
-        super().__init__(f"Trunk {trunk_id} is currently in use.")
-
-
 # --- 500 / 503 -----------------------------------------------------------------------
 
 

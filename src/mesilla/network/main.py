@@ -14,6 +14,7 @@ from aiohttp import web
 
 from mesilla.common.flags import Flag, Flags
 from mesilla.network.service import NetworkService
+from mesilla.network.store import BookError
 
 log = logging.getLogger(__name__)
 
@@ -25,10 +26,17 @@ NETWORK_FLAGS: list[Flag] = [
 ]
 
 
+class NetworkStartError(RuntimeError):
+    """The service cannot start (its port is taken, its book unreadable); the message says why."""
+
+
 @asynccontextmanager
 async def serve(flags: Flags) -> AsyncIterator[int]:
     """Serves until the block exits; yields the port it listens on."""
-    service = await NetworkService.in_work_dir(flags.work_dir)
+    try:
+        service = await NetworkService.in_work_dir(flags.work_dir)
+    except BookError as exc:
+        raise NetworkStartError(str(exc)) from None
     runner = web.AppRunner(service.app(), access_log=None, shutdown_timeout=1.0)
     try:
         await runner.setup()
@@ -36,7 +44,7 @@ async def serve(flags: Flags) -> AsyncIterator[int]:
         try:
             await site.start()
         except OSError as exc:
-            raise SystemExit(
+            raise NetworkStartError(
                 f"Cannot listen on {flags.ip}:{flags.port} ({exc.strerror}): choose another --ip or --port"
             ) from None
         port = runner.addresses[0][1]
@@ -48,5 +56,9 @@ async def serve(flags: Flags) -> AsyncIterator[int]:
 
 
 async def run(flags: Flags) -> None:
-    async with serve(flags):
-        await asyncio.Event().wait()
+    try:
+        async with serve(flags):
+            await asyncio.Event().wait()
+    except NetworkStartError as exc:
+        log.error("%s", exc)
+        raise SystemExit(1) from None

@@ -18,9 +18,11 @@ Subports follow Neutron's trunk plugin: attached, a port gets
 ``binding:host_id`` (which follows the parent's); removed, it loses the
 device id and host but keeps its owner, so that it can be found (and
 deleted by the trunk's scoped token) as a spare subport. That is also where
-port pools fit: the pool of (host, network) is the set of ports with
-``device_owner: trunk:subport`` on ``network_id`` whose trunk's parent is
-bound to that host, found with `find_ports`.
+port pools fit, with no table of their own: the pool of (host, network) is
+the attached subports on that network bound to that host and not yet handed
+to a pod (``GET /v2.0/ports?device_owner=trunk:subport&network_id=N&
+binding:host_id=H&name=available-port``), filled and drained by bulk port
+creates and atomic add/remove_subports.
 """
 
 from __future__ import annotations
@@ -81,6 +83,10 @@ def _normal_mac(text: str) -> str:
     return ":".join(parts)
 
 
+class BookError(RuntimeError):
+    """The book's file cannot be read; the message names it and the way out."""
+
+
 class Change:
     """The rows one mutation writes; applied in memory once they are durable."""
 
@@ -116,7 +122,7 @@ class Book:
             loaded = await db.load()
         except (sqlite3.DatabaseError, ValueError) as exc:
             await db.close()
-            raise RuntimeError(
+            raise BookError(
                 f"Cannot read the network book {db.path}: {exc}. Restore it, or move it away "
                 "to start with no networks"
             ) from None
@@ -248,9 +254,6 @@ class Book:
     def trunk_of_token(self, token: str) -> str | None:
         entry = self.tables["trunk_tokens"].get(token_digest(token))
         return None if entry is None else entry["trunk_id"]
-
-    def find_ports(self, **match: Any) -> list[Doc]:
-        return [p for p in self.ports.values() if all(p.get(k) == v for k, v in match.items())]
 
     def _subnets_of(self, net_id: str) -> list[Doc]:
         return [s for s in self.subnets.values() if s["network_id"] == net_id]

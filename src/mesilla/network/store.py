@@ -437,11 +437,6 @@ class Book:
             if (net_id, mac) in self._macs or (net_id, mac) in macs:
                 raise errors.MacAddressInUse(net_id, mac)
         macs.add((net_id, mac))
-        if spec["device_id"] and spec["device_owner"] == SUBPORT_OWNER:
-            # The trunk sets a subport's device id when it attaches it.
-            raise errors.InvalidInput(
-                f"device_id of a {SUBPORT_OWNER} port is set by add_subports, not by create"
-            )
         fixed_ips = self._plan_fixed_ips(net_id, spec["fixed_ips"], reserved)
         return _new_doc({**spec, "mac_address": mac, "fixed_ips": fixed_ips})
 

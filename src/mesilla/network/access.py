@@ -94,7 +94,9 @@ def check(principal: Principal, method: str, segments: list[str], body: Any, boo
                 for sub in subs
             )
         case ["v2.0", "ports"] if method == "POST":
-            ports = ([body["port"]] if "port" in body else body.get("ports")) if isinstance(body, dict) else None
+            ports = None
+            if isinstance(body, dict):
+                ports = [body["port"]] if "port" in body else body.get("ports")
             allowed = isinstance(ports, list) and all(_subport_owned(p) for p in ports)
         case ["v2.0", "ports", port_id] if method == "DELETE":
             port = book.ports.get(port_id)

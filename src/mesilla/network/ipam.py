@@ -42,7 +42,9 @@ class Pool:
 
 def parse_address(text: object, what: str = "ip_address") -> IPAddress:
     if not isinstance(text, str):
-        raise errors.HTTPBadRequest(f"Invalid input for {what}. Reason: '{text}' is not a valid IP address.")
+        raise errors.HTTPBadRequest(
+            f"Invalid input for {what}. Reason: '{text}' is not a valid IP address."
+        )
     try:
         return ipaddress.ip_address(text)
     except ValueError:
@@ -54,7 +56,9 @@ def parse_address(text: object, what: str = "ip_address") -> IPAddress:
 def parse_cidr(text: object, ip_version: int) -> IPNetwork:
     """A subnet's CIDR: of `ip_version`, without host bits, with room for a host."""
     if not isinstance(text, str):
-        raise errors.HTTPBadRequest(f"Invalid input for cidr. Reason: '{text}' is not a valid IP subnet.")
+        raise errors.HTTPBadRequest(
+            f"Invalid input for cidr. Reason: '{text}' is not a valid IP subnet."
+        )
     try:
         loose = ipaddress.ip_network(text, strict=False)
     except ValueError:
@@ -76,11 +80,10 @@ def parse_cidr(text: object, ip_version: int) -> IPNetwork:
     return loose
 
 
-def _host_bounds(cidr: IPNetwork) -> tuple[IPAddress, IPAddress]:
-    """The first and last address a port may have (IPv6 has no broadcast address)."""
-    first = cidr.network_address + 1
+def host_range(cidr: IPNetwork) -> Pool:
+    """The addresses a port may have: all but the network and (IPv4) broadcast address."""
     last = cidr.broadcast_address - 1 if cidr.version == 4 else cidr.broadcast_address
-    return first, last
+    return Pool(cidr.network_address + 1, last)
 
 
 def default_gateway(cidr: IPNetwork) -> IPAddress:
@@ -89,9 +92,10 @@ def default_gateway(cidr: IPNetwork) -> IPAddress:
 
 def default_pools(cidr: IPNetwork, gateway: IPAddress | None) -> list[Pool]:
     """The whole subnet less the gateway, as Neutron lays it out."""
-    first, last = _host_bounds(cidr)
-    if gateway is None or gateway not in Pool(first, last):
-        return [Pool(first, last)]
+    hosts = host_range(cidr)
+    first, last = hosts.start, hosts.end
+    if gateway is None or gateway not in hosts:
+        return [hosts]
     pools = []
     if int(gateway) > int(first):
         pools.append(Pool(first, gateway - 1))
@@ -101,9 +105,10 @@ def default_pools(cidr: IPNetwork, gateway: IPAddress | None) -> list[Pool]:
 
 
 def validate_pools(cidr: IPNetwork, pools: Sequence[Pool], gateway: IPAddress | None) -> None:
-    hosts = Pool(*_host_bounds(cidr))
+    hosts = host_range(cidr)
     for pool in pools:
-        if pool.start.version != cidr.version or pool.end.version != cidr.version or int(pool.start) > int(pool.end):
+        versions = {pool.start.version, pool.end.version}
+        if versions != {cidr.version} or int(pool.start) > int(pool.end):
             raise errors.InvalidAllocationPool(str(pool))
         if pool.start not in hosts or pool.end not in hosts:
             raise errors.OutOfBoundsAllocationPool(str(pool), str(cidr))
@@ -136,7 +141,7 @@ class SubnetAddresses:
     def check_requested(self, ip: IPAddress, reserved: Iterable[IPAddress] = ()) -> None:
         """A port may ask for any host address of the subnet, in a pool or not, but the
         gateway and what is taken (or `reserved` by the same request) are refused."""
-        if ip not in Pool(*_host_bounds(self.cidr)):
+        if ip not in host_range(self.cidr):
             raise errors.InvalidIpForSubnet(str(ip))
         if ip == self.gateway or ip in self.allocated or ip in set(reserved):
             raise errors.IpAddressAlreadyAllocated(str(ip), self.subnet_id)

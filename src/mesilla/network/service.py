@@ -86,8 +86,9 @@ class NetworkService:
 
     async def handle(self, request: web.Request, path: str, mount: str) -> web.Response:
         """Answers `path` (below the mount point `mount`, e.g. ``/network``)."""
+        base = f"{request.scheme}://{request.host}{mount.rstrip('/')}"
         try:
-            return await self._dispatch(request, path, f"{request.scheme}://{request.host}{mount.rstrip('/')}")
+            return await self._dispatch(request, path, base)
         except errors.NeutronError as exc:
             if exc.status >= 500:
                 log.error("%s %s: %s", request.method, request.path, exc.message)
@@ -128,9 +129,12 @@ class NetworkService:
                 subs = body.get("sub_ports") if isinstance(body, dict) else None
                 if not isinstance(subs, list):
                     raise errors.HTTPBadRequest("Unable to find 'sub_ports' in request body")
-                book_action = self.book.add_subports if action == "add_subports" else self.book.remove_subports
+                if action == "add_subports":
+                    trunk = await self.book.add_subports(key, subs)
+                else:
+                    trunk = await self.book.remove_subports(key, subs)
                 # Unwrapped, as Neutron answers these two.
-                return _json(self.book.view("trunk", await book_action(key, subs)))
+                return _json(self.book.view("trunk", trunk))
             case ["v2.0", "trunks", key, "get_subports"] if method == "GET":
                 return _json({"sub_ports": self.book.trunk(key)["sub_ports"]})
             case _:

@@ -72,7 +72,8 @@ def token_digest(token: str) -> str:
 
 def _normal_mac(text: str) -> str:
     parts = text.replace("-", ":").lower().split(":")
-    if len(parts) != 6 or not all(len(p) == 2 and all(c in "0123456789abcdef" for c in p) for p in parts):
+    hexdigits = set("0123456789abcdef")
+    if len(parts) != 6 or not all(len(p) == 2 and set(p) <= hexdigits for p in parts):
         raise errors.HTTPBadRequest(
             f"Invalid input for mac_address. Reason: '{text}' is not a valid MAC address."
         )
@@ -370,8 +371,10 @@ class Book:
             gateway = None
         else:
             gateway = ipam.parse_address(spec["gateway_ip"], "gateway_ip")
-            if gateway not in cidr or gateway in (cidr.network_address, cidr.broadcast_address) and cidr.version == 4:
-                raise errors.InvalidInput(f"Gateway is not valid on subnet: {gateway} is outside {cidr}.")
+            if gateway not in ipam.host_range(cidr):
+                raise errors.InvalidInput(
+                    f"Gateway is not valid on subnet: {gateway} is not a host address of {cidr}."
+                )
         if spec["allocation_pools"] is None:
             pools = ipam.default_pools(cidr, gateway)
         else:
@@ -388,7 +391,9 @@ class Book:
         for server in spec["dns_nameservers"]:
             ipam.parse_address(server, "dns_nameservers")
         if spec["ip_version"] == 4 and (spec["ipv6_ra_mode"] or spec["ipv6_address_mode"]):
-            raise errors.InvalidInput("ipv6_ra_mode or ipv6_address_mode cannot be set for an IPv4 subnet")
+            raise errors.InvalidInput(
+                "ipv6_ra_mode or ipv6_address_mode cannot be set for an IPv4 subnet"
+            )
         for mode in ("ipv6_ra_mode", "ipv6_address_mode"):
             if spec[mode] not in (None, "slaac", "dhcpv6-stateful", "dhcpv6-stateless"):
                 raise errors.HTTPBadRequest(
@@ -547,7 +552,8 @@ class Book:
             trunk = self._live_trunk(trunk_id)
             change = Change()
             added = self._plan_attach(change, trunk, self.ports[trunk["port_id"]], subs)
-            return change, change.put("trunks", _revised(trunk, {"sub_ports": [*trunk["sub_ports"], *added]}))
+            subports = [*trunk["sub_ports"], *added]
+            return change, change.put("trunks", _revised(trunk, {"sub_ports": subports}))
 
         return await self._mutate(plan)
 

@@ -173,6 +173,10 @@ def test_life_cycle(service: Service) -> None:
     assert status == 200 and [sorted(p) for p in body["ports"]] == [["id", "name"]] * 4
     status, body = service.http("GET", "/v2.0/ports?tags=mesilla")
     assert [p["id"] for p in body["ports"]] == [host.id]
+    status, body = service.http("GET", "/v2.0/ports?not-tags-any=mesilla,other&fields=name")
+    assert [p["name"] for p in body["ports"]] == ["", "spare", "spare", "spare"]
+    status, body = service.http("GET", "/v2.0/ports?sort_key=name&sort_dir=desc&fields=name")
+    assert [p["name"] for p in body["ports"]] == ["spare", "spare", "spare", "host-1", ""]
     status, body = service.http("GET", "/v2.0/ports?colour=red")
     assert status == 400 and body["NeutronError"]["type"] == "HTTPBadRequest"
     paged = list(conn.network.ports(limit=2))

@@ -1,4 +1,4 @@
-"""The `mesilla` command: `master`, `agent` and `local` (a whole cluster on 127.0.0.1).
+"""The `mesilla` command: `master`, `agent`, `network` and `local` (a whole cluster on 127.0.0.1).
 
 `mesilla local` runs one master and `--num_agents` agents as child processes of
 its own, handing each flag to the side(s) that know it, so that a crash or a
@@ -23,6 +23,7 @@ USAGE = """Usage: mesilla <command> [--flag=value ...]
 Commands:
   master   run a master (scheduler, operator and agent-facing APIs)
   agent    run an agent (executor and agent APIs, containerizer)
+  network  run the network service (a Neutron v2.0 subset) alone
   local    run a master and --num_agents agents on 127.0.0.1
 
 `mesilla <command> --help` lists the command's flags. Every flag can also come
@@ -51,6 +52,10 @@ def _daemon_flags(kind: str) -> tuple[list[Flag], frozenset[str]]:
     """(the daemon's flags, Mesos's names for it that Mesilla accepts without effect)."""
     if kind == "master":
         from mesilla.master.main import MASTER_FLAGS as specs
+    elif kind == "network":
+        from mesilla.network.main import NETWORK_FLAGS as specs
+
+        return specs, frozenset()  # Neutron's, not Mesos's
     else:
         from mesilla.agent.main import AGENT_FLAGS as specs
     mesos = mesos_flags.MASTER if kind == "master" else mesos_flags.AGENT
@@ -73,6 +78,8 @@ def _refuse_unsafe_to_ignore(flags: Flags) -> None:
 def _run_daemon(kind: str, argv: Sequence[str]) -> int:
     if kind == "master":
         from mesilla.master.main import run
+    elif kind == "network":
+        from mesilla.network.main import run
     else:
         from mesilla.agent.main import run
     specs, accepted = _daemon_flags(kind)
@@ -232,7 +239,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(USAGE)
         return 0 if args else 1
     command, rest = args[0], args[1:]
-    if command in ("master", "agent"):
+    if command in ("master", "agent", "network"):
         return _run_daemon(command, rest)
     if command == "local":
         return _run_local(rest)

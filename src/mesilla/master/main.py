@@ -21,6 +21,8 @@ from mesilla.master.registry import (
     RegistryError,
     SqliteRegistry,
 )
+from mesilla.network.service import NetworkService
+from mesilla.network.store import BookError
 
 log = logging.getLogger(__name__)
 
@@ -79,6 +81,12 @@ MASTER_FLAGS: list[Flag] = [
         "int",
     ),
     Flag("cluster", "Human readable name of the cluster."),
+    Flag(
+        "network_service",
+        "Serve the network service (a Neutron v2.0 subset) at /network/, its book in --work_dir.",
+        False,
+        "bool",
+    ),
     Flag("quiet", "Disable logging to stderr.", False, "bool"),
     Flag("logging_level", "Log level: INFO, WARNING or ERROR.", "INFO"),
 ]
@@ -126,12 +134,18 @@ async def serve(flags: Flags) -> AsyncIterator[MasterServer]:
     except ValueError as exc:
         raise FlagError(f"Invalid --weights '{flags.weights}': {exc}") from None
     validate_ping_flags(flags)
+    try:
+        network = await NetworkService.in_work_dir(flags.work_dir) if flags.get("network_service") else None
+    except BookError as exc:
+        raise MasterStartError(str(exc)) from None
     master = Master(flags, make_registry(flags))
     router = Router("master")
     scheduler_api.install(router, master)
     agent_api.install(router, master)
     operator_api.install(router, master)
     endpoints.install(router, master)
+    if network is not None:
+        network.install(router)
     runner = web.AppRunner(make_app(router), access_log=None, shutdown_timeout=1.0)
     await runner.setup()
     try:
@@ -157,6 +171,8 @@ async def serve(flags: Flags) -> AsyncIterator[MasterServer]:
     finally:
         await master.stop()
         await runner.cleanup()
+        if network is not None:
+            await network.close()
 
 
 async def run(flags: Flags) -> None:

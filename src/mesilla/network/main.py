@@ -1,0 +1,64 @@
+"""`mesilla network`: the network service alone, at ``/`` (Neutron's port is 9696).
+
+The same service the master serves at ``/network/`` with ``--network_service``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from aiohttp import web
+
+from mesilla.common.flags import Flag, Flags
+from mesilla.network.service import NetworkService
+from mesilla.network.store import BookError
+
+log = logging.getLogger(__name__)
+
+NETWORK_FLAGS: list[Flag] = [
+    Flag("ip", "IP address to listen on.", "127.0.0.1"),
+    Flag("port", "Port to listen on (0 picks a free one).", 9696, "int"),
+    Flag("work_dir", "Where the network book (network.db) lives.", required=True),
+    Flag("logging_level", "Log level: INFO, WARNING or ERROR.", "INFO"),
+]
+
+
+class NetworkStartError(RuntimeError):
+    """The service cannot start (its port is taken, its book unreadable); the message says why."""
+
+
+@asynccontextmanager
+async def serve(flags: Flags) -> AsyncIterator[int]:
+    """Serves until the block exits; yields the port it listens on."""
+    try:
+        service = await NetworkService.in_work_dir(flags.work_dir)
+    except BookError as exc:
+        raise NetworkStartError(str(exc)) from None
+    runner = web.AppRunner(service.app(), access_log=None, shutdown_timeout=1.0)
+    try:
+        await runner.setup()
+        site = web.TCPSite(runner, flags.ip, flags.port, reuse_address=True)
+        try:
+            await site.start()
+        except OSError as exc:
+            raise NetworkStartError(
+                f"Cannot listen on {flags.ip}:{flags.port} ({exc.strerror}): choose another --ip or --port"
+            ) from None
+        port = runner.addresses[0][1]
+        log.info("network service listening on http://%s:%d/", flags.ip, port)
+        yield port
+    finally:
+        await runner.cleanup()
+        await service.close()
+
+
+async def run(flags: Flags) -> None:
+    try:
+        async with serve(flags):
+            await asyncio.Event().wait()
+    except NetworkStartError as exc:
+        log.error("%s", exc)
+        raise SystemExit(1) from None

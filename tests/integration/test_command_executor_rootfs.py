@@ -1,5 +1,6 @@
 """A command task with an image rootfs: the executor stays on the host, the task
-runs chrooted in the rootfs with its sandbox at --sandbox_directory (as Mesos)."""
+runs pivoted into the rootfs with its sandbox at --sandbox_directory (as Mesos),
+in pid and mount namespaces of its own, so nothing leads it back to the host."""
 
 from __future__ import annotations
 
@@ -51,15 +52,11 @@ async def agent(unused_port: int) -> AsyncIterator[FakeAgent]:
         await fake.stop()
 
 
-@pytest.mark.parametrize("launcher", ["posix", "linux"])
-async def test_task_runs_in_the_rootfs_and_executor_on_the_host(
-    agent: FakeAgent, rootfs: str, tmp_path: Any, launcher: str
-) -> None:
-    flags = parse(
-        CONTAINERIZER_FLAGS,
-        [f"--runtime_dir={tmp_path}/runtime", f"--launcher={launcher}"],
-        environ={},
-    )
+async def _containerizer(tmp_path: Any, launcher: str, isolation: str | None) -> Containerizer:
+    argv = [f"--runtime_dir={tmp_path}/runtime", f"--launcher={launcher}"]
+    if isolation is not None:
+        argv.append(f"--isolation={isolation}")
+    flags = parse(CONTAINERIZER_FLAGS, argv, environ={})
     if launcher == "linux":
         try:
             available = load_launcher("linux").available(flags)  # type: ignore[attr-defined]
@@ -67,7 +64,15 @@ async def test_task_runs_in_the_rootfs_and_executor_on_the_host(
             available = False
         if not available:
             pytest.skip("the linux launcher is not available here (needs conmon, runc)")
-    containerizer = await Containerizer.create(flags)
+    return await Containerizer.create(flags)
+
+
+async def _run_task(
+    agent: FakeAgent, rootfs: str, tmp_path: Any, launcher: str, script: str,
+    isolation: str | None = None, environment: dict[str, str] | None = None,
+) -> tuple[dict[str, Any], str]:  # fmt: skip
+    """Runs `script` as a command task in `rootfs`: its terminal update and its stdout."""
+    containerizer = await _containerizer(tmp_path, launcher, isolation)
     sandbox = str(tmp_path / "sandbox")
     task = TaskInfo(name="t", task_id=TaskID(value="t1"), agent_id=AgentID(value="a"))
     config = ContainerConfig(
@@ -85,16 +90,11 @@ async def test_task_runs_in_the_rootfs_and_executor_on_the_host(
     try:
         await containerizer.launch(cid, config)
         await asyncio.wait_for(agent.subscribed.wait(), 30)
-        script = (
-            'cat /image-marker; echo "$PWD $MESOS_SANDBOX"; ls /proc/self/ >/dev/null && echo proc'
-        )
-        agent.send(launch_event("t1", {"value": script}))
+        variables = [{"name": k, "value": v} for k, v in (environment or {}).items()]
+        agent.send(launch_event("t1", {"value": script, "environment": {"variables": variables}}))
         statuses = [await agent.next_update()]
         while statuses[-1]["state"] in ("TASK_STARTING", "TASK_RUNNING"):
             statuses.append(await agent.next_update())
-        assert statuses[-1]["state"] == "TASK_FINISHED", statuses[-1].get("message")
-        output = open(os.path.join(sandbox, "stdout")).read()
-        assert "from the image\n/mnt/mesos/sandbox /mnt/mesos/sandbox\nproc\n" in output
         termination = await containerizer.wait(cid)
         assert termination is not None and termination.status == 0
     finally:
@@ -103,3 +103,75 @@ async def test_task_runs_in_the_rootfs_and_executor_on_the_host(
         await containerizer.close()
     with open("/proc/self/mountinfo") as mounts:
         assert rootfs not in mounts.read()  # the task's mounts died with it
+    return statuses[-1], open(os.path.join(sandbox, "stdout")).read()
+
+
+@pytest.mark.parametrize("launcher", ["posix", "linux"])
+async def test_task_runs_in_the_rootfs_and_executor_on_the_host(
+    agent: FakeAgent, rootfs: str, tmp_path: Any, launcher: str
+) -> None:
+    script = 'cat /image-marker; echo "$PWD $MESOS_SANDBOX"; ls /proc/self/ >/dev/null && echo proc'
+    status, output = await _run_task(agent, rootfs, tmp_path, launcher, script)
+    assert status["state"] == "TASK_FINISHED", status.get("message")
+    assert "from the image\n/mnt/mesos/sandbox /mnt/mesos/sandbox\nproc\n" in output
+
+
+# Every route from a process's /proc entry to a filesystem: its root, its working
+# directory (climbing from it with ..), its descriptors; and what each process is.
+ESCAPE_PROBE = r"""
+climb=../../../../../../../../../../../../../../../../../../../..
+for p in /proc/[0-9]*; do
+  n=${p#/proc/}
+  echo "cmdline $n $(tr '\0' ' ' < $p/cmdline)"
+  for link in root cwd; do
+    for way in "$p/$link" "$p/$link/$climb"; do
+      [ -e "$way$MARKER" ] && echo "ESCAPE $way$MARKER"
+      [ -e "$way$HOST_ONLY" ] && echo "ESCAPE $way$HOST_ONLY"
+    done
+    echo "$link $n $(ls -A $p/$link/ | tr '\n' ' ')"
+  done
+  for fd in $p/fd/*; do echo "fd $n ${fd##*/} $(readlink $fd)"; done
+done
+echo "self"; ls -l /proc/self/fd
+"""
+
+
+def _assert_no_escape(output: str, host_paths: list[str]) -> None:
+    lines = output.splitlines()
+    assert "self" in lines, output  # the probe ran to the end
+    assert not [line for line in lines if line.startswith("ESCAPE")], output
+    for line in lines:
+        kind, _, rest = line.partition(" ")
+        if kind == "root":
+            assert "image-marker" in rest.split(), line  # the image's root, nothing else
+        if kind == "cmdline":
+            # Neither the executor nor its helper is visible: only the task's own.
+            assert not any(word in rest for word in ("python", "executor", "task_rootfs")), line
+        assert not any(path in line for path in host_paths), line
+    assert any(line.startswith("cmdline 1 ") for line in lines), output
+
+
+@pytest.mark.parametrize(
+    "launcher,isolation",
+    [
+        ("posix", None),
+        ("linux", "filesystem/linux"),
+        ("linux", "filesystem/linux,namespaces/pid"),
+    ],
+)
+async def test_task_cannot_reach_the_host_through_proc(
+    agent: FakeAgent, rootfs: str, tmp_path: Any, launcher: str, isolation: str | None
+) -> None:
+    """Issue #9: neither /proc/<pid>/root, /proc/<pid>/cwd nor a descriptor of any
+    process the task sees leads out of the image, and pid 1 is not the executor."""
+    marker = tmp_path / "host-marker"  # on the host, outside the image
+    marker.write_text("on the host only\n")
+    host_only = str(tmp_path / "runtime")  # the agent's runtime directory
+    status, output = await _run_task(
+        agent, rootfs, tmp_path, launcher, ESCAPE_PROBE, isolation,
+        environment={"MARKER": str(marker), "HOST_ONLY": host_only},
+    )  # fmt: skip
+    assert status["state"] == "TASK_FINISHED", (status.get("message"), output)
+    _assert_no_escape(output, [str(tmp_path), sys.executable, os.path.dirname(sys.executable)])
+    # The task's sandbox files are open through its own view of them.
+    assert "/mnt/mesos/sandbox/stdout" in output

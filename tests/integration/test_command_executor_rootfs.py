@@ -5,6 +5,7 @@ in pid and mount namespaces of its own, so nothing leads it back to the host."""
 from __future__ import annotations
 
 import asyncio
+import ctypes
 import os
 import shutil
 import subprocess
@@ -18,6 +19,11 @@ from mesilla.common.flags import parse
 from mesilla.containerizer.containerizer import Containerizer
 from mesilla.containerizer.flags import CONTAINERIZER_FLAGS
 from mesilla.containerizer.launcher import load_launcher
+from mesilla.containerizer.launcher.oci import (
+    DEFAULT_CAPABILITIES,
+    capability_mask,
+    capability_names,
+)
 from mesilla.containerizer.types import ContainerConfig
 from mesilla.v1.mesos import AgentID, CommandInfo, ContainerID, TaskID, TaskInfo
 from tests.unit.executor.fake_agent import FakeAgent, launch_event
@@ -132,6 +138,7 @@ for p in /proc/[0-9]*; do
   done
   for fd in $p/fd/*; do echo "fd $n ${fd##*/} $(readlink $fd)"; done
 done
+grep ^CapBnd /proc/self/status
 echo "self"; ls -l /proc/self/fd
 """
 
@@ -175,3 +182,117 @@ async def test_task_cannot_reach_the_host_through_proc(
     _assert_no_escape(output, [str(tmp_path), sys.executable, os.path.dirname(sys.executable)])
     # The task's sandbox files are open through its own view of them.
     assert "/mnt/mesos/sandbox/stdout" in output
+    # Root's capabilities: the OCI runtimes' default set only.
+    bounding = next(line.split()[1] for line in output.splitlines() if line.startswith("CapBnd"))
+    default = [c for c in DEFAULT_CAPABILITIES if c in capability_names(None)]
+    assert int(bounding, 16) == capability_mask(default)
+
+
+# open_by_handle_at(2) opens any file of a filesystem by its handle, through a
+# descriptor of any other file of that filesystem: with CAP_DAC_READ_SEARCH, a
+# task whose sandbox is a bind mount from the host's filesystem reaches its root.
+OPEN_BY_HANDLE = r"""
+#define _GNU_SOURCE
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+/* MOUNT_DIR HANDLE_TYPE HANDLE_HEX PATH: prints PATH, relative to the directory
+   the handle names, opened through a descriptor on MOUNT_DIR's filesystem. */
+int main(int argc, char **argv) {
+  if (argc != 5) return 2;
+  size_t n = strlen(argv[3]) / 2;
+  struct file_handle *h = malloc(sizeof(*h) + n);
+  h->handle_bytes = n;
+  h->handle_type = atoi(argv[2]);
+  for (size_t i = 0; i < n; i++) sscanf(argv[3] + 2 * i, "%2hhx", &h->f_handle[i]);
+  int mount_fd = open(argv[1], O_RDONLY | O_DIRECTORY);
+  if (mount_fd < 0) { perror("open"); return 1; }
+  int root = open_by_handle_at(mount_fd, h, O_RDONLY | O_DIRECTORY);
+  if (root < 0) { perror("open_by_handle_at"); return 1; }
+  int fd = openat(root, argv[4], O_RDONLY);
+  if (fd < 0) { perror("openat"); return 1; }
+  char buf[256];
+  ssize_t len = read(fd, buf, sizeof buf);
+  if (len > 0) { fputs("ESCAPE ", stdout); fwrite(buf, 1, len, stdout); }
+  return 0;
+}
+"""
+
+
+class _FileHandle(ctypes.Structure):
+    _fields_ = [
+        ("handle_bytes", ctypes.c_uint),
+        ("handle_type", ctypes.c_int),
+        ("f_handle", ctypes.c_ubyte * 128),
+    ]
+
+
+def _handle_of(path: str) -> tuple[int, str]:
+    """The file handle of `path` (name_to_handle_at): its type and bytes in hex."""
+    handle = _FileHandle(handle_bytes=128)
+    mount_id = ctypes.c_int()
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.name_to_handle_at(-100, path.encode(), ctypes.byref(handle), ctypes.byref(mount_id), 0):
+        pytest.skip(f"{path}'s filesystem has no file handles: {os.strerror(ctypes.get_errno())}")
+    return handle.handle_type, bytes(handle.f_handle[: handle.handle_bytes]).hex()
+
+
+def _mount_root(path: str) -> str:
+    while not os.path.ismount(path):
+        path = os.path.dirname(path)
+    return path
+
+
+@pytest.mark.parametrize(
+    "launcher,isolation",
+    [("linux", "filesystem/linux"), ("linux", "filesystem/linux,namespaces/pid")],
+)
+async def test_task_cannot_open_host_files_by_handle(
+    agent: FakeAgent, rootfs: str, tmp_path: Any, launcher: str, isolation: str
+) -> None:
+    """Issue #9: root in an image task keeps the capabilities Mesos gives it, yet
+    cannot open the host's files by handle through its sandbox's bind mount."""
+    gcc = shutil.which("gcc")
+    if gcc is None:
+        pytest.skip("needs gcc")
+    source = tmp_path / "open_by_handle.c"
+    source.write_text(OPEN_BY_HANDLE)
+    built = subprocess.run(
+        [gcc, "-static", "-O", "-o", f"{rootfs}/bin/open_by_handle", str(source)],
+        capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    if built.returncode != 0:
+        pytest.skip(f"cannot build a static program here: {built.stderr.strip()}")
+    marker = tmp_path / "host-marker"
+    marker.write_text("on the host only\n")
+    root = _mount_root(str(tmp_path))
+    kind, handle = _handle_of(root)
+    relative = os.path.relpath(marker, root)
+    script = f"open_by_handle /mnt/mesos/sandbox {kind} {handle} {relative}; echo done"
+    status, output = await _run_task(agent, rootfs, tmp_path, launcher, script, isolation)
+    assert status["state"] == "TASK_FINISHED", (status.get("message"), output)
+    assert "done" in output
+    assert "ESCAPE" not in output, output
+
+
+@pytest.mark.parametrize(
+    "launcher,isolation",
+    [("linux", "filesystem/linux"), ("linux", "filesystem/linux,namespaces/pid")],
+)
+async def test_task_cannot_read_the_hosts_disk(
+    agent: FakeAgent, rootfs: str, tmp_path: Any, launcher: str, isolation: str
+) -> None:
+    """Issue #9: root in an image task cannot make a device node of the disk that
+    holds the host's files and read it."""
+    device = os.stat(str(tmp_path)).st_dev
+    major, minor = os.major(device), os.minor(device)
+    script = (
+        f"mknod /disk b {major} {minor} && head -c 4096 /disk | wc -c | sed 's/^/READ /'; "
+        "echo done"
+    )
+    status, output = await _run_task(agent, rootfs, tmp_path, launcher, script, isolation)
+    assert status["state"] == "TASK_FINISHED", (status.get("message"), output)
+    assert "done" in output
+    assert "READ 4096" not in output, output

@@ -9,8 +9,10 @@ forks.
 from __future__ import annotations
 
 import copy
+import json
 from typing import Any
 
+from mesilla.containerizer.launcher.oci import DEFAULT_CAPABILITIES
 from mesilla.containerizer.types import ContainerConfig, ContainerLaunchInfo, Mount
 
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
@@ -84,7 +86,9 @@ def own_executor_arguments(
     nested containers take their parent's user. As
     Mesos, a command task with an image has the command executor stay on the
     host's filesystem (the image need not hold an interpreter) and put only the
-    task into the rootfs.
+    task into the rootfs, with at most the container's bounding set (the OCI
+    runtimes' default when it has no capability information, as the linux
+    launcher gives any container with an image).
     """
     arguments: list[str] = []
     user = launch_info.user or config.user
@@ -94,6 +98,10 @@ def own_executor_arguments(
         # rootfs must still be reachable at its host path.
         launch_info.mounts.append(Mount(source=config.rootfs, target=config.rootfs))
         arguments += [f"--rootfs={config.rootfs}", f"--sandbox_directory={sandbox_directory}"]
+        bounding = launch_info.bounding_capabilities or launch_info.capabilities
+        arguments.append(
+            "--task_bounding_capabilities=" + json.dumps(bounding or list(DEFAULT_CAPABILITIES))
+        )
     elif not config.executor_as_root or launch_info.capabilities is not None:
         # With the task's capabilities only, an executor might not be able to switch
         # users: it runs as the task's user itself, as Mesos's do.

@@ -40,6 +40,7 @@ from mesilla.executor.checks import (
     parse_check,
     run_probe,
 )
+from mesilla.containerizer.launcher.oci import capability_mask
 from mesilla.executor import task_rootfs
 from mesilla.executor.driver import Executor, ExecutorDriver
 
@@ -81,7 +82,8 @@ class Options:
 
     For a command task with an image: `rootfs` (the task runs pivoted there),
     `sandbox_directory` (where it sees its sandbox), and from docker/runtime
-    the image's `task_command`, `working_directory` and `task_environment` (JSON).
+    the image's `task_command`, `working_directory` and `task_environment` (JSON);
+    `task_bounding_capabilities` (JSON, kernel names) the most the task may hold.
     """
 
     rootfs: str | None = None
@@ -90,6 +92,7 @@ class Options:
     user: str | None = None
     task_command: dict[str, Any] | None = None
     task_environment: dict[str, Any] | None = None
+    task_bounding_capabilities: list[str] | None = None
 
     @classmethod
     def parse(cls, argv: list[str]) -> Options:
@@ -125,6 +128,8 @@ def task_rootfs_argv(
         "sandbox_directory": options.sandbox_directory,
         "working_directory": options.working_directory,
     }
+    if options.task_bounding_capabilities is not None:
+        spec["bounding"] = capability_mask(options.task_bounding_capabilities)
     if account is not None:
         spec.update(user=account.pw_name, uid=account.pw_uid, gid=account.pw_gid)
     return [sys.executable, "-I", "-S", task_rootfs.__file__, json.dumps(spec), *argv]

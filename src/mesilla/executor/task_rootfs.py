@@ -6,15 +6,17 @@ The command executor of a task with an image runs on the host's filesystem
     python -I -S task_rootfs.py '<json>' <program> [args...]
 
 where the JSON gives the `rootfs`, the `sandbox` (host path) and the
-`sandbox_directory` where the task sees it, the `working_directory`, and the
+`sandbox_directory` where the task sees it, the `working_directory`, the
 user (`user`, `uid`, `gid`; resolved by the executor against the host's
-user database, as Mesos's command executor does).
+user database, as Mesos's command executor does) and the task's `bounding`
+capability set (a bit mask of kernel capability numbers).
 
 This program unshares a pid namespace and forks the task's first process,
 pid 1 there: it takes a mount namespace of its own, pivots into the rootfs
 (the old root detached, so no path leads back to the host), mounts a fresh
 /proc of the new pid namespace and /sys, reopens its standard streams that
-are sandbox files at their paths inside, becomes the user and execs tini
+are sandbox files at their paths inside, drops what is not in its bounding
+set (root's capabilities after exec), becomes the user and execs tini
 (bound into the rootfs, as the linux launcher gives containers with a pid
 namespace of their own) or, without tini, the command itself. The executor
 and this program stay in the outer pid namespace: the task cannot see them,
@@ -49,6 +51,7 @@ MS_REC = 0x4000
 MS_PRIVATE = 0x40000
 MNT_DETACH = 0x2
 PR_SET_PDEATHSIG = 1
+PR_CAPBSET_DROP = 24
 
 # As the linux launcher: Debian's static tini, and where containers see it.
 INIT = shutil.which("tini-static")
@@ -146,6 +149,17 @@ def _pivot(spec: dict[str, Any]) -> None:
     os.chdir(spec.get("working_directory") or inside)
 
 
+def _bound_capabilities(spec: dict[str, Any]) -> None:
+    if spec.get("bounding") is None:
+        return
+    bounding = int(spec["bounding"])
+    with open("/proc/sys/kernel/cap_last_cap") as f:
+        last = int(f.read())
+    for number in range(last + 1):
+        if not bounding >> number & 1:
+            _check(_libc.prctl(PR_CAPBSET_DROP, number, 0, 0, 0), f"dropping capability {number}")
+
+
 def _become(spec: dict[str, Any]) -> None:
     if spec.get("uid") is None:
         return
@@ -160,6 +174,7 @@ def _task(spec: dict[str, Any], argv: list[str]) -> None:
     """The task's first process: pid 1 of the new pid namespace. Never returns."""
     try:
         _pivot(spec)
+        _bound_capabilities(spec)
         _become(spec)
         # Set after the user change, which clears it: the task dies with this program.
         _check(_libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0), "prctl(PDEATHSIG)")

@@ -256,6 +256,9 @@ class LinuxLauncher(Launcher):
             f"/proc/{parent_pid}/root" if debug else launch_info.rootfs or "/",
         )
         capabilities, bounding = launch_info.capabilities, launch_info.bounding_capabilities
+        if launch_info.rootfs and capabilities is None and bounding is None:
+            # Root keeps only what cannot reach past its rootfs (oci.DEFAULT_CAPABILITIES).
+            bounding = [c for c in oci.DEFAULT_CAPABILITIES if c in oci.capability_names(None)]
         if debug:
             assert parent_pid is not None and container_id.parent is not None
             argv = _enter_filesystem_of(

@@ -25,6 +25,7 @@ def merge_launch_infos(infos: list[ContainerLaunchInfo]) -> ContainerLaunchInfo:
         merged.environment.update(info.environment)
         merged.mounts.extend(info.mounts)
         merged.clone_namespaces |= info.clone_namespaces
+        merged.secret_names |= info.secret_names
         merged.enter_namespaces.update(info.enter_namespaces)
         merged.rlimits.extend(info.rlimits)
         _merge_dicts(merged.cgroup_resources, info.cgroup_resources)

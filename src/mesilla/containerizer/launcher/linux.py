@@ -176,6 +176,8 @@ class LinuxLauncher(Launcher):
                 )
             )
             monitored = await asyncio.shield(spawn)
+            if launch_info.secret_names:
+                _forget_secrets(os.path.join(bundle, "config.json"), spec, launch_info.secret_names)
         except asyncio.CancelledError:
             # conmon goes on creating the container: let it finish, then remove it all.
             if spawn is not None:
@@ -487,6 +489,15 @@ class LinuxLauncher(Launcher):
                     found.append(container_id)
                 found += self._scan(os.path.join(directory, CONTAINERS_DIR), container_id)
         return found
+
+
+def _forget_secrets(path: str, spec: dict[str, Any], names: set[str]) -> None:
+    """Rewrites the bundle's config without the secret variables, once the runtime
+    has created the container from it (runc keeps no copy of the environment)."""
+    process = spec["process"]
+    process["env"] = [e for e in process["env"] if e.partition("=")[0] not in names]
+    with open(path, "w") as f:
+        f.write(json.dumps(spec))
 
 
 def _enter_filesystem_of(

@@ -26,7 +26,7 @@ from mesilla.containerizer.launcher.oci import (
 )
 from mesilla.containerizer.types import ContainerConfig
 from mesilla.v1.mesos import AgentID, CommandInfo, ContainerID, TaskID, TaskInfo
-from tests.unit.executor.fake_agent import FakeAgent, launch_event
+from tests.unit.executor.fake_agent import FakeAgent, kill_event, launch_event
 
 pytestmark = [pytest.mark.integration, pytest.mark.root]
 
@@ -76,8 +76,10 @@ async def _containerizer(tmp_path: Any, launcher: str, isolation: str | None) ->
 async def _run_task(
     agent: FakeAgent, rootfs: str, tmp_path: Any, launcher: str, script: str,
     isolation: str | None = None, environment: dict[str, str] | None = None,
+    kill_when_running: bool = False,
 ) -> tuple[dict[str, Any], str]:  # fmt: skip
-    """Runs `script` as a command task in `rootfs`: its terminal update and its stdout."""
+    """Runs `script` as a command task in `rootfs` (killed once running, with time to
+    end on SIGTERM, if `kill_when_running`): its terminal update and its stdout."""
     containerizer = await _containerizer(tmp_path, launcher, isolation)
     sandbox = str(tmp_path / "sandbox")
     task = TaskInfo(name="t", task_id=TaskID(value="t1"), agent_id=AgentID(value="a"))
@@ -99,7 +101,9 @@ async def _run_task(
         variables = [{"name": k, "value": v} for k, v in (environment or {}).items()]
         agent.send(launch_event("t1", {"value": script, "environment": {"variables": variables}}))
         statuses = [await agent.next_update()]
-        while statuses[-1]["state"] in ("TASK_STARTING", "TASK_RUNNING"):
+        while statuses[-1]["state"] in ("TASK_STARTING", "TASK_RUNNING", "TASK_KILLING"):
+            if kill_when_running and statuses[-1]["state"] == "TASK_RUNNING":
+                agent.send(kill_event("t1", grace_secs=60))
             statuses.append(await agent.next_update())
         termination = await containerizer.wait(cid)
         assert termination is not None and termination.status == 0
@@ -120,6 +124,26 @@ async def test_task_runs_in_the_rootfs_and_executor_on_the_host(
     status, output = await _run_task(agent, rootfs, tmp_path, launcher, script)
     assert status["state"] == "TASK_FINISHED", status.get("message")
     assert "from the image\n/mnt/mesos/sandbox /mnt/mesos/sandbox\nproc\n" in output
+
+
+@pytest.mark.parametrize("launcher", ["posix", "linux"])
+async def test_a_killed_task_ends_by_the_signal_its_init_passed_on(
+    agent: FakeAgent, rootfs: str, tmp_path: Any, launcher: str
+) -> None:
+    """The executor's SIGTERM, even sent while the task is being set up, reaches the
+    command through the task's init; its end reads as Mesos's."""
+    status, _ = await _run_task(agent, rootfs, tmp_path, launcher, "sleep 1000", kill_when_running=True)
+    assert (status["state"], status["message"]) == (
+        "TASK_KILLED", "Command terminated with signal Terminated",
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize("launcher", ["posix", "linux"])
+async def test_the_task_exit_code_is_the_executors_report(
+    agent: FakeAgent, rootfs: str, tmp_path: Any, launcher: str
+) -> None:
+    status, _ = await _run_task(agent, rootfs, tmp_path, launcher, "exit 7")
+    assert (status["state"], status["message"]) == ("TASK_FAILED", "Command exited with status 7")
 
 
 # Every route from a process's /proc entry to a filesystem: its root, its working

@@ -25,19 +25,22 @@ of theirs but its standard streams.
 
 This program waits for the task and ends as it did: tini's exit code 128+N
 is taken as "killed by signal N" (the linux launcher's convention), so the
-executor reports signals as Mesos does. It ignores the signals sent to the
-task's process group, which reach the task's init directly. It runs outside
-the package before the Python path is set up (`-S`): standard library only.
+executor reports signals as Mesos does. Signals sent to the task's process
+group reach the task's init directly; one sent before tini could take it is
+held here and passed on. It runs outside the package before the Python path
+is set up (`-S`): standard library only.
 """
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import json
 import os
 import shutil
 import signal
 import sys
+import time
 from typing import Any
 
 CLONE_NEWNS = 0x00020000
@@ -56,7 +59,8 @@ PR_CAPBSET_DROP = 24
 # As the linux launcher: Debian's static tini, and where containers see it.
 INIT = shutil.which("tini-static")
 INIT_PATH = "/.mesilla-init"
-# Signals the executor sends the task's process group: for the task's init only.
+# Signals the executor sends the task's process group (this program's): for the
+# task's init, not for this program.
 GROUP_SIGNALS = (signal.SIGHUP, signal.SIGINT, signal.SIGQUIT, signal.SIGTERM,
                  signal.SIGUSR1, signal.SIGUSR2)  # fmt: skip
 
@@ -200,20 +204,49 @@ def _end_as(status: int) -> None:
     sys.exit(128 + number)  # a signal whose default is not to terminate
 
 
+def _blocks_group_signals(pid: int) -> bool:
+    """Whether `pid` blocks the group signals, as tini does from its first instructions."""
+    wanted = sum(1 << (number - 1) for number in GROUP_SIGNALS)
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            blocked = next(int(line.split()[1], 16) for line in f if line.startswith("SigBlk:"))
+    except (OSError, StopIteration, ValueError):
+        return False
+    return blocked & wanted == wanted
+
+
+def _wait(pid: int, early: list[int]) -> int:
+    """Waits for the task's init; a signal sent to the task's group before that
+    init could take it (pid 1 drops what it neither handles nor blocks), which
+    `early` holds, is passed on once it can."""
+    while INIT is not None and not _blocks_group_signals(pid):
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            return status
+        time.sleep(0.002)
+    for number in GROUP_SIGNALS:
+        # From now on they reach the task's init directly, as members of our group.
+        signal.signal(number, signal.SIG_IGN)
+    for number in early:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, number)
+    return os.waitpid(pid, 0)[1]
+
+
 def main(argv: list[str]) -> None:
     if len(argv) < 2:
         sys.exit("usage: task_rootfs.py '<json>' <program> [args...]")
     spec = json.loads(argv[0])
     _check(_libc.unshare(CLONE_NEWPID), "unshare(CLONE_NEWPID)")
+    early: list[int] = []
     for number in GROUP_SIGNALS:
-        signal.signal(number, signal.SIG_IGN)
+        signal.signal(number, lambda number, _frame: early.append(number))
     pid = os.fork()
     if pid == 0:
         for number in GROUP_SIGNALS:
             signal.signal(number, signal.SIG_DFL)
         _task(spec, argv[1:])
-    _, status = os.waitpid(pid, 0)
-    _end_as(status)
+    _end_as(_wait(pid, early))
 
 
 if __name__ == "__main__":

@@ -177,7 +177,9 @@ class LinuxLauncher(Launcher):
             )
             monitored = await asyncio.shield(spawn)
             if launch_info.secret_names:
-                _forget_secrets(os.path.join(bundle, "config.json"), spec, launch_info.secret_names)
+                # crun keeps a copy of the config in its state directory; runc does not.
+                copies = [os.path.join(bundle, "config.json"), self._runtime.config_copy(rid)]
+                _forget_secrets(copies, launch_info.secret_names)
         except asyncio.CancelledError:
             # conmon goes on creating the container: let it finish, then remove it all.
             if spawn is not None:
@@ -491,13 +493,19 @@ class LinuxLauncher(Launcher):
         return found
 
 
-def _forget_secrets(path: str, spec: dict[str, Any], names: set[str]) -> None:
-    """Rewrites the bundle's config without the secret variables, once the runtime
-    has created the container from it (runc keeps no copy of the environment)."""
-    process = spec["process"]
-    process["env"] = [e for e in process["env"] if e.partition("=")[0] not in names]
-    with open(path, "w") as f:
-        f.write(json.dumps(spec))
+def _forget_secrets(paths: list[str], names: set[str]) -> None:
+    """Rewrites the copies of the config that exist without the secret variables,
+    once the runtime has created the container (and so read them)."""
+    for path in paths:
+        try:
+            with open(path) as f:
+                spec = json.load(f)
+        except FileNotFoundError:
+            continue
+        process = spec["process"]
+        process["env"] = [e for e in process["env"] if e.partition("=")[0] not in names]
+        with open(path, "w") as f:
+            f.write(json.dumps(spec))
 
 
 def _enter_filesystem_of(

@@ -25,7 +25,16 @@ from mesilla.containerizer.launcher.oci import (
     capability_names,
 )
 from mesilla.containerizer.types import ContainerConfig
-from mesilla.v1.mesos import AgentID, CommandInfo, ContainerID, TaskID, TaskInfo
+from mesilla.v1.mesos import (
+    AgentID,
+    CommandInfo,
+    ContainerID,
+    ContainerInfo,
+    TaskID,
+    TaskInfo,
+    Volume,
+    VolumeSource,
+)
 from tests.unit.executor.fake_agent import FakeAgent, kill_event, launch_event
 
 pytestmark = [pytest.mark.integration, pytest.mark.root]
@@ -76,7 +85,7 @@ async def _containerizer(tmp_path: Any, launcher: str, isolation: str | None) ->
 async def _run_task(
     agent: FakeAgent, rootfs: str, tmp_path: Any, launcher: str, script: str,
     isolation: str | None = None, environment: dict[str, str] | None = None,
-    kill_when_running: bool = False,
+    kill_when_running: bool = False, volumes: list[Volume] | None = None,
 ) -> tuple[dict[str, Any], str]:  # fmt: skip
     """Runs `script` as a command task in `rootfs` (killed once running, with time to
     end on SIGTERM, if `kill_when_running`): its terminal update and its stdout."""
@@ -93,6 +102,7 @@ async def _run_task(
         environment={**os.environ, **agent.environ(MESOS_DIRECTORY=sandbox)},
         task_info=task,
         rootfs=rootfs,  # what the provisioner sets for an image
+        container_info=ContainerInfo(type="MESOS", volumes=volumes or []),
     )
     cid = ContainerID(value="executor")
     try:
@@ -144,6 +154,25 @@ async def test_the_task_exit_code_is_the_executors_report(
 ) -> None:
     status, _ = await _run_task(agent, rootfs, tmp_path, launcher, "exit 7")
     assert (status["state"], status["message"]) == ("TASK_FAILED", "Command exited with status 7")
+
+
+async def test_the_task_sees_its_volumes_in_its_rootfs(
+    agent: FakeAgent, rootfs: str, tmp_path: Any
+) -> None:
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    (shared / "file").write_text("from the host volume\n")
+
+    def host_path(container_path: str) -> Volume:
+        source = VolumeSource(type="HOST_PATH", host_path={"path": str(shared)})
+        return Volume(container_path=container_path, mode="RO", source=source)
+
+    status, output = await _run_task(
+        agent, rootfs, tmp_path, "linux", "cat /data/file vol/file", "filesystem/linux",
+        volumes=[host_path("/data"), host_path("vol")],
+    )  # fmt: skip
+    assert status["state"] == "TASK_FINISHED", (status.get("message"), output)
+    assert output.count("from the host volume") == 2
 
 
 # Every route from a process's /proc entry to a filesystem: its root, its working

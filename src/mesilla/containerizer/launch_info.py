@@ -9,7 +9,9 @@ forks.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
+import os
 from typing import Any
 
 from mesilla.containerizer.launcher.oci import DEFAULT_CAPABILITIES
@@ -76,6 +78,13 @@ def container_environment(
     return env
 
 
+def _into(rootfs: str, mount: Mount) -> Mount:
+    """`mount` with its target, a path in the task's view, inside `rootfs`."""
+    if mount.target == rootfs or mount.target.startswith(rootfs.rstrip("/") + "/"):
+        return mount  # already there (filesystem/linux's sandbox)
+    return dataclasses.replace(mount, target=os.path.join(rootfs, mount.target.lstrip("/")))
+
+
 def own_executor_arguments(
     config: ContainerConfig, launch_info: ContainerLaunchInfo, sandbox_directory: str
 ) -> list[str]:
@@ -96,8 +105,11 @@ def own_executor_arguments(
     if config.task_info is not None and config.rootfs:
         launch_info.rootfs = None
         # Where the executor's own filesystem is built (linux launcher), the task's
-        # rootfs must still be reachable at its host path.
-        launch_info.mounts.append(Mount(source=config.rootfs, target=config.rootfs))
+        # rootfs must still be reachable at its host path, with the task's volumes
+        # inside it, where the task pivots.
+        rootfs = Mount(source=config.rootfs, target=config.rootfs)
+        volumes = [_into(config.rootfs, m) for m in launch_info.mounts if m != rootfs]
+        launch_info.mounts = [rootfs, *volumes]
         arguments += [f"--rootfs={config.rootfs}", f"--sandbox_directory={sandbox_directory}"]
         bounding = launch_info.bounding_capabilities or launch_info.capabilities
         arguments.append(

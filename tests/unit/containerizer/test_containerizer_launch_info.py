@@ -113,6 +113,12 @@ def test_command_task_with_rootfs_keeps_the_executor_on_the_host() -> None:
     ]
     assert info.rootfs is None and info.user == "root"
     assert [(m.source, m.target) for m in info.mounts] == [("/images/r1", "/images/r1")]
+    # The task's volumes go inside its rootfs, after the rootfs itself.
+    volumes = ContainerLaunchInfo(mounts=[Mount("/vol", "/data"), Mount("/s", "/images/r1/mnt")])
+    own_executor_arguments(config, volumes, "/mnt/mesos/sandbox")
+    assert [(m.source, m.target) for m in volumes.mounts] == [
+        ("/images/r1", "/images/r1"), ("/vol", "/images/r1/data"), ("/s", "/images/r1/mnt"),
+    ]  # fmt: skip
     # Capabilities of its own bound the task's instead of the default set.
     asks = ContainerLaunchInfo(rootfs="/images/r1", capabilities=["CAP_NET_ADMIN"])
     assert '--task_bounding_capabilities=["CAP_NET_ADMIN"]' in own_executor_arguments(

@@ -86,6 +86,7 @@ async def _run_task(
     agent: FakeAgent, rootfs: str, tmp_path: Any, launcher: str, script: str,
     isolation: str | None = None, environment: dict[str, str] | None = None,
     kill_when_running: bool = False, volumes: list[Volume] | None = None,
+    **task_fields: Any,
 ) -> tuple[dict[str, Any], str]:  # fmt: skip
     """Runs `script` as a command task in `rootfs` (killed once running, with time to
     end on SIGTERM, if `kill_when_running`): its terminal update and its stdout."""
@@ -109,7 +110,8 @@ async def _run_task(
         await containerizer.launch(cid, config)
         await asyncio.wait_for(agent.subscribed.wait(), 30)
         variables = [{"name": k, "value": v} for k, v in (environment or {}).items()]
-        agent.send(launch_event("t1", {"value": script, "environment": {"variables": variables}}))
+        command = {"value": script, "environment": {"variables": variables}}
+        agent.send(launch_event("t1", command, **task_fields))
         statuses = [await agent.next_update()]
         while statuses[-1]["state"] in ("TASK_STARTING", "TASK_RUNNING", "TASK_KILLING"):
             if kill_when_running and statuses[-1]["state"] == "TASK_RUNNING":
@@ -154,6 +156,21 @@ async def test_the_task_exit_code_is_the_executors_report(
 ) -> None:
     status, _ = await _run_task(agent, rootfs, tmp_path, launcher, "exit 7")
     assert (status["state"], status["message"]) == ("TASK_FAILED", "Command exited with status 7")
+
+
+@pytest.mark.parametrize("launcher", ["posix", "linux"])
+async def test_a_command_check_runs_in_the_image(
+    agent: FakeAgent, rootfs: str, tmp_path: Any, launcher: str
+) -> None:
+    """Only the check, which sees the image and the sandbox, lets the task end."""
+    check = {
+        "type": "COMMAND", "delay_seconds": 0, "interval_seconds": 0.2, "timeout_seconds": 10,
+        "command": {"command": {"value": "cat /image-marker > $MESOS_SANDBOX/checked"}},
+    }  # fmt: skip
+    script = "until [ -s checked ]; do sleep 0.1; done; cat checked"
+    status, output = await _run_task(agent, rootfs, tmp_path, launcher, script, check=check)
+    assert status["state"] == "TASK_FINISHED", (status.get("message"), output)
+    assert "from the image" in output
 
 
 async def test_the_task_sees_its_volumes_in_its_rootfs(

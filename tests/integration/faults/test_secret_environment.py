@@ -1,12 +1,15 @@
-"""SECRET environment variables (issue #9): a command task, a pod task and a nested
-container of the agent API each get the decoded value, and nothing the cluster
-writes down or shows holds it, before or after an agent restart.
+"""SECRET environment variables (issue #9): a command task, a custom executor's
+task, a pod task, and a nested and a standalone container of the agent API each
+get the decoded value, and nothing the cluster writes down or shows holds it,
+before or after an agent restart.
 """
 
 from __future__ import annotations
 
 import asyncio
 import base64
+import json
+import sys
 import time
 import uuid
 from collections.abc import Awaitable, Callable
@@ -15,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from mesilla.testing.processes import Cluster, http_json
-from mesilla.testing.scheduler import Framework, Json
+from mesilla.testing.scheduler import Framework, Json, scalar
 from tests.fixtures.images import PushedImage
 from tests.integration.faults.workload import container, pod_executor, task, tid
 
@@ -99,9 +102,27 @@ async def test_secret_variables_reach_tasks_and_nothing_else(
     command_task = _with_secret(task("cmd", script, container=container(busybox_image.name)), encoded)
     pod_task = _with_secret(task("pod", script, container=container(busybox_image.name)), encoded)
     executor = pod_executor()
-    await framework.launch(await framework.offer(), [command_task])
+    # A custom executor (Mesilla's command executor, told what to run) with the
+    # secret in its own environment; its task inherits it.
+    custom_task = task("custom", script)
+    del custom_task["command"]
+    custom_task["executor"] = {
+        "type": "CUSTOM",
+        "executor_id": {"value": f"custom-{uuid.uuid4().hex[:8]}"},
+        "command": {
+            "shell": False, "value": sys.executable,
+            "arguments": [
+                sys.executable, "-m", "mesilla.executor.command",
+                "--task_command=" + json.dumps({"value": script}),
+            ],
+            "environment": _secret_environment(encoded),
+        },
+        "resources": [scalar("cpus", 0.1), scalar("mem", 64)],
+    }  # fmt: skip
+    await framework.launch(await framework.offer(), [command_task, custom_task])
     await framework.launch_group(await framework.offer(), executor, [pod_task])
-    await framework.until_state([tid(command_task), tid(pod_task)], "TASK_RUNNING", 120)
+    tasks = [tid(command_task), tid(custom_task), tid(pod_task)]
+    await framework.until_state(tasks, "TASK_RUNNING", 120)
 
     # A nested container of the agent API, under the pod's executor.
     parent = next(
@@ -118,8 +139,19 @@ async def test_secret_variables_reach_tasks_and_nothing_else(
         },
     })  # fmt: skip
 
-    printed = await _until_printed(cluster.agent_dir(0), echo, 3)
-    assert len(printed) == 3, printed
+    # And a standalone container of the agent API.
+    standalone = {"value": f"standalone-{uuid.uuid4().hex[:8]}"}
+    cluster.agent_call({
+        "type": "LAUNCH_CONTAINER",
+        "launch_container": {
+            "container_id": standalone,
+            "command": {"value": script, "environment": _secret_environment(encoded)},
+            "resources": [scalar("cpus", 0.1), scalar("mem", 32)],
+        },
+    })  # fmt: skip
+
+    printed = await _until_printed(cluster.agent_dir(0), echo, 5)
+    assert len(printed) == 5, printed
     _assert_nothing_shows(cluster, value, encoded, echo)
 
     # Recovered after a restart: the agent knows every task without their secrets.
@@ -127,22 +159,29 @@ async def test_secret_variables_reach_tasks_and_nothing_else(
     assert cluster.agents[0].stop()
     cluster.start_agent(0, registered=False)
     cluster.await_agent_active(0, after=stopped_at)
-    await framework.reconcile([tid(command_task), tid(pod_task)])
+    await framework.reconcile(tasks)
 
     def running(t: Json) -> bool:
         answer = framework.reconciled(tid(t))
         return answer is not None and answer.state == "TASK_RUNNING"
 
     await framework.until(
-        lambda: running(command_task) and running(pod_task), 30, "both tasks reconciled running"
+        lambda: all(running(t) for t in (command_task, custom_task, pod_task)), 30,
+        "every task reconciled running",
+    )  # fmt: skip
+    everything = cluster.agent_call(
+        {"type": "GET_CONTAINERS", "get_containers": {"show_nested": True, "show_standalone": True}}
     )
-    assert nested["value"] in str(cluster.containers())
+    assert nested["value"] in str(everything) and standalone["value"] in str(everything)
     _assert_nothing_shows(cluster, value, encoded, echo)
 
     cluster.agent_call({"type": "KILL_NESTED_CONTAINER", "kill_nested_container": {"container_id": nested}})
-    for t in (command_task, pod_task):
-        await framework.kill(tid(t))
-    await framework.until_state([tid(command_task), tid(pod_task)], "TASK_KILLED", 60)
+    cluster.agent_call({"type": "KILL_CONTAINER", "kill_container": {"container_id": standalone}})
+    for t in tasks:
+        await framework.kill(t)
+    await framework.until_state(tasks, "TASK_KILLED", 60)
+    cluster.agent_call({"type": "WAIT_CONTAINER", "wait_container": {"container_id": standalone}})
+    cluster.agent_call({"type": "REMOVE_CONTAINER", "remove_container": {"container_id": standalone}})
     assert cluster.await_no_leftovers() == []
 
 

@@ -32,6 +32,8 @@ from asyncio.subprocess import Process
 from dataclasses import dataclass
 from typing import Any
 
+from mesilla.containerizer.launcher.oci import capability_mask
+from mesilla.executor import task_rootfs
 from mesilla.executor.checks import (
     Checker,
     CheckSpec,
@@ -40,8 +42,6 @@ from mesilla.executor.checks import (
     parse_check,
     run_probe,
 )
-from mesilla.containerizer.launcher.oci import capability_mask
-from mesilla.executor import task_rootfs
 from mesilla.executor.driver import Executor, ExecutorDriver
 
 log = logging.getLogger("mesilla.executor.command")

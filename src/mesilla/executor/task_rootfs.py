@@ -227,9 +227,9 @@ def _wait(pid: int, early: list[int]) -> int:
     for number in GROUP_SIGNALS:
         # From now on they reach the task's init directly, as members of our group.
         signal.signal(number, signal.SIG_IGN)
-    for number in early:
+    for received in early:
         with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, number)
+            os.kill(pid, received)
     return os.waitpid(pid, 0)[1]
 
 
@@ -240,7 +240,7 @@ def main(argv: list[str]) -> None:
     _check(_libc.unshare(CLONE_NEWPID), "unshare(CLONE_NEWPID)")
     early: list[int] = []
     for number in GROUP_SIGNALS:
-        signal.signal(number, lambda number, _frame: early.append(number))
+        signal.signal(number, lambda received, _frame: early.append(received))
     pid = os.fork()
     if pid == 0:
         for number in GROUP_SIGNALS:

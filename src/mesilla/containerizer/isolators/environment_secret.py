@@ -35,7 +35,6 @@ class EnvironmentSecretIsolator(Isolator):
         if not variables:
             return None
         resolved = {
-            v.name: secrets.resolve(v.secret, f"Environment variable '{v.name}'")
-            for v in variables
+            v.name: secrets.resolve(v.secret, f"Environment variable '{v.name}'") for v in variables
         }
         return ContainerLaunchInfo(environment=resolved, secret_names=set(resolved))

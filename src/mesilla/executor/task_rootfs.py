@@ -14,7 +14,7 @@ capability set (a bit mask of kernel capability numbers).
 This program unshares a pid namespace and forks the task's first process,
 pid 1 there: it takes a mount namespace of its own, pivots into the rootfs
 (the old root detached, so no path leads back to the host), mounts a fresh
-/proc of the new pid namespace and /sys, reopens its standard streams that
+/proc of the new pid namespace, /sys and a /dev of harmless devices, reopens its standard streams that
 are sandbox files at their paths inside, drops what is not in its bounding
 set (root's capabilities after exec), becomes the user and execs tini
 (bound into the rootfs, as the linux launcher gives containers with a pid
@@ -64,6 +64,9 @@ INIT_PATH = "/.mesilla-init"
 GROUP_SIGNALS = (signal.SIGHUP, signal.SIGINT, signal.SIGQUIT, signal.SIGTERM,
                  signal.SIGUSR1, signal.SIGUSR2)  # fmt: skip
 
+# The devices of the task's /dev, as OCI runtimes give a container.
+DEVICES = ("null", "zero", "full", "random", "urandom", "tty")
+
 _libc = ctypes.CDLL(None, use_errno=True)
 
 
@@ -73,11 +76,14 @@ def _check(result: int, what: str) -> None:
         raise OSError(errno, f"{what}: {os.strerror(errno)}")
 
 
-def _mount(source: str | None, target: str, fstype: str | None, flags: int) -> None:
+def _mount(
+    source: str | None, target: str, fstype: str | None, flags: int, data: str | None = None
+) -> None:
     _check(
         _libc.mount(
             source.encode() if source else None, target.encode(),
-            fstype.encode() if fstype else None, ctypes.c_ulong(flags), None,
+            fstype.encode() if fstype else None, ctypes.c_ulong(flags),
+            data.encode() if data else None,
         ),
         f"mount {source or fstype} on {target}",
     )  # fmt: skip
@@ -123,6 +129,20 @@ def _reopen(streams: dict[int, str], sandbox_directory: str) -> None:
         os.close(new)
 
 
+def _fresh_dev(dev: str) -> None:
+    """A /dev of the harmless devices only, whatever the executor's is (the host's
+    under the posix launcher); /dev/shm stays the executor's, as its IPC namespace."""
+    _mount("tmpfs", dev, "tmpfs", MS_NOSUID | MS_NOEXEC, "mode=755,size=65536k")
+    for name in DEVICES:
+        _mount(f"/dev/{name}", _mount_point(dev, name, directory=False), None, MS_BIND)
+    pts = _mount_point(dev, "pts")
+    _mount("devpts", pts, "devpts", MS_NOSUID | MS_NOEXEC, "newinstance,ptmxmode=0666,mode=0620")
+    _mount("/dev/shm", _mount_point(dev, "shm"), None, MS_BIND | MS_REC)
+    for name, target in (("ptmx", "pts/ptmx"), ("fd", "/proc/self/fd"), ("stdin", "/proc/self/fd/0"),
+                         ("stdout", "/proc/self/fd/1"), ("stderr", "/proc/self/fd/2")):  # fmt: skip
+        os.symlink(target, os.path.join(dev, name))
+
+
 def _pivot(spec: dict[str, Any]) -> None:
     """Makes the rootfs this process's root, in a mount namespace of its own."""
     rootfs, sandbox, inside = spec["rootfs"], spec["sandbox"], spec["sandbox_directory"]
@@ -136,7 +156,7 @@ def _pivot(spec: dict[str, Any]) -> None:
     sandbox_target = _mount_point(rootfs, inside)
     if not _same_file(sandbox, sandbox_target):
         _mount(sandbox, sandbox_target, None, MS_BIND | MS_REC)
-    _mount("/dev", _mount_point(rootfs, "/dev"), None, MS_BIND | MS_REC)
+    _fresh_dev(_mount_point(rootfs, "/dev"))
     if INIT is not None:
         _mount(INIT, _mount_point(rootfs, INIT_PATH, directory=False), None, MS_BIND)
     for path in ("/proc", "/sys"):

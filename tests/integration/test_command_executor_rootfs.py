@@ -193,7 +193,8 @@ async def test_the_task_sees_its_volumes_in_its_rootfs(
 
 
 # Every route from a process's /proc entry to a filesystem: its root, its working
-# directory (climbing from it with ..), its descriptors; and what each process is.
+# directory (climbing from it with ..), its descriptors; what each process is;
+# and the host's disks among the devices.
 ESCAPE_PROBE = r"""
 climb=../../../../../../../../../../../../../../../../../../../..
 for p in /proc/[0-9]*; do
@@ -208,6 +209,7 @@ for p in /proc/[0-9]*; do
   done
   for fd in $p/fd/*; do echo "fd $n ${fd##*/} $(readlink $fd)"; done
 done
+for dev in /dev/* /dev/*/*; do [ -b "$dev" ] && echo "ESCAPE block device $dev"; done
 grep ^CapBnd /proc/self/status
 echo "self"; ls -l /proc/self/fd
 """

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import base64
 import json
+from pathlib import Path
 
 import pytest
 
 from mesilla.common import secrets
 from mesilla.containerizer.isolators.environment_secret import EnvironmentSecretIsolator
-from mesilla.containerizer.types import ContainerConfig
+from mesilla.containerizer.runtime_paths import RuntimeDir
+from mesilla.containerizer.types import ContainerConfig, ContainerLaunchInfo
 from mesilla.v1.mesos import CommandInfo, ContainerID, Environment, EnvironmentVariable
 
 
@@ -65,3 +67,21 @@ async def test_the_isolator_puts_secrets_into_the_environment_and_names_them() -
     assert info.environment == {"X": "hunter2"} and info.secret_names == {"X"}
     no_secret = ContainerConfig(command=CommandInfo(value="true"), sandbox="/s")
     assert await EnvironmentSecretIsolator().prepare(ContainerID(value="c"), no_secret) is None
+
+
+def test_the_runtime_dir_keeps_no_secret(tmp_path: Path) -> None:
+    variables = [EnvironmentVariable(name="X", type="SECRET", secret=_value("hunter2"))]
+    command = CommandInfo(value="true", environment=Environment(variables=variables))
+    runtime = RuntimeDir(str(tmp_path))
+    cid = ContainerID(value="c")
+    runtime.write_config(cid, ContainerConfig(command=command, sandbox="/s"))
+    info = ContainerLaunchInfo(
+        environment={"X": "hunter2", "Y": "plain"}, secret_names={"X"}, command=command
+    )
+    runtime.write_launch_info(cid, info)
+    written = b"".join(p.read_bytes() for p in tmp_path.rglob("*") if p.is_file())
+    encoded = base64.b64encode(b"hunter2")
+    assert b"hunter2" not in written and encoded not in written and b"plain" in written
+    config = runtime.read_config(cid)
+    assert config is not None and config.command.environment is not None
+    assert config.command.environment.variables[0].name == "X"  # the rest is intact

@@ -14,6 +14,11 @@ from mesilla.containerizer.isolators.filesystem.linux import (
     LinuxFilesystemIsolator,
 )
 from mesilla.containerizer.launcher.linux import LinuxLauncher
+from mesilla.containerizer.launcher.oci import (
+    DEFAULT_CAPABILITIES,
+    capability_mask,
+    capability_names,
+)
 from mesilla.containerizer.types import ContainerConfig, Mount
 from mesilla.testing.images import base_layer
 from mesilla.v1.mesos import AgentID, ContainerID, TaskID, TaskInfo
@@ -66,6 +71,19 @@ async def test_container_with_an_image_runs_in_its_rootfs(
     assert _read(config, "marker") == "base"
     assert _read(config, "which") == "image"
     assert linux_env.mounts_under_root() == []
+
+
+async def test_root_in_an_image_holds_the_oci_default_capabilities(
+    linux_env: LinuxEnv, rootfs: str
+) -> None:
+    """Issue #9: without capability information, root in a container with an image
+    keeps only the OCI runtimes' default set, none that reaches past its rootfs."""
+    script = 'grep -E "^Cap(Eff|Bnd)" /proc/self/status > "$MESOS_SANDBOX/caps"'
+    status, config = await _run(linux_env, linux_env.launcher(), "caps", script, rootfs=rootfs)
+    assert status == 0, Path(config.sandbox, "stderr").read_text()
+    held = {line.split()[0]: int(line.split()[1], 16) for line in _read(config, "caps").splitlines()}
+    default = capability_mask([c for c in DEFAULT_CAPABILITIES if c in capability_names(None)])
+    assert held == {"CapEff:": default, "CapBnd:": default}
 
 
 async def test_user_is_resolved_in_the_image(linux_env: LinuxEnv, rootfs: str) -> None:

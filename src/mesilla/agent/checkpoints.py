@@ -30,7 +30,7 @@ from typing import Any, TypeVar
 import msgspec
 
 from mesilla.agent import paths
-from mesilla.common import files, recordio
+from mesilla.common import files, recordio, secrets
 from mesilla.common.errors import BadRequest
 from mesilla.v1 import codec
 from mesilla.v1.internal import StatusUpdate
@@ -56,8 +56,12 @@ class CheckpointError(Exception):
 
 
 def checkpoint(path: str, message: Any) -> None:
-    """Atomically replaces `path` with the JSON of `message`."""
-    files.write_atomically(path, codec.encode(message))
+    """Atomically replaces `path` with the JSON of `message`, less its secrets' values."""
+    files.write_atomically(path, _encode(message))
+
+
+def _encode(message: Any) -> bytes:
+    return secrets.redact(codec.encode(message))
 
 
 def read_message(path: str, type_: type[T]) -> T:
@@ -426,13 +430,13 @@ class MetaDir:
         first: list[tuple[str, bytes]] = []
         if framework is not None:
             path = paths.framework_info_path(self.work_dir, self.agent_id, fw)
-            first.append((path, codec.encode(framework)))
+            first.append((path, _encode(framework)))
         latest = None
         if executor is not None:
-            first.append((paths.executor_info_path(*run[:4]), codec.encode(executor)))
+            first.append((paths.executor_info_path(*run[:4]), _encode(executor)))
             run_dir = paths.run_meta_dir(*run)
             latest = (os.path.join(os.path.dirname(run_dir), paths.LATEST), run_dir)
-        task_files = [(paths.task_info_path(*run, t.task_id.value), codec.encode(t)) for t in tasks]
+        task_files = [(paths.task_info_path(*run, t.task_id.value), _encode(t)) for t in tasks]
         pending = None
         if len(tasks) > 1:
             ids = msgspec.json.encode([t.task_id.value for t in tasks])

@@ -21,7 +21,7 @@ from typing import Any
 import msgspec
 from aiohttp import web
 
-from mesilla.common import recordio
+from mesilla.common import recordio, secrets
 from mesilla.common.errors import (
     BadRequest,
     HttpError,
@@ -162,13 +162,13 @@ async def read_message(request: web.Request, type_: type[Any]) -> Any:
 
 def json_response(msg: Any, *, status: int = 200, headers: dict[str, str] | None = None) -> web.Response:
     return web.Response(
-        status=status, body=codec.encode(msg), content_type=JSON, headers=headers
+        status=status, body=secrets.redact(codec.encode(msg)), content_type=JSON, headers=headers
     )
 
 
 def jsonp_response(request: web.Request, obj: Any) -> web.Response:
     """For the v0 JSON endpoints, which accept `?jsonp=callback`."""
-    body = msgspec.json.encode(obj)
+    body = secrets.redact(msgspec.json.encode(obj))
     callback = request.query.get("jsonp")
     if callback:
         return web.Response(

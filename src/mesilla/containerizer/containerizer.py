@@ -248,15 +248,13 @@ class Containerizer:
             return [i for i in isolators if i.supports_debug]
         return isolators
 
-    def _inherited_environment(self, container: _Container) -> dict[str, str]:
+    def _inherited(self, container: _Container) -> ContainerLaunchInfo | None:
         """A debug container starts from its parent's environment (MESOS_SANDBOX
-        included), as Mesos, so a check sees what its task sees."""
+        and secrets included), as Mesos, so a check sees what its task sees."""
         if container.config.container_class != ContainerClass.DEBUG or container.id.parent is None:
-            return {}
+            return None
         parent = self._containers.get(container.id.parent)
-        if parent is None or parent.launch_info is None:
-            return {}
-        return dict(parent.launch_info.environment)
+        return None if parent is None else parent.launch_info
 
     async def _launch(self, container: _Container) -> None:
         container_id, config = container.id, container.config
@@ -282,7 +280,10 @@ class Containerizer:
                     infos.append(info)
             launch_info = merge_launch_infos(infos)
             container.launch_info = launch_info
-            inherited = self._inherited_environment(container)
+            parent_info = self._inherited(container)
+            inherited = dict(parent_info.environment) if parent_info else {}
+            if parent_info is not None:
+                launch_info.secret_names |= parent_info.secret_names
             sandbox_dir = inherited.get("MESOS_SANDBOX") or (
                 self._flags.sandbox_directory if config.rootfs else config.sandbox
             )

@@ -9,8 +9,12 @@ forks.
 from __future__ import annotations
 
 import copy
+import dataclasses
+import json
+import os
 from typing import Any
 
+from mesilla.containerizer.launcher.oci import DEFAULT_CAPABILITIES
 from mesilla.containerizer.types import ContainerConfig, ContainerLaunchInfo, Mount
 
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
@@ -23,6 +27,7 @@ def merge_launch_infos(infos: list[ContainerLaunchInfo]) -> ContainerLaunchInfo:
         merged.environment.update(info.environment)
         merged.mounts.extend(info.mounts)
         merged.clone_namespaces |= info.clone_namespaces
+        merged.secret_names |= info.secret_names
         merged.enter_namespaces.update(info.enter_namespaces)
         merged.rlimits.extend(info.rlimits)
         _merge_dicts(merged.cgroup_resources, info.cgroup_resources)
@@ -73,6 +78,13 @@ def container_environment(
     return env
 
 
+def _into(rootfs: str, mount: Mount) -> Mount:
+    """`mount` with its target, a path in the task's view, inside `rootfs`."""
+    if mount.target == rootfs or mount.target.startswith(rootfs.rstrip("/") + "/"):
+        return mount  # already there (filesystem/linux's sandbox)
+    return dataclasses.replace(mount, target=os.path.join(rootfs, mount.target.lstrip("/")))
+
+
 def own_executor_arguments(
     config: ContainerConfig, launch_info: ContainerLaunchInfo, sandbox_directory: str
 ) -> list[str]:
@@ -84,16 +96,25 @@ def own_executor_arguments(
     nested containers take their parent's user. As
     Mesos, a command task with an image has the command executor stay on the
     host's filesystem (the image need not hold an interpreter) and put only the
-    task into the rootfs.
+    task into the rootfs, with at most the container's bounding set (the OCI
+    runtimes' default when it has no capability information, as the linux
+    launcher gives any container with an image).
     """
     arguments: list[str] = []
     user = launch_info.user or config.user
     if config.task_info is not None and config.rootfs:
         launch_info.rootfs = None
         # Where the executor's own filesystem is built (linux launcher), the task's
-        # rootfs must still be reachable at its host path.
-        launch_info.mounts.append(Mount(source=config.rootfs, target=config.rootfs))
+        # rootfs must still be reachable at its host path, with the task's volumes
+        # inside it, where the task pivots.
+        rootfs = Mount(source=config.rootfs, target=config.rootfs)
+        volumes = [_into(config.rootfs, m) for m in launch_info.mounts if m != rootfs]
+        launch_info.mounts = [rootfs, *volumes]
         arguments += [f"--rootfs={config.rootfs}", f"--sandbox_directory={sandbox_directory}"]
+        bounding = launch_info.bounding_capabilities or launch_info.capabilities
+        arguments.append(
+            "--task_bounding_capabilities=" + json.dumps(bounding or list(DEFAULT_CAPABILITIES))
+        )
     elif not config.executor_as_root or launch_info.capabilities is not None:
         # With the task's capabilities only, an executor might not be able to switch
         # users: it runs as the task's user itself, as Mesos's do.

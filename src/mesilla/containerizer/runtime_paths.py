@@ -4,8 +4,8 @@
         pid            host pid of the container's first process
         status         its raw wait(2) status, written by the supervisor when it exits
         termination    the ContainerTermination the containerizer decided (JSON)
-        config         the ContainerConfig it was launched with (JSON)
-        launch_info    the merged ContainerLaunchInfo (JSON)
+        config         the ContainerConfig it was launched with (JSON, no secret values)
+        launch_info    the merged ContainerLaunchInfo (JSON, no secret variables)
         standalone.marker   present for a standalone container (no executor)
         containers/<child>/...   the same, recursively, for nested containers
 
@@ -20,12 +20,14 @@ launch, cost 1-15 ms each on a busy disk, serially on the event loop.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import shutil
 from typing import Any
 
 import msgspec
 
+from mesilla.common import secrets
 from mesilla.common.files import write_atomically
 from mesilla.containerizer.types import ContainerConfig, ContainerLaunchInfo, ContainerTermination
 from mesilla.v1.mesos import ContainerID
@@ -94,13 +96,15 @@ class RuntimeDir:
         return read_int(self.path(container_id, STATUS_FILE))
 
     def write_config(self, container_id: ContainerID, config: ContainerConfig) -> None:
-        _write(self.path(container_id, CONFIG_FILE), msgspec.json.encode(config))
+        _write(self.path(container_id, CONFIG_FILE), secrets.redact(msgspec.json.encode(config)))
 
     def read_config(self, container_id: ContainerID) -> ContainerConfig | None:
         return self._decode(self.path(container_id, CONFIG_FILE), ContainerConfig)
 
     def write_launch_info(self, container_id: ContainerID, info: ContainerLaunchInfo) -> None:
-        _write(self.path(container_id, LAUNCH_INFO_FILE), msgspec.json.encode(info))
+        public = {k: v for k, v in info.environment.items() if k not in info.secret_names}
+        encoded = msgspec.json.encode(dataclasses.replace(info, environment=public))
+        _write(self.path(container_id, LAUNCH_INFO_FILE), secrets.redact(encoded))
 
     def write_termination(self, container_id: ContainerID, term: ContainerTermination) -> None:
         _write(self.path(container_id, TERMINATION_FILE), msgspec.json.encode(term))

@@ -99,6 +99,9 @@ class ContainerLaunchInfo:
     # Command replacing the configured one (docker/runtime: the image's entrypoint).
     command: CommandInfo | None = None
     user: str | None = None
+    # Variables of `environment` whose values are secrets (environment_secret):
+    # never written to a file.
+    secret_names: set[str] = field(default_factory=set)
 
 
 @dataclass

@@ -12,8 +12,9 @@ when the framework has the TASK_KILLING_STATE capability. The executor exits
 once its terminal update is acknowledged (or after a bounded wait).
 
 The task's check and health check run from here (COMMAND where the task runs,
-HTTP and TCP against 127.0.0.1); a task with an image runs chrooted into it
-(`Options`, `task_rootfs`) while the executor stays on the host, as in Mesos.
+HTTP and TCP against 127.0.0.1); a task with an image runs pivoted into it, in
+pid and mount namespaces of its own (`Options`, `task_rootfs.py`), while the
+executor stays on the host, as in Mesos, out of the task's sight.
 """
 
 from __future__ import annotations
@@ -31,6 +32,8 @@ from asyncio.subprocess import Process
 from dataclasses import dataclass
 from typing import Any
 
+from mesilla.containerizer.launcher.oci import capability_mask
+from mesilla.executor import task_rootfs
 from mesilla.executor.checks import (
     Checker,
     CheckSpec,
@@ -77,9 +80,10 @@ def termination_message(returncode: int) -> str:
 class Options:
     """The flags the containerizer's isolators give a command task's executor (Mesos's names).
 
-    For a command task with an image: `rootfs` (the task runs chrooted there),
+    For a command task with an image: `rootfs` (the task runs pivoted there),
     `sandbox_directory` (where it sees its sandbox), and from docker/runtime
-    the image's `task_command`, `working_directory` and `task_environment` (JSON).
+    the image's `task_command`, `working_directory` and `task_environment` (JSON);
+    `task_bounding_capabilities` (JSON, kernel names) the most the task may hold.
     """
 
     rootfs: str | None = None
@@ -88,6 +92,7 @@ class Options:
     user: str | None = None
     task_command: dict[str, Any] | None = None
     task_environment: dict[str, Any] | None = None
+    task_bounding_capabilities: list[str] | None = None
 
     @classmethod
     def parse(cls, argv: list[str]) -> Options:
@@ -106,6 +111,28 @@ def _variables(environment: dict[str, Any] | None) -> dict[str, str]:
         for v in (environment or {}).get("variables", [])
         if v.get("type", "VALUE") == "VALUE" and "value" in v
     }
+
+
+def task_rootfs_argv(
+    options: Options, sandbox: str, account: pwd.struct_passwd | None, argv: list[str]
+) -> list[str]:
+    """The command line that starts `argv` in the task's rootfs (`task_rootfs.py`)."""
+    assert options.rootfs is not None
+    if not os.path.isdir(options.rootfs):
+        raise FileNotFoundError(
+            f"The task's rootfs '{options.rootfs}' is not visible to the executor"
+        )
+    spec: dict[str, Any] = {
+        "rootfs": options.rootfs,
+        "sandbox": sandbox,
+        "sandbox_directory": options.sandbox_directory,
+        "working_directory": options.working_directory,
+    }
+    if options.task_bounding_capabilities is not None:
+        spec["bounding"] = capability_mask(options.task_bounding_capabilities)
+    if account is not None:
+        spec.update(user=account.pw_name, uid=account.pw_uid, gid=account.pw_gid)
+    return [sys.executable, "-I", "-S", task_rootfs.__file__, json.dumps(spec), *argv]
 
 
 class CommandExecutor(Executor):
@@ -172,27 +199,22 @@ class CommandExecutor(Executor):
         env.update(_variables(command.get("environment")))
         sandbox = os.environ.get("MESOS_DIRECTORY") or os.getcwd()
         common: dict[str, Any] = {
-            "executable": program, "env": env, "stdin": asyncio.subprocess.DEVNULL,
-            "stdout": stdout, "stderr": stdout, "process_group": 0,
+            "env": env, "stdin": asyncio.subprocess.DEVNULL, "stdout": stdout,
+            "stderr": stdout, "process_group": 0, "cwd": sandbox,
         }  # fmt: skip
-        if not options.rootfs:
-            account = pwd.getpwnam(options.user) if options.user else None
-            if account is not None and account.pw_uid != os.geteuid():
-                # Its groups too: the executor's are root's.
-                common.update(
-                    user=account.pw_uid,
-                    group=account.pw_gid,
-                    extra_groups=os.getgrouplist(account.pw_name, account.pw_gid),
-                )
-            return await asyncio.create_subprocess_exec(*argv, cwd=sandbox, **common)
-        from mesilla.executor.task_rootfs import enter_rootfs
-
-        env["MESOS_SANDBOX"] = options.sandbox_directory
-        enter = enter_rootfs(
-            options.rootfs, sandbox, options.sandbox_directory,
-            options.working_directory, options.user,
-        )  # fmt: skip
-        return await asyncio.create_subprocess_exec(*argv, preexec_fn=enter, **common)
+        account = pwd.getpwnam(options.user) if options.user else None
+        if options.rootfs:
+            env["MESOS_SANDBOX"] = options.sandbox_directory
+            helper = task_rootfs_argv(options, sandbox, account, [program, *argv[1:]])
+            return await asyncio.create_subprocess_exec(*helper, **common)
+        if account is not None and account.pw_uid != os.geteuid():
+            # Its groups too: the executor's are root's.
+            common.update(
+                user=account.pw_uid,
+                group=account.pw_gid,
+                extra_groups=os.getgrouplist(account.pw_name, account.pw_gid),
+            )
+        return await asyncio.create_subprocess_exec(*argv, executable=program, **common)
 
     # --- checks and health checks (Mesos's `src/checks/`, run from the executor) ---
 

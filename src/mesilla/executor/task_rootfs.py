@@ -1,21 +1,50 @@
-"""Entering a command task's image rootfs, for the command executor's `--rootfs`.
+"""Starts a command task in its image rootfs, out of its executor's reach.
 
-As in Mesos, a command task with an image runs its executor on the host's
-filesystem and only the task inside the image: the task's process, between
-fork and exec, gets a mount namespace of its own, sees the sandbox at
-`--sandbox_directory` and fresh /proc, /dev and /sys inside the rootfs, and
-chroots there. Its mounts die with it, so nothing is left to clean up. Needs
-root (CAP_SYS_ADMIN); ctypes is imported only by executors that need this.
+The command executor of a task with an image runs on the host's filesystem
+(the image need not hold an interpreter, as in Mesos) and starts the task as
+
+    python -I -S task_rootfs.py '<json>' <program> [args...]
+
+where the JSON gives the `rootfs`, the `sandbox` (host path) and the
+`sandbox_directory` where the task sees it, the `working_directory`, the
+user (`user`, `uid`, `gid`; resolved by the executor against the host's
+user database, as Mesos's command executor does) and the task's `bounding`
+capability set (a bit mask of kernel capability numbers).
+
+This program unshares a pid namespace and forks the task's first process,
+pid 1 there: it takes a mount namespace of its own, pivots into the rootfs
+(the old root detached, so no path leads back to the host), mounts a fresh
+/proc of the new pid namespace, /sys and a /dev of harmless devices, reopens its standard streams that
+are sandbox files at their paths inside, drops what is not in its bounding
+set (root's capabilities after exec), becomes the user and execs tini
+(bound into the rootfs, as the linux launcher gives containers with a pid
+namespace of their own) or, without tini, the command itself. The executor
+and this program stay in the outer pid namespace: the task cannot see them,
+nor reach the host through their /proc entries, and inherits no descriptor
+of theirs but its standard streams.
+
+This program waits for the task and ends as it did: tini's exit code 128+N
+is taken as "killed by signal N" (the linux launcher's convention), so the
+executor reports signals as Mesos does. Signals sent to the task's process
+group reach the task's init directly; one sent before tini could take it is
+held here and passed on. It runs outside the package before the Python path
+is set up (`-S`): standard library only.
 """
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
+import json
 import os
-import pwd
-from collections.abc import Callable
+import shutil
+import signal
+import sys
+import time
+from typing import Any
 
 CLONE_NEWNS = 0x00020000
+CLONE_NEWPID = 0x20000000
 MS_RDONLY = 0x1
 MS_NOSUID = 0x2
 MS_NODEV = 0x4
@@ -23,6 +52,20 @@ MS_NOEXEC = 0x8
 MS_BIND = 0x1000
 MS_REC = 0x4000
 MS_PRIVATE = 0x40000
+MNT_DETACH = 0x2
+PR_SET_PDEATHSIG = 1
+PR_CAPBSET_DROP = 24
+
+# As the linux launcher: Debian's static tini, and where containers see it.
+INIT = shutil.which("tini-static")
+INIT_PATH = "/.mesilla-init"
+# Signals the executor sends the task's process group (this program's): for the
+# task's init, not for this program.
+GROUP_SIGNALS = (signal.SIGHUP, signal.SIGINT, signal.SIGQUIT, signal.SIGTERM,
+                 signal.SIGUSR1, signal.SIGUSR2)  # fmt: skip
+
+# The devices of the task's /dev, as OCI runtimes give a container.
+DEVICES = ("null", "zero", "full", "random", "urandom", "tty")
 
 _libc = ctypes.CDLL(None, use_errno=True)
 
@@ -33,48 +76,198 @@ def _check(result: int, what: str) -> None:
         raise OSError(errno, f"{what}: {os.strerror(errno)}")
 
 
-def _mount(source: str | None, target: str, fstype: str | None, flags: int) -> None:
+def _mount(
+    source: str | None, target: str, fstype: str | None, flags: int, data: str | None = None
+) -> None:
     _check(
         _libc.mount(
-            source.encode() if source else None,
-            target.encode(),
-            fstype.encode() if fstype else None,
-            ctypes.c_ulong(flags),
-            None,
+            source.encode() if source else None, target.encode(),
+            fstype.encode() if fstype else None, ctypes.c_ulong(flags),
+            data.encode() if data else None,
         ),
         f"mount {source or fstype} on {target}",
-    )
+    )  # fmt: skip
 
 
-def _inside(rootfs: str, path: str) -> str:
+def _mount_point(rootfs: str, path: str, directory: bool = True) -> str:
     target = os.path.join(rootfs, path.lstrip("/"))
-    os.makedirs(target, exist_ok=True)
+    if directory:
+        os.makedirs(target, exist_ok=True)
+    elif not os.path.lexists(target):
+        with open(target, "x"):
+            pass
     return target
 
 
-def enter_rootfs(
-    rootfs: str, sandbox: str, sandbox_directory: str, working_directory: str | None,
-    user: str | None,
-) -> Callable[[], None]:  # fmt: skip
-    """The function to run in the task's process before exec (a `preexec_fn`)."""
-    if not os.path.isdir(rootfs):
-        raise FileNotFoundError(f"The task's rootfs '{rootfs}' is not visible to the executor")
-    # Resolved now, against the host's user database, before the chroot hides it.
-    account = pwd.getpwnam(user) if user else None
+def _same_file(a: str, b: str) -> bool:
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return False
 
-    def enter() -> None:
-        _check(_libc.unshare(CLONE_NEWNS), "unshare(CLONE_NEWNS)")
-        # Our mounts must not propagate back to the executor's namespace.
-        _mount(None, "/", None, MS_REC | MS_PRIVATE)
-        _mount(sandbox, _inside(rootfs, sandbox_directory), None, MS_BIND | MS_REC)
-        _mount("proc", _inside(rootfs, "/proc"), "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
-        _mount("/dev", _inside(rootfs, "/dev"), None, MS_BIND | MS_REC)
-        _mount("/sys", _inside(rootfs, "/sys"), None, MS_BIND | MS_REC)
-        os.chroot(rootfs)
-        os.chdir(working_directory or sandbox_directory)
-        if account is not None:
-            os.initgroups(account.pw_name, account.pw_gid)
-            os.setgid(account.pw_gid)
-            os.setuid(account.pw_uid)
 
-    return enter
+def _sandbox_streams(sandbox: str) -> dict[int, str]:
+    """Standard streams that are files in the sandbox, by their path relative to it."""
+    streams = {}
+    for fd in (0, 1, 2):
+        try:
+            path = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:
+            continue
+        if path.startswith(sandbox.rstrip("/") + "/") and _same_file(f"/proc/self/fd/{fd}", path):
+            streams[fd] = os.path.relpath(path, sandbox)
+    return streams
+
+
+def _reopen(streams: dict[int, str], sandbox_directory: str) -> None:
+    """Reopens the sandbox's streams through the task's own view of the sandbox,
+    so that no descriptor of the task names a host path."""
+    for fd, relative in streams.items():
+        flags = os.O_RDONLY if fd == 0 else os.O_WRONLY | os.O_APPEND
+        new = os.open(os.path.join(sandbox_directory, relative), flags)
+        os.dup2(new, fd)
+        os.close(new)
+
+
+def _fresh_dev(dev: str) -> None:
+    """A /dev of the harmless devices only, whatever the executor's is (the host's
+    under the posix launcher); /dev/shm stays the executor's, as its IPC namespace."""
+    _mount("tmpfs", dev, "tmpfs", MS_NOSUID | MS_NOEXEC, "mode=755,size=65536k")
+    for name in DEVICES:
+        _mount(f"/dev/{name}", _mount_point(dev, name, directory=False), None, MS_BIND)
+    pts = _mount_point(dev, "pts")
+    _mount("devpts", pts, "devpts", MS_NOSUID | MS_NOEXEC, "newinstance,ptmxmode=0666,mode=0620")
+    _mount("/dev/shm", _mount_point(dev, "shm"), None, MS_BIND | MS_REC)
+    for name, target in (("ptmx", "pts/ptmx"), ("fd", "/proc/self/fd"), ("stdin", "/proc/self/fd/0"),
+                         ("stdout", "/proc/self/fd/1"), ("stderr", "/proc/self/fd/2")):  # fmt: skip
+        os.symlink(target, os.path.join(dev, name))
+
+
+def _pivot(spec: dict[str, Any]) -> None:
+    """Makes the rootfs this process's root, in a mount namespace of its own."""
+    rootfs, sandbox, inside = spec["rootfs"], spec["sandbox"], spec["sandbox_directory"]
+    streams = _sandbox_streams(sandbox)
+    _check(_libc.unshare(CLONE_NEWNS), "unshare(CLONE_NEWNS)")
+    # Nothing mounted here may propagate back to the executor's namespace.
+    _mount(None, "/", None, MS_REC | MS_PRIVATE)
+    # pivot_root needs a mount point; binding it onto itself keeps what the
+    # linux launcher already mounted inside (sandbox, volumes).
+    _mount(rootfs, rootfs, None, MS_BIND | MS_REC)
+    sandbox_target = _mount_point(rootfs, inside)
+    if not _same_file(sandbox, sandbox_target):
+        _mount(sandbox, sandbox_target, None, MS_BIND | MS_REC)
+    _fresh_dev(_mount_point(rootfs, "/dev"))
+    if INIT is not None:
+        _mount(INIT, _mount_point(rootfs, INIT_PATH, directory=False), None, MS_BIND)
+    for path in ("/proc", "/sys"):
+        _mount_point(rootfs, path)
+    os.chdir(rootfs)
+    _check(_libc.pivot_root(b".", b"."), f"pivot_root into {rootfs}")
+    # The old root is stacked on the new one: detached, no path leads to the host.
+    _check(_libc.umount2(b".", MNT_DETACH), "detaching the host's root")
+    os.chdir("/")
+    # Fresh: this /proc shows the new pid namespace only.
+    _mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
+    _mount("sysfs", "/sys", "sysfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC)
+    _reopen(streams, inside)
+    os.chdir(spec.get("working_directory") or inside)
+
+
+def _bound_capabilities(spec: dict[str, Any]) -> None:
+    if spec.get("bounding") is None:
+        return
+    bounding = int(spec["bounding"])
+    with open("/proc/sys/kernel/cap_last_cap") as f:
+        last = int(f.read())
+    for number in range(last + 1):
+        if not bounding >> number & 1:
+            _check(_libc.prctl(PR_CAPBSET_DROP, number, 0, 0, 0), f"dropping capability {number}")
+
+
+def _become(spec: dict[str, Any]) -> None:
+    if spec.get("uid") is None:
+        return
+    uid, gid = int(spec["uid"]), int(spec["gid"])
+    # The image's group database, as after Mesos's chroot.
+    os.setgroups(os.getgrouplist(spec["user"], gid))
+    os.setresgid(gid, gid, gid)
+    os.setresuid(uid, uid, uid)
+
+
+def _task(spec: dict[str, Any], argv: list[str]) -> None:
+    """The task's first process: pid 1 of the new pid namespace. Never returns."""
+    try:
+        _pivot(spec)
+        _bound_capabilities(spec)
+        _become(spec)
+        # Set after the user change, which clears it: the task dies with this program.
+        _check(_libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0), "prctl(PDEATHSIG)")
+        if INIT is not None:
+            argv = [INIT_PATH, "-g", "--", *argv]
+        os.execvp(argv[0], argv)
+    except OSError as exc:
+        print(f"Failed to start the task in its rootfs: {exc}", file=sys.stderr)
+        os._exit(127 if isinstance(exc, FileNotFoundError) else 126)
+
+
+def _end_as(status: int) -> None:
+    """Exits as the task did; a signal it died of is raised here again."""
+    if os.WIFSIGNALED(status):
+        number = os.WTERMSIG(status)
+    else:
+        code = os.waitstatus_to_exitcode(status)
+        number = code - 128 if INIT is not None and code > 128 else 0
+        if number not in signal.valid_signals() or number in (signal.SIGSTOP, signal.SIGTSTP):
+            sys.exit(code)
+    signal.signal(number, signal.SIG_DFL)
+    os.kill(os.getpid(), number)
+    sys.exit(128 + number)  # a signal whose default is not to terminate
+
+
+def _blocks_group_signals(pid: int) -> bool:
+    """Whether `pid` blocks the group signals, as tini does from its first instructions."""
+    wanted = sum(1 << (number - 1) for number in GROUP_SIGNALS)
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            blocked = next(int(line.split()[1], 16) for line in f if line.startswith("SigBlk:"))
+    except (OSError, StopIteration, ValueError):
+        return False
+    return blocked & wanted == wanted
+
+
+def _wait(pid: int, early: list[int]) -> int:
+    """Waits for the task's init; a signal sent to the task's group before that
+    init could take it (pid 1 drops what it neither handles nor blocks), which
+    `early` holds, is passed on once it can."""
+    while INIT is not None and not _blocks_group_signals(pid):
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            return status
+        time.sleep(0.002)
+    for number in GROUP_SIGNALS:
+        # From now on they reach the task's init directly, as members of our group.
+        signal.signal(number, signal.SIG_IGN)
+    for received in early:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, received)
+    return os.waitpid(pid, 0)[1]
+
+
+def main(argv: list[str]) -> None:
+    if len(argv) < 2:
+        sys.exit("usage: task_rootfs.py '<json>' <program> [args...]")
+    spec = json.loads(argv[0])
+    _check(_libc.unshare(CLONE_NEWPID), "unshare(CLONE_NEWPID)")
+    early: list[int] = []
+    for number in GROUP_SIGNALS:
+        signal.signal(number, lambda received, _frame: early.append(received))
+    pid = os.fork()
+    if pid == 0:
+        for number in GROUP_SIGNALS:
+            signal.signal(number, signal.SIG_DFL)
+        _task(spec, argv[1:])
+    _end_as(_wait(pid, early))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

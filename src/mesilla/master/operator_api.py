@@ -22,6 +22,7 @@ import msgspec
 from aiohttp import web
 
 from mesilla import MESOS_VERSION
+from mesilla.common import secrets
 from mesilla.common.errors import BadRequest, NotFound, ServiceUnavailable
 from mesilla.common.http import (
     EventStream,
@@ -329,7 +330,7 @@ class OperatorApi:
             event = event_for(kind, payload)
             # Encoded now: the objects change after the notification.
             if event is not None:
-                queue.put_nowait(msgspec.Raw(codec.encode(event)))
+                queue.put_nowait(msgspec.Raw(secrets.redact(codec.encode(event))))
 
         stream = await EventStream.open(request)
         master.add_observer(observe)
@@ -341,7 +342,7 @@ class OperatorApi:
                     get_state=await get_state(master), heartbeat_interval_seconds=self.heartbeat_interval
                 ),
             )
-            if not await stream.send(subscribed):
+            if not await stream.send(msgspec.Raw(secrets.redact(codec.encode(subscribed)))):
                 return stream.response
             heartbeat = m.Event(type=m.EventType.HEARTBEAT)
             if not await stream.send(heartbeat):

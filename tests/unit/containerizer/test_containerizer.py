@@ -93,7 +93,7 @@ async def containerizer(tmp_path: Any) -> AsyncIterator[Containerizer]:
 async def test_create_picks_posix_launcher_and_default_filesystem(tmp_path: Any) -> None:
     c = await Containerizer.create(make_flags(tmp_path, "--isolation=posix/mem"))
     assert isinstance(c.launcher, PosixLauncher)
-    assert [i.name for i in c._isolators] == ["filesystem/posix", "posix/mem"]
+    assert [i.name for i in c._isolators] == ["filesystem/posix", "posix/mem", "environment_secret"]
 
 
 async def test_exit_code_output_and_environment(

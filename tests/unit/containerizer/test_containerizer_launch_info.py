@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from mesilla.containerizer.launch_info import (
@@ -11,6 +13,7 @@ from mesilla.containerizer.launch_info import (
     merge_launch_infos,
     own_executor_arguments,
 )
+from mesilla.containerizer.launcher.oci import DEFAULT_CAPABILITIES
 from mesilla.containerizer.types import ContainerConfig, ContainerLaunchInfo, Mount
 from mesilla.v1.mesos import (
     AgentID,
@@ -105,10 +108,22 @@ def test_command_task_with_rootfs_keeps_the_executor_on_the_host() -> None:
     assert arguments == [
         "--rootfs=/images/r1",
         "--sandbox_directory=/mnt/mesos/sandbox",
+        "--task_bounding_capabilities=" + json.dumps(list(DEFAULT_CAPABILITIES)),
         "--user=alice",
     ]
     assert info.rootfs is None and info.user == "root"
     assert [(m.source, m.target) for m in info.mounts] == [("/images/r1", "/images/r1")]
+    # The task's volumes go inside its rootfs, after the rootfs itself.
+    volumes = ContainerLaunchInfo(mounts=[Mount("/vol", "/data"), Mount("/s", "/images/r1/mnt")])
+    own_executor_arguments(config, volumes, "/mnt/mesos/sandbox")
+    assert [(m.source, m.target) for m in volumes.mounts] == [
+        ("/images/r1", "/images/r1"), ("/vol", "/images/r1/data"), ("/s", "/images/r1/mnt"),
+    ]  # fmt: skip
+    # Capabilities of its own bound the task's instead of the default set.
+    asks = ContainerLaunchInfo(rootfs="/images/r1", capabilities=["CAP_NET_ADMIN"])
+    assert '--task_bounding_capabilities=["CAP_NET_ADMIN"]' in own_executor_arguments(
+        config, asks, "/mnt/mesos/sandbox"
+    )
     # Not a command task, or no image: nothing changes.
     plain = ContainerLaunchInfo(rootfs="/images/r1")
     config.task_info = None

@@ -15,13 +15,14 @@ from mesilla.containerizer.launcher import UnknownLauncher, load_launcher
 from mesilla.containerizer.launcher.posix import PosixLauncher
 
 
-def test_filesystem_posix_is_added_and_order_is_mesos_order() -> None:
+def test_filesystem_posix_and_environment_secret_are_added_and_order_is_mesos_order() -> None:
     assert resolve_isolation("posix/mem,posix/cpu") == [
         "filesystem/posix",
         "posix/cpu",
         "posix/mem",
+        "environment_secret",
     ]
-    assert resolve_isolation("") == ["filesystem/posix"]
+    assert resolve_isolation("") == ["filesystem/posix", "environment_secret"]
 
 
 def test_every_registered_isolator_has_a_place_in_mesos_order() -> None:
@@ -31,7 +32,9 @@ def test_every_registered_isolator_has_a_place_in_mesos_order() -> None:
 
 
 def test_deprecated_aliases_and_duplicates() -> None:
-    assert resolve_isolation("process,posix/cpu") == ["filesystem/posix", "posix/cpu", "posix/mem"]
+    assert resolve_isolation("process,posix/cpu") == [
+        "filesystem/posix", "posix/cpu", "posix/mem", "environment_secret",
+    ]  # fmt: skip
 
 
 def test_only_one_filesystem_isolator() -> None:
@@ -59,7 +62,9 @@ def test_unknown_isolator_lists_the_known_ones() -> None:
 
 async def test_load_isolators_constructs_them_in_order() -> None:
     isolators = await load_isolators(["posix/mem", "posix/cpu"], flags=None)
-    assert [i.name for i in isolators] == ["filesystem/posix", "posix/cpu", "posix/mem"]
+    assert [i.name for i in isolators] == [
+        "filesystem/posix", "posix/cpu", "posix/mem", "environment_secret",
+    ]  # fmt: skip
 
 
 def test_launcher_registry() -> None:

@@ -63,7 +63,7 @@ def test_my_isolators_are_registered_by_their_mesos_names():
         < names.index("volume/sandbox_path")
         < names.index("cgroups/cpu")
     )
-    assert names[-1] == "posix/rlimits"
+    assert names[-2:] == ["posix/rlimits", "environment_secret"]
 
 
 async def test_rlimits_use_posix_names_and_none_for_unlimited():

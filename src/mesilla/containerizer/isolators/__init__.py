@@ -32,6 +32,9 @@ ISOLATORS: dict[str, str] = {
     "filesystem/linux": "mesilla.containerizer.isolators.filesystem.linux:LinuxFilesystemIsolator",
     "namespaces/pid": "mesilla.containerizer.isolators.namespaces.pid:PidNamespaceIsolator",
     "namespaces/ipc": "mesilla.containerizer.isolators.namespaces.ipc:IpcNamespaceIsolator",
+    "environment_secret": (
+        "mesilla.containerizer.isolators.environment_secret:EnvironmentSecretIsolator"
+    ),
 }
 
 # Mesos's creators table order (`src/slave/containerizer/mesos/containerizer.cpp`).
@@ -118,6 +121,7 @@ def resolve_isolation(names: str | Iterable[str]) -> list[str]:
         )
     if not filesystems:
         wanted.add("filesystem/posix")
+    wanted.add("environment_secret")  # always, as in Mesos
     for name in list(wanted):
         # Implied isolators join only where this build provides them.
         wanted.update(n for n in _IMPLIED_BY.get(name, ()) if n in ISOLATORS)

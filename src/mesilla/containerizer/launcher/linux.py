@@ -176,6 +176,10 @@ class LinuxLauncher(Launcher):
                 )
             )
             monitored = await asyncio.shield(spawn)
+            if launch_info.secret_names:
+                # crun keeps a copy of the config in its state directory; runc does not.
+                copies = [os.path.join(bundle, "config.json"), self._runtime.config_copy(rid)]
+                _forget_secrets(copies, launch_info.secret_names)
         except asyncio.CancelledError:
             # conmon goes on creating the container: let it finish, then remove it all.
             if spawn is not None:
@@ -256,6 +260,9 @@ class LinuxLauncher(Launcher):
             f"/proc/{parent_pid}/root" if debug else launch_info.rootfs or "/",
         )
         capabilities, bounding = launch_info.capabilities, launch_info.bounding_capabilities
+        if launch_info.rootfs and capabilities is None and bounding is None:
+            # Root keeps only what cannot reach past its rootfs (oci.DEFAULT_CAPABILITIES).
+            bounding = [c for c in oci.DEFAULT_CAPABILITIES if c in oci.capability_names(None)]
         if debug:
             assert parent_pid is not None and container_id.parent is not None
             argv = _enter_filesystem_of(
@@ -484,6 +491,21 @@ class LinuxLauncher(Launcher):
                     found.append(container_id)
                 found += self._scan(os.path.join(directory, CONTAINERS_DIR), container_id)
         return found
+
+
+def _forget_secrets(paths: list[str], names: set[str]) -> None:
+    """Rewrites the copies of the config that exist without the secret variables,
+    once the runtime has created the container (and so read them)."""
+    for path in paths:
+        try:
+            with open(path) as f:
+                spec = json.load(f)
+        except FileNotFoundError:
+            continue
+        process = spec["process"]
+        process["env"] = [e for e in process["env"] if e.partition("=")[0] not in names]
+        with open(path, "w") as f:
+            f.write(json.dumps(spec))
 
 
 def _enter_filesystem_of(

@@ -29,6 +29,17 @@ CAPABILITIES = (
     "CAP_PERFMON", "CAP_BPF", "CAP_CHECKPOINT_RESTORE",
 )
 
+# The OCI runtimes' default set (runc's `spec`, Docker, podman): the most that a
+# container with an image and no capability information holds. Root keeping the
+# rest would reach the host through the kernel despite its own root and pid
+# namespace: open_by_handle_at (CAP_DAC_READ_SEARCH) opens any file of a filesystem
+# it has a descriptor on, CAP_SYS_ADMIN mounts, CAP_SYS_MODULE loads modules.
+DEFAULT_CAPABILITIES = (
+    "CAP_CHOWN", "CAP_DAC_OVERRIDE", "CAP_FSETID", "CAP_FOWNER", "CAP_MKNOD", "CAP_NET_RAW",
+    "CAP_SETGID", "CAP_SETUID", "CAP_SETFCAP", "CAP_SETPCAP", "CAP_NET_BIND_SERVICE",
+    "CAP_SYS_CHROOT", "CAP_KILL", "CAP_AUDIT_WRITE",
+)
+
 # Namespace kinds as the spec names them; "mount" is always created (the runtime pivots).
 NAMESPACE_KINDS = ("pid", "network", "mount", "ipc", "uts", "cgroup")
 

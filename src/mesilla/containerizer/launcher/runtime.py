@@ -73,6 +73,10 @@ class OciRuntime:
         """Whether the runtime has state for the container (runc and crun keep a directory)."""
         return os.path.isdir(os.path.join(self.root, runtime_id))
 
+    def config_copy(self, runtime_id: str) -> str:
+        """Where the runtime keeps its own copy of a container's config (crun does)."""
+        return os.path.join(self.root, runtime_id, "config.json")
+
     async def delete(self, runtime_id: str) -> None:
         """Removes the runtime's container (killing what is left); absent is fine."""
         if self.knows(runtime_id):

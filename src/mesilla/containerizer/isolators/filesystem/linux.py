@@ -8,8 +8,9 @@ As Mesos's isolator on Linux (the linux launcher is required):
 * a container without an image sees the host (the launcher's read-only host
   view) with the sandbox at its host path;
 * the command executor of a task with an image stays on the host view and
-  puts only the task into the rootfs, so it needs the rootfs mounted
-  read-write at its host path, with the sandbox inside it.
+  pivots only the task into the rootfs (`executor/task_rootfs.py`), so it
+  needs the rootfs mounted read-write at its host path, with the sandbox (and
+  the volumes, `launch_info.own_executor_arguments`) inside it.
 
 Volumes are the volume isolators' (`volume/*`), which Mesos enables with this one.
 """

@@ -8,14 +8,13 @@ this list as they land.
 from __future__ import annotations
 
 import os
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from mesilla.testing.cluster import LocalCluster
-from tests.acceptance.test_pymesos import ACCEPTANCE
+from tests.acceptance.test_pymesos import ACCEPTANCE, run_client
 
 MESOS_GO_BIN = Path(os.environ.get("MESOS_GO_BIN", "/tmp/acceptance-mesos-go/bin"))
 
@@ -33,18 +32,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
 
 
 def run_check(cluster: LocalCluster, program: str, *args: str) -> None:
-    result = subprocess.run(
-        [str(MESOS_GO_BIN / program), *args],
-        env={**os.environ, "MASTER": cluster.master, "TIMEOUT": "60"},
-        capture_output=True,
-        text=True,
-        timeout=180,
-    )
-    assert result.returncode == 0, (
-        f"{program} {' '.join(args)} failed ({result.returncode}):\n{result.stdout}\n{result.stderr}\n"
-        f"--- cluster log ---\n{cluster.log_tail()}"
-    )
-    assert "check passed" in result.stdout
+    assert "check passed" in run_client(cluster, [str(MESOS_GO_BIN / program), *args])
 
 
 @pytest.mark.parametrize("mode", ["launch", "group", "kill", "fail"])

@@ -30,18 +30,24 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
         yield running
 
 
-def run_check(cluster: LocalCluster, script: str, *args: str, env: dict[str, str] | None = None) -> None:
+def run_client(cluster: LocalCluster, argv: list[str], env: dict[str, str] | None = None) -> str:
+    """Runs an acceptance client against the cluster's master; returns its stdout."""
     result = subprocess.run(
-        [str(PYMESOS_PYTHON), str(ACCEPTANCE / script), *args],
+        argv,
         env={**os.environ, "MASTER": cluster.master, "TIMEOUT": "60", **(env or {})},
         capture_output=True,
         text=True,
         timeout=180,
     )
     assert result.returncode == 0, (
-        f"{script} {' '.join(args)} failed ({result.returncode}):\n{result.stdout}\n{result.stderr}\n"
+        f"{' '.join(argv)} failed ({result.returncode}):\n{result.stdout}\n{result.stderr}\n"
         f"--- cluster log ---\n{cluster.log_tail()}"
     )
+    return result.stdout
+
+
+def run_check(cluster: LocalCluster, script: str, *args: str, env: dict[str, str] | None = None) -> None:
+    run_client(cluster, [str(PYMESOS_PYTHON), str(ACCEPTANCE / script), *args], env)
 
 
 @pytest.mark.parametrize("args", [(), ("--fail",), ("--kill",)], ids=["plain", "fail", "kill"])

@@ -210,3 +210,18 @@ class EventStream:
 
     def close(self) -> None:
         self.closed.set()
+
+
+async def listen(
+    runner: web.AppRunner, ip: str, port: int, error: Callable[[str], Exception]
+) -> int:
+    """Serves `runner` on ip:port and returns the port bound (port 0: any); a port that is
+    taken or an address not ours raises `error` with a one-line reason."""
+    site = web.TCPSite(runner, ip, port, reuse_address=True)
+    try:
+        await site.start()
+    except OSError as exc:
+        raise error(
+            f"Cannot listen on {ip}:{port} ({exc.strerror}): choose another --ip or --port"
+        ) from None
+    return int(runner.addresses[-1][1])

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from aiohttp import web
 
 from mesilla.common.flags import Flag, FlagError, Flags
-from mesilla.common.http import Router, make_app
+from mesilla.common.http import Router, listen, make_app
 from mesilla.master import agent_api, endpoints, operator_api, scheduler_api
 from mesilla.master.master import Master, parse_weights
 from mesilla.master.registry import (
@@ -149,15 +149,7 @@ async def serve(flags: Flags) -> AsyncIterator[MasterServer]:
     runner = web.AppRunner(make_app(router), access_log=None, shutdown_timeout=1.0)
     await runner.setup()
     try:
-        site = web.TCPSite(runner, flags.ip, flags.port, reuse_address=True)
-        try:
-            await site.start()
-        except OSError as exc:
-            raise MasterStartError(
-                f"Cannot listen on {flags.ip}:{flags.port} ({exc.strerror}): "
-                "choose another --ip or --port"
-            ) from None
-        port = runner.addresses[0][1]
+        port = await listen(runner, flags.ip, flags.port, MasterStartError)
         advertised = flags.get("advertise_ip") or flags.ip
         if advertised == "0.0.0.0":
             advertised = socket.gethostbyname(socket.gethostname())

@@ -13,6 +13,7 @@ from contextlib import asynccontextmanager
 from aiohttp import web
 
 from mesilla.common.flags import Flag, Flags
+from mesilla.common.http import listen
 from mesilla.network.service import NetworkService
 from mesilla.network.store import BookError
 
@@ -40,14 +41,7 @@ async def serve(flags: Flags) -> AsyncIterator[int]:
     runner = web.AppRunner(service.app(), access_log=None, shutdown_timeout=1.0)
     try:
         await runner.setup()
-        site = web.TCPSite(runner, flags.ip, flags.port, reuse_address=True)
-        try:
-            await site.start()
-        except OSError as exc:
-            raise NetworkStartError(
-                f"Cannot listen on {flags.ip}:{flags.port} ({exc.strerror}): choose another --ip or --port"
-            ) from None
-        port = runner.addresses[0][1]
+        port = await listen(runner, flags.ip, flags.port, NetworkStartError)
         log.info("network service listening on http://%s:%d/", flags.ip, port)
         yield port
     finally:

@@ -126,6 +126,15 @@ def split_endpoint(endpoint: str) -> tuple[str, int]:
     return host, int(port)
 
 
+async def _connect(
+    host: str, port: int, unix_socket: str | None
+) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    """To the agent: over its unix socket when given one (MESOS_DOMAIN_SOCKET), else TCP."""
+    if unix_socket:
+        return await asyncio.open_unix_connection(unix_socket, limit=_MAX_HEADER_BYTES)
+    return await asyncio.open_connection(host, port, limit=_MAX_HEADER_BYTES)
+
+
 class HttpConnection:
     """HTTP/1.1 POSTs over one keep-alive connection, reopened when it breaks.
 
@@ -133,8 +142,12 @@ class HttpConnection:
     per concurrent stream of calls.
     """
 
-    def __init__(self, host: str, port: int, headers: Mapping[str, str] | None = None) -> None:
+    def __init__(
+        self, host: str, port: int, headers: Mapping[str, str] | None = None,
+        unix_socket: str | None = None,
+    ) -> None:  # fmt: skip
         self.host, self.port = host, port
+        self.unix_socket = unix_socket
         self._headers = dict(headers or {})
         self._reader: asyncio.StreamReader | None = None
         self._writer: asyncio.StreamWriter | None = None
@@ -162,9 +175,7 @@ class HttpConnection:
 
     async def _exchange(self, request: bytes) -> HttpResponse:
         if self._writer is None:
-            self._reader, self._writer = await asyncio.open_connection(
-                self.host, self.port, limit=_MAX_HEADER_BYTES
-            )
+            self._reader, self._writer = await _connect(self.host, self.port, self.unix_socket)
         assert self._reader is not None
         self._writer.write(request)
         await self._writer.drain()
@@ -184,10 +195,11 @@ class HttpConnection:
 
 
 async def open_stream(
-    host: str, port: int, path: str, body: bytes, headers: Mapping[str, str]
-) -> tuple[HttpResponse, AsyncIterator[bytes], asyncio.StreamWriter]:
+    host: str, port: int, path: str, body: bytes, headers: Mapping[str, str],
+    unix_socket: str | None = None,
+) -> tuple[HttpResponse, AsyncIterator[bytes], asyncio.StreamWriter]:  # fmt: skip
     """POSTs on a new connection and returns the response head and its body stream."""
-    reader, writer = await asyncio.open_connection(host, port, limit=_MAX_HEADER_BYTES)
+    reader, writer = await _connect(host, port, unix_socket)
     writer.write(_request_bytes(f"{host}:{port}", path, body, headers))
     await writer.drain()
     status, reason, response_headers = await _read_head(reader)
@@ -237,6 +249,9 @@ class ExecutorDriver:
             raise RuntimeError(
                 f"{missing.args[0]} is not set: executors are started by a Mesos agent"
             ) from None
+        # Set when the agent serves executors on a unix socket (an executor in a
+        # network namespace of its own cannot reach MESOS_AGENT_ENDPOINT).
+        self.unix_socket: str | None = env.get("MESOS_DOMAIN_SOCKET") or None
         self.checkpoint = env.get("MESOS_CHECKPOINT") == "1"
         self.backoff_max = _duration(env, "MESOS_SUBSCRIPTION_BACKOFF_MAX", DEFAULT_BACKOFF_MAX)
         self.recovery_timeout = _duration(env, "MESOS_RECOVERY_TIMEOUT", DEFAULT_RECOVERY_TIMEOUT)
@@ -245,7 +260,7 @@ class ExecutorDriver:
         self.auth_headers = {"Authorization": f"Bearer {token}"} if token else {}
 
         self._executor = executor
-        self._calls = HttpConnection(self.host, self.port, self.auth_headers)
+        self._calls = HttpConnection(self.host, self.port, self.auth_headers, self.unix_socket)
         # Kept until acknowledged, in the order sent: uuid -> TaskStatus JSON.
         self._unacknowledged_updates: dict[str, dict[str, Any]] = {}
         self._unacknowledged_tasks: dict[str, dict[str, Any]] = {}
@@ -383,7 +398,7 @@ class ExecutorDriver:
             **self.auth_headers,
         }
         response, chunks, writer = await open_stream(
-            self.host, self.port, EXECUTOR_API, body, headers
+            self.host, self.port, EXECUTOR_API, body, headers, self.unix_socket
         )
         try:
             if response.status != 200:

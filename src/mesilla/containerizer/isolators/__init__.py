@@ -32,6 +32,7 @@ ISOLATORS: dict[str, str] = {
     "filesystem/linux": "mesilla.containerizer.isolators.filesystem.linux:LinuxFilesystemIsolator",
     "namespaces/pid": "mesilla.containerizer.isolators.namespaces.pid:PidNamespaceIsolator",
     "namespaces/ipc": "mesilla.containerizer.isolators.namespaces.ipc:IpcNamespaceIsolator",
+    "network/cni": "mesilla.containerizer.isolators.network.cni:NetworkCniIsolator",
 }
 
 # Mesos's creators table order (`src/slave/containerizer/mesos/containerizer.cpp`).

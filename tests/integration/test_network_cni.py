@@ -16,7 +16,7 @@ import json
 import shlex
 import stat
 import sys
-import uuid
+import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
@@ -334,3 +334,69 @@ async def test_a_network_that_cannot_be_set_up_fails_the_launch(
     failure = next(e["failure"] for e in framework.events if e.get("type") == "FAILURE")
     assert failure["status"] == -1
     await await_released(net)
+
+
+# --- agent kill -9 and restart (last: they restart the module's agent) ---------------------
+
+
+def restart_killed_agent(cluster: Cluster) -> None:
+    killed_at = time.time()
+    assert cluster.agents[0].kill() == -9
+    cluster.start_agent(0, registered=False)
+    cluster.await_agent_active(0, after=killed_at)
+
+
+def agent_log(cluster: Cluster) -> str:
+    return (cluster.log_dir / "agent-0.log").read_text(errors="replace")
+
+
+async def test_after_agent_kill_and_restart_the_pod_keeps_its_network_and_releases_it_at_the_end(
+    net: Net, cluster: Cluster, framework: Framework
+) -> None:
+    executor = networked_pod("pods")
+    sleeper = task("sleeper", "sleep 3600")
+    await framework.launch_group(await framework.offer(), executor, [sleeper])
+    await framework.until_state([tid(sleeper)], "TASK_RUNNING", 60)
+    [[ip]] = reported_ips(running_status(framework, tid(sleeper)))
+    mounts_before = cluster.mounts()
+
+    restart_killed_agent(cluster)
+    # Recovered: the same namespace and lease, CHECKed (1.0.0 allows it), the IP still reported.
+    assert cluster.mounts() == mounts_before
+    assert net.leases() == [ip]
+    assert "CNI CHECK of recovered container" in agent_log(cluster)
+    containers = cluster.agent_call({"type": "GET_CONTAINERS"})["get_containers"]["containers"]
+    entry = next(c for c in containers if c["executor_id"] == executor["executor_id"])
+    assert entry["container_status"]["network_infos"][0]["ip_addresses"] == [
+        {"protocol": "IPv4", "ip_address": ip}
+    ]
+    state = http_json(f"{cluster.agent_url()}/state")
+    executors = [e for f in state["frameworks"] for e in f["executors"] if e["id"] == executor["executor_id"]["value"]]
+    assert executors, state["frameworks"]
+
+    await framework.kill(tid(sleeper))
+    await framework.until_state([tid(sleeper)], "TASK_KILLED", 60)
+    await await_released(net)
+
+
+async def test_an_orphan_pods_network_is_released_by_the_restarted_agent(
+    net: Net, cluster: Cluster
+) -> None:
+    # A framework that does not checkpoint: its executors are not recovered, as Mesos.
+    framework = Framework(cluster.master_address, checkpoint=False)
+    await framework.subscribe()
+    try:
+        executor = networked_pod("pods")
+        sleeper = task("sleeper", "sleep 3600")
+        await framework.launch_group(await framework.offer(), executor, [sleeper])
+        await framework.until_state([tid(sleeper)], "TASK_RUNNING", 60)
+        assert net.leftovers(), "the pod's network should be there while it runs"
+        containers = cluster.agent_call({"type": "GET_CONTAINERS"})["get_containers"]["containers"]
+        container_name = next(
+            c["container_id"]["value"] for c in containers if c["executor_id"] == executor["executor_id"]
+        )
+        restart_killed_agent(cluster)
+        await await_released(net)
+        assert f"Destroying orphan container {container_name}" in agent_log(cluster)
+    finally:
+        await framework.close()

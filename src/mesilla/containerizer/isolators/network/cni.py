@@ -254,6 +254,18 @@ class NetworkCniIsolator(Isolator):
                 checked.append(attached.name)
         return checked
 
+    async def _check_recovered(self, container_id: ContainerID) -> None:
+        """A recovered container's networks are CHECKed (where their version allows it):
+        what changed while the agent was away is logged, the container is left as it is."""
+        try:
+            checked = await self.check(container_id)
+        except (OSError, ValueError, CniError) as exc:
+            log.warning("CNI CHECK of recovered container %s failed: %s", container_id, exc)
+            return
+        if checked:
+            log.info("CNI CHECK of recovered container %s passed on %s", container_id,
+                     ", ".join(checked))  # fmt: skip
+
     # --- cleanup, recovery ----------------------------------------------------------
 
     async def cleanup(self, container_id: ContainerID) -> None:
@@ -302,7 +314,7 @@ class NetworkCniIsolator(Isolator):
     async def recover(
         self, states: list[ContainerRuntimeState], orphans: set[ContainerID]
     ) -> None:
-        known = {s.container_id: s for s in states if s.container_id not in orphans}
+        known = {s.container_id: s for s in states}
         try:
             entries = sorted(os.listdir(self.root))
         except FileNotFoundError:
@@ -313,12 +325,17 @@ class NetworkCniIsolator(Isolator):
             state = known.get(container_id)
             if state is not None and state.config is not None:
                 self._infos[container_id] = _recovered(directory, state.config)
+                await self._check_recovered(container_id)
                 continue
-            log.info("Detaching orphan container %s from its CNI networks", entry)
+            if container_id in orphans:
+                # DEL once the containerizer has destroyed it (`cleanup`), as Mesos.
+                self._infos[container_id] = _Info(directory)
+                continue
+            log.info("Detaching unknown container %s from its CNI networks", entry)
             try:
                 await self._detach(entry, directory)
             except (OSError, CniError) as exc:
-                log.error("Cleaning up the networks of orphan container %s failed: %s", entry, exc)
+                log.error("Cleaning up the networks of container %s failed: %s", entry, exc)
 
 
 def _recovered(directory: str, config: ContainerConfig) -> _Info:

@@ -15,6 +15,7 @@ import asyncio
 import json
 import shlex
 import stat
+import subprocess
 import sys
 import time
 from collections.abc import AsyncIterator, Iterator
@@ -72,12 +73,19 @@ class Net:
 
     def leftovers(self) -> list[str]:
         assert self.cluster is not None
-        left = [f"lease {lease}" for net in ("pods", "other") for lease in self.leases(net)]
+        left = [f"lease {lease}" for net in ("pods", "other", "dual") for lease in self.leases(net)]
+        left += [f"portmap rule {rule}" for rule in portmap_rules()]
         left += [f"veth {v}" for v in self.veths()]
         left += [f"mount {m}" for m in self.cluster.mounts()]
         cni_root = self.cluster.runtime_dir() / "isolators/network/cni"
         left += [f"cni dir {p.name}" for p in cni_root.iterdir()] if cni_root.is_dir() else []
         return left
+
+
+def portmap_rules() -> list[str]:
+    """The portmap plugin's DNAT rules in the (entered) test namespace."""
+    dump = subprocess.run(["iptables-save", "-t", "nat"], capture_output=True, text=True, check=False).stdout
+    return [line for line in dump.splitlines() if line.startswith("-A CNI-DN-")]
 
 
 def write_configs(net: Net) -> None:
@@ -95,7 +103,13 @@ def write_configs(net: Net) -> None:
         "ipam": {"type": "host-local", "dataDir": str(net.ipam),
                  "ranges": [[{"subnet": "10.98.0.0/24"}]]},
     }  # fmt: skip
+    dual = {
+        "cniVersion": "1.0.0", "name": "dual", "type": "bridge", "bridge": "mtest2", "isGateway": True,
+        "ipam": {"type": "host-local", "dataDir": str(net.ipam),
+                 "ranges": [[{"subnet": "10.97.0.0/24"}], [{"subnet": "fd00:97::/64"}]]},
+    }  # fmt: skip
     (net.config_dir / "10-pods.conflist").write_text(json.dumps(pods))
+    (net.config_dir / "50-dual.conf").write_text(json.dumps(dual))
     (net.config_dir / "20-other.conf").write_text(json.dumps(other))
     (net.config_dir / "30-broken.conf").write_text(
         json.dumps({"cniVersion": "1.0.0", "name": "broken", "type": "refuse"})
@@ -334,6 +348,62 @@ async def test_a_network_that_cannot_be_set_up_fails_the_launch(
     failure = next(e["failure"] for e in framework.events if e.get("type") == "FAILURE")
     assert failure["status"] == -1
     await await_released(net)
+
+
+async def test_a_port_mapping_is_reachable_from_the_host_side_and_refused_after_the_pod(
+    net: Net, cluster: Cluster, framework: Framework
+) -> None:
+    host_port = 31007
+    executor = networked_pod(
+        "pods", port_mappings=[{"host_port": host_port, "container_port": 8080, "protocol": "tcp"}]
+    )
+    executor["resources"] = [*executor["resources"], ports_resource(host_port)]
+    serve = (
+        "import socket; t = socket.socket(); t.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1); "
+        "t.bind(('0.0.0.0', 8080)); t.listen(); open('listening', 'w').close(); "
+        "c, _ = t.accept(); c.sendall(b'mapped'); c.close()"
+    )
+    server = task("mapped", f"{shlex.quote(sys.executable)} -c {shlex.quote(serve)}")
+    await framework.launch_group(await framework.offer(), executor, [server])
+    await framework.until_state([tid(server)], "TASK_RUNNING", 60)
+    listening = task_sandbox(cluster, framework, executor, server) / "listening"
+    for _ in range(300):
+        if listening.exists():
+            break
+        await asyncio.sleep(0.1)
+    assert portmap_rules(), "portmap set up no DNAT rule"
+    # The bridge's address is the namespace's own: the connection is DNATed to the pod.
+    reader, writer = await asyncio.open_connection("10.99.0.1", host_port)
+    assert await reader.read() == b"mapped"
+    writer.close()
+    await framework.until_state([tid(server)], "TASK_FINISHED", 60)
+    await await_released(net)
+    with pytest.raises(ConnectionRefusedError):
+        await asyncio.open_connection("10.99.0.1", host_port)
+
+
+async def test_a_pod_gets_ipv4_and_ipv6_on_a_dual_stack_network(
+    net: Net, cluster: Cluster, framework: Framework
+) -> None:
+    executor = networked_pod("dual")
+    probe = task("probe", "ip -o addr show eth0 scope global | awk '{print $4}' > addrs; echo $MESOS_CONTAINER_IP > env_ip")
+    await framework.launch_group(await framework.offer(), executor, [probe])
+    await framework.until_state([tid(probe)], "TASK_FINISHED", 60)
+    sandbox = task_sandbox(cluster, framework, executor, probe)
+    inside = sorted((sandbox / "addrs").read_text().split())
+    [reported] = reported_ips(running_status(framework, tid(probe)))
+    assert sorted(f"{ip}/{24 if '.' in ip else 64}" for ip in reported) == inside
+    [v4] = [ip for ip in reported if ip.startswith("10.97.0.")]
+    assert [ip for ip in reported if ip.startswith("fd00:97::")]
+    assert (sandbox / "env_ip").read_text().strip() == v4
+    status = running_status(framework, tid(probe))
+    protocols = [a["protocol"] for a in status["container_status"]["network_infos"][0]["ip_addresses"]]
+    assert protocols == ["IPv4", "IPv6"]
+    await await_released(net)
+
+
+def ports_resource(port: int) -> Json:
+    return {"name": "ports", "type": "RANGES", "ranges": {"range": [{"begin": port, "end": port}]}}
 
 
 # --- agent kill -9 and restart (last: they restart the module's agent) ---------------------

@@ -11,6 +11,7 @@ layout (`<runtime_dir or work_dir>/isolators/network/cni`):
     <container>/ns                          the namespace (bind mount)
     <container>/<network>/network.conf      the configuration ADD used (for DEL)
     <container>/<network>/<ifname>/network.info   the plugin's result
+    <container>/<network>/<ifname>/runtime.config the runtimeConfig given (Mesilla's: for DEL)
     <container>/hosts, hostname, resolv.conf      bound into containers with an image
 
 `<container>` is the dot-joined ContainerID path, which is also CNI_CONTAINERID.
@@ -57,6 +58,7 @@ CNI_DIR = "isolators/network/cni"
 NS_FILE = "ns"
 CONF_FILE = "network.conf"
 INFO_FILE = "network.info"
+RUNTIME_CONFIG_FILE = "runtime.config"
 ETC_FILES = ("hosts", "hostname", "resolv.conf")
 DEFAULT_PLUGIN_TIMEOUT = 60.0
 
@@ -200,10 +202,13 @@ class NetworkCniIsolator(Isolator):
         network_dir = os.path.join(info.directory, attached.name)
         interface_dir = os.path.join(network_dir, attached.ifname)
         os.makedirs(interface_dir, exist_ok=True)
-        # Written before ADD: a half-done ADD is DELeted from it like a complete one.
+        # Written before ADD: a half-done ADD is DELeted from them like a complete one
+        # (portmap, say, removes its rules only when given the same port mappings).
+        runtime_config = _runtime_config(attached.requested)
         _write_json(os.path.join(network_dir, CONF_FILE), network.source)
+        _write_json(os.path.join(interface_dir, RUNTIME_CONFIG_FILE), runtime_config)
         where = Attachment(cni_id(container_id), info.ns, attached.ifname)
-        raw = await self._plugins.add(network, where, _runtime_config(attached.requested))
+        raw = await self._plugins.add(network, where, runtime_config)
         attached.result = parse_result(raw)
         _write_json(os.path.join(interface_dir, INFO_FILE), raw)
 
@@ -295,10 +300,11 @@ class NetworkCniIsolator(Isolator):
                 if not os.path.isdir(os.path.join(network_dir, ifname)):
                     continue
                 result = _read_json(os.path.join(network_dir, ifname, INFO_FILE))
+                runtime_config = _read_json(os.path.join(network_dir, ifname, RUNTIME_CONFIG_FILE))
                 # Without its namespace a plugin still releases what it holds outside.
                 where = Attachment(cni_container_id, ns if bound else "", ifname)
                 try:
-                    await self._plugins.delete(network, where, result)
+                    await self._plugins.delete(network, where, result, runtime_config)
                 except CniError as exc:
                     errors.append(str(exc))
         if errors:

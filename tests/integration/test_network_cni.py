@@ -25,6 +25,7 @@ from typing import Any
 import pytest
 
 from mesilla.containerizer.launcher.linux import LinuxLauncher
+from mesilla.testing.images import build_image, write_docker_save
 from mesilla.testing.netns import entered, network_namespace, release_namespace_mounts, run_in
 from mesilla.testing.processes import Cluster, http_json
 from mesilla.testing.scheduler import Framework, Json, scalar
@@ -50,12 +51,15 @@ class Net:
         self.ipam = root / "ipam"
         self.config_dir = root / "cni"
         self.plugins_dir = root / "plugins"
+        self.images = root / "images"
         self.cluster: Cluster | None = None
 
     def agent_flags(self) -> list[str]:
         return [
             "--launcher=linux",
-            "--isolation=filesystem/linux,posix/cpu,posix/mem,network/cni",
+            "--isolation=filesystem/linux,docker/runtime,posix/cpu,posix/mem,network/cni",
+            "--image_providers=docker",
+            f"--docker_registry={self.images}",
             "--resources=cpus:8;mem:8192;disk:8192;ports:[31000-32000]",
             f"--network_cni_config_dir={self.config_dir}",
             f"--network_cni_plugins_dir={PLUGINS}:{self.plugins_dir}",
@@ -141,6 +145,8 @@ def net(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Net]:
     with network_namespace() as namespace, entered(namespace):
         state = Net(root, namespace)
         write_configs(state)
+        state.images.mkdir()
+        write_docker_save(build_image(), str(state.images / "netimage:latest.tar"), ["netimage:latest"])
         try:
             yield state
         finally:
@@ -399,6 +405,31 @@ async def test_a_pod_gets_ipv4_and_ipv6_on_a_dual_stack_network(
     status = running_status(framework, tid(probe))
     protocols = [a["protocol"] for a in status["container_status"]["network_infos"][0]["ip_addresses"]]
     assert protocols == ["IPv4", "IPv6"]
+    await await_released(net)
+
+
+async def test_containers_with_an_image_get_the_pods_hosts_hostname_and_resolv_conf(
+    net: Net, cluster: Cluster, framework: Framework
+) -> None:
+    executor = networked_pod("pods")
+    executor["container"]["hostname"] = "podhost"
+    image = {"type": "MESOS", "mesos": {"image": {"type": "DOCKER", "docker": {"name": "netimage"}}}}
+    reader = task(
+        "reader",
+        "hostname > $MESOS_SANDBOX/hostname; cat /etc/hosts > $MESOS_SANDBOX/hosts; "
+        "cat /etc/hostname > $MESOS_SANDBOX/etc_hostname; cat /etc/resolv.conf > $MESOS_SANDBOX/resolv",
+        container=image,
+    )
+    await framework.launch_group(await framework.offer(), executor, [reader])
+    await framework.until_state([tid(reader)], "TERMINAL", 120)
+    assert framework.state(tid(reader)) == "TASK_FINISHED", framework.terminal(tid(reader))[0].status
+    [[ip]] = reported_ips(running_status(framework, tid(reader)))
+    sandbox = task_sandbox(cluster, framework, executor, reader)
+    assert (sandbox / "hostname").read_text().strip() == "podhost"
+    assert (sandbox / "etc_hostname").read_text().strip() == "podhost"
+    assert (sandbox / "hosts").read_text() == f"127.0.0.1 localhost\n{ip} podhost\n"
+    # The plugin gave no DNS: the agent's resolv.conf, as Mesos.
+    assert (sandbox / "resolv").read_text() == Path("/etc/resolv.conf").read_text()
     await await_released(net)
 
 

@@ -57,7 +57,9 @@ class Net:
     def agent_flags(self) -> list[str]:
         return [
             "--launcher=linux",
-            "--isolation=filesystem/linux,docker/runtime,posix/cpu,posix/mem,network/cni",
+            "--isolation=filesystem/linux,docker/runtime,posix/cpu,posix/mem,network/cni,network/ports",
+            "--enforce_container_ports",
+            "--container_ports_watch_interval=200ms",
             "--image_providers=docker",
             f"--docker_registry={self.images}",
             "--resources=cpus:8;mem:8192;disk:8192;ports:[31000-32000]",
@@ -431,6 +433,40 @@ async def test_containers_with_an_image_get_the_pods_hosts_hostname_and_resolv_c
     # The plugin gave no DNS: the agent's resolv.conf, as Mesos.
     assert (sandbox / "resolv").read_text() == Path("/etc/resolv.conf").read_text()
     await await_released(net)
+
+
+LISTEN = (
+    "import socket, time; s = socket.socket(); s.bind(('127.0.0.1', {port})); s.listen(); "
+    "open('listening', 'w').close(); time.sleep(3600)"
+)
+
+
+async def test_network_ports_kills_a_host_network_task_listening_on_a_port_it_was_not_given(
+    net: Net, cluster: Cluster, framework: Framework
+) -> None:
+    allowed = task("allowed", f"{shlex.quote(sys.executable)} -c {shlex.quote(LISTEN.format(port=31050))}",
+                   resources=[scalar("cpus", 0.1), scalar("mem", 32), ports_resource(31050)])  # fmt: skip
+    rogue = task("rogue", f"{shlex.quote(sys.executable)} -c {shlex.quote(LISTEN.format(port=31061))}",
+                 resources=[scalar("cpus", 0.1), scalar("mem", 32), ports_resource(31060)])  # fmt: skip
+    await framework.launch(await framework.offer(), [allowed])
+    await framework.until_state([tid(allowed)], "TASK_RUNNING", 60)
+    fw_id = framework.framework_id["value"]  # type: ignore[index]
+    listening = executor_sandbox(cluster, fw_id, tid(allowed)) / "listening"
+    for _ in range(300):
+        if listening.exists():
+            break
+        await asyncio.sleep(0.1)
+    await framework.launch(await framework.offer(), [rogue])
+    await framework.until_state([tid(rogue)], "TERMINAL", 60)
+    [ended] = framework.terminal(tid(rogue))
+    assert ended.state == "TASK_FAILED"
+    assert ended.reason == "REASON_CONTAINER_LIMITATION"
+    assert "is listening on unallocated port(s): [31061-31061]" in ended.status["message"]
+    # The check that caught the rogue saw the task listening on its own port too: left alone.
+    assert listening.exists()
+    assert framework.state(tid(allowed)) == "TASK_RUNNING"
+    await framework.kill(tid(allowed))
+    await framework.until_state([tid(allowed)], "TASK_KILLED", 60)
 
 
 def ports_resource(port: int) -> Json:

@@ -33,6 +33,7 @@ ISOLATORS: dict[str, str] = {
     "namespaces/pid": "mesilla.containerizer.isolators.namespaces.pid:PidNamespaceIsolator",
     "namespaces/ipc": "mesilla.containerizer.isolators.namespaces.ipc:IpcNamespaceIsolator",
     "network/cni": "mesilla.containerizer.isolators.network.cni:NetworkCniIsolator",
+    "network/ports": "mesilla.containerizer.isolators.network.ports:NetworkPortsIsolator",
 }
 
 # Mesos's creators table order (`src/slave/containerizer/mesos/containerizer.cpp`).

@@ -317,6 +317,22 @@ async def test_a_pod_on_two_networks_gets_eth0_and_eth1(
     await await_released(net)
 
 
+async def test_a_pod_task_with_networks_of_its_own_gets_its_own_namespace(
+    net: Net, cluster: Cluster, framework: Framework
+) -> None:
+    executor = networked_pod("pods")
+    shared = task("shared", SEEN_INSIDE)
+    own = task("own", SEEN_INSIDE, container=on_networks("other"))
+    await framework.launch_group(await framework.offer(), executor, [shared, own])
+    await framework.until_state([tid(shared), tid(own)], "TASK_FINISHED", 60)
+    seen = {t["name"]: (task_sandbox(cluster, framework, executor, t) / "ip").read_text().strip()
+            for t in (shared, own)}  # fmt: skip
+    assert seen["shared"].startswith("10.99.0.") and seen["own"].startswith("10.98.0.")
+    assert reported_ips(running_status(framework, tid(own))) == [[seen["own"]]]
+    assert reported_ips(running_status(framework, tid(shared))) == [[seen["shared"]]]
+    await await_released(net)
+
+
 async def test_a_command_task_on_a_network_reaches_its_agent_over_the_domain_socket(
     net: Net, cluster: Cluster, framework: Framework
 ) -> None:
@@ -507,9 +523,12 @@ async def test_after_agent_kill_and_restart_the_pod_keeps_its_network_and_releas
     assert entry["container_status"]["network_infos"][0]["ip_addresses"] == [
         {"protocol": "IPv4", "ip_address": ip}
     ]
+    # The agent's /state shows the executor with its tasks' statuses and their IP.
     state = http_json(f"{cluster.agent_url()}/state")
-    executors = [e for f in state["frameworks"] for e in f["executors"] if e["id"] == executor["executor_id"]["value"]]
-    assert executors, state["frameworks"]
+    [shown] = [e for f in state["frameworks"] for e in f["executors"] if e["id"] == executor["executor_id"]["value"]]
+    [shown_task] = shown["tasks"]
+    infos = shown_task["statuses"][-1]["container_status"]["network_infos"]
+    assert [a["ip_address"] for a in infos[0]["ip_addresses"]] == [ip]
 
     await framework.kill(tid(sleeper))
     await framework.until_state([tid(sleeper)], "TASK_KILLED", 60)

@@ -15,6 +15,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import socket
 import time
@@ -149,6 +150,12 @@ async def _container_status(
     except Exception as exc:
         log.debug("No status for container %s: %s", container_id, exc)
         fields = {}
+        if container_id != executor.container_id:
+            # A pod task whose container ended before its update came: it was in
+            # its executor's network (unless it had one of its own).
+            with contextlib.suppress(Exception):
+                executor_fields = await agent.containerizer.status(executor.container_id)
+                fields = {"network_infos": executor_fields.get("network_infos", [])}
     try:
         # The containerizer reports ContainerStatus fields as JSON.
         reported = codec.convert(

@@ -489,6 +489,35 @@ def ports_resource(port: int) -> Json:
     return {"name": "ports", "type": "RANGES", "ranges": {"range": [{"begin": port, "end": port}]}}
 
 
+async def test_http_executor_domain_sockets_serves_host_network_executors_too(net: Net) -> None:
+    """--http_executor_domain_sockets, as Mesos: every executor gets MESOS_DOMAIN_SOCKET and
+    Mesilla's executors (command and default) talk to the agent over it."""
+    other = Cluster(net.root / "sockets", agent_flags=[
+        "--launcher=linux", "--isolation=filesystem/linux,posix/cpu,posix/mem",
+        "--http_executor_domain_sockets",
+    ])  # fmt: skip
+    try:
+        other.start()
+        framework = Framework(other.master_address)
+        await framework.subscribe()
+        try:
+            command = task("cmd", 'echo "$MESOS_DOMAIN_SOCKET" > sock')
+            await framework.launch(await framework.offer(), [command])
+            executor = pod_executor()
+            pod_task = task("pod", 'echo "$MESOS_DOMAIN_SOCKET" > sock')
+            await framework.launch_group(await framework.offer(), executor, [pod_task])
+            await framework.until_state([tid(command), tid(pod_task)], "TASK_FINISHED", 60)
+            fw_id = framework.framework_id["value"]  # type: ignore[index]
+            expected = str(other.runtime_dir() / "agent.sock")
+            assert (executor_sandbox(other, fw_id, tid(command)) / "sock").read_text().strip() == expected
+            assert Path(expected).is_socket()
+        finally:
+            await framework.close()
+        assert await asyncio.to_thread(other.await_no_leftovers) == []
+    finally:
+        other.cleanup()
+
+
 # --- agent kill -9 and restart (last: they restart the module's agent) ---------------------
 
 

@@ -118,6 +118,9 @@ class NetworkCniIsolator(Isolator):
                 "network/cni needs both --network_cni_config_dir and --network_cni_plugins_dir "
                 "(or neither, for host networking only)"
             )
+        if flags.get("launcher") == "posix" or os.geteuid() != 0:
+            # As Mesos: only the linux launcher puts a container into a namespace by path.
+            raise CniError("network/cni needs the linux launcher (root, --launcher=linux)")
         timeout = flags.get("network_cni_plugin_timeout") or DEFAULT_PLUGIN_TIMEOUT
         self._plugins = PluginRunner(plugins_dir or "", float(timeout))
         persist = flags.get("network_cni_root_dir_persist")

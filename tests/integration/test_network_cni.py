@@ -242,6 +242,11 @@ async def test_a_pods_containers_share_one_ip_that_is_reported(
     )  # fmt: skip
     statuses = master_task["statuses"]
     assert [a["ip_address"] for a in statuses[-1]["container_status"]["network_infos"][0]["ip_addresses"]] == [ip]
+    tasks = http_json(f"{cluster.master_url}/api/v1", {"type": "GET_TASKS"})["get_tasks"]["tasks"]
+    [listed] = [t for t in tasks if t["task_id"]["value"] == tid(first)]
+    assert listed["statuses"][-1]["container_status"]["network_infos"][0]["ip_addresses"] == [
+        {"protocol": "IPv4", "ip_address": ip}
+    ]
     # The pod's namespace is reachable from the host side of the network.
     assert run_in(net.namespace, "busybox", "ping", "-c", "1", "-W", "5", ip, check=False).returncode == 0
 

@@ -97,13 +97,14 @@ def portmap_rules() -> list[str]:
 def write_configs(net: Net) -> None:
     net.config_dir.mkdir()
     bridge = {
-        "type": "bridge", "bridge": "mtest0", "isGateway": True,
+        "type": "bridge", "bridge": "mtest0", "isGateway": True, "capabilities": {"ips": True},
         "ipam": {"type": "host-local", "dataDir": str(net.ipam),
                  "ranges": [[{"subnet": "10.99.0.0/24", "gateway": "10.99.0.1"}]],
                  "routes": [{"dst": "0.0.0.0/0"}]},
     }  # fmt: skip
     pods = {"cniVersion": "1.0.0", "name": "pods",
-            "plugins": [bridge, {"type": "portmap", "capabilities": {"portMappings": True}}]}  # fmt: skip
+            "plugins": [bridge, {"type": "tuning", "capabilities": {"mac": True}},
+                        {"type": "portmap", "capabilities": {"portMappings": True}}]}  # fmt: skip
     other = {
         "cniVersion": "0.4.0", "name": "other", "type": "bridge", "bridge": "mtest1",
         "ipam": {"type": "host-local", "dataDir": str(net.ipam),
@@ -335,6 +336,24 @@ async def test_a_pod_task_with_networks_of_its_own_gets_its_own_namespace(
     assert seen["shared"].startswith("10.99.0.") and seen["own"].startswith("10.98.0.")
     assert reported_ips(running_status(framework, tid(own))) == [[seen["own"]]]
     assert reported_ips(running_status(framework, tid(shared))) == [[seen["shared"]]]
+    await await_released(net)
+
+
+async def test_a_requested_ip_and_mac_reach_the_plugins_as_runtime_config(
+    net: Net, cluster: Cluster, framework: Framework
+) -> None:
+    mac = "0a:58:0a:63:00:c8"
+    executor = networked_pod(
+        "pods", ip_addresses=[{"ip_address": "10.99.0.200"}],
+        labels={"labels": [{"key": "mac", "value": mac}]},
+    )  # fmt: skip
+    probe = task("probe", SEEN_INSIDE + "; cat /sys/class/net/eth0/address > mac")
+    await framework.launch_group(await framework.offer(), executor, [probe])
+    await framework.until_state([tid(probe)], "TASK_FINISHED", 60)
+    sandbox = task_sandbox(cluster, framework, executor, probe)
+    assert (sandbox / "ip").read_text().strip() == "10.99.0.200"
+    assert (sandbox / "mac").read_text().strip() == mac
+    assert reported_ips(running_status(framework, tid(probe))) == [["10.99.0.200"]]
     await await_released(net)
 
 

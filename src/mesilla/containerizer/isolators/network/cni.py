@@ -362,7 +362,10 @@ def _recovered(directory: str, config: ContainerConfig) -> _Info:
 
 
 def _runtime_config(requested: NetworkInfo) -> Json:
-    """The runtime's values for plugin capabilities: `portMappings` from the NetworkInfo."""
+    """The runtime's values for plugin capabilities (each goes only to plugins declaring it):
+    `portMappings` from `port_mappings`, `ips` from the requested `ip_addresses`, and, from
+    the NetworkInfo's labels (Mesilla's), `mac` and `bandwidth` (a JSON object)."""
+    config: Json = {}
     mappings = [
         {
             "hostPort": int(m["host_port"]),
@@ -371,7 +374,20 @@ def _runtime_config(requested: NetworkInfo) -> Json:
         }
         for m in requested.port_mappings
     ]
-    return {"portMappings": mappings} if mappings else {}
+    if mappings:
+        config["portMappings"] = mappings
+    ips = [str(a["ip_address"]) for a in requested.ip_addresses if a.get("ip_address")]
+    if ips:
+        config["ips"] = ips
+    labels = {label.key: label.value for label in (requested.labels.labels if requested.labels else [])}
+    if labels.get("mac"):
+        config["mac"] = labels["mac"]
+    if labels.get("bandwidth"):
+        try:
+            config["bandwidth"] = json.loads(labels["bandwidth"])
+        except ValueError:
+            raise CniError(f"Label 'bandwidth' of network '{requested.name}' is not JSON") from None
+    return config
 
 
 def _reported(network: _Network) -> Json:

@@ -545,6 +545,14 @@ async def test_http_executor_domain_sockets_serves_host_network_executors_too(ne
 # --- agent kill -9 and restart (last: they restart the module's agent) ---------------------
 
 
+def mapped_pod(host_port: int) -> Json:
+    executor = networked_pod(
+        "pods", port_mappings=[{"host_port": host_port, "container_port": 80, "protocol": "tcp"}]
+    )
+    executor["resources"] = [*executor["resources"], ports_resource(host_port)]
+    return executor
+
+
 def restart_killed_agent(cluster: Cluster) -> None:
     killed_at = time.time()
     assert cluster.agents[0].kill() == -9
@@ -559,17 +567,20 @@ def agent_log(cluster: Cluster) -> str:
 async def test_after_agent_kill_and_restart_the_pod_keeps_its_network_and_releases_it_at_the_end(
     net: Net, cluster: Cluster, framework: Framework
 ) -> None:
-    executor = networked_pod("pods")
+    executor = mapped_pod(31020)
     sleeper = task("sleeper", "sleep 3600")
     await framework.launch_group(await framework.offer(), executor, [sleeper])
     await framework.until_state([tid(sleeper)], "TASK_RUNNING", 60)
     [[ip]] = reported_ips(running_status(framework, tid(sleeper)))
     mounts_before = cluster.mounts()
+    rules_before = portmap_rules()
+    assert rules_before
 
     restart_killed_agent(cluster)
     # Recovered: the same namespace and lease, CHECKed (1.0.0 allows it), the IP still reported.
     assert cluster.mounts() == mounts_before
     assert net.leases() == [ip]
+    assert portmap_rules() == rules_before
     assert "CNI CHECK of recovered container" in agent_log(cluster)
     containers = cluster.agent_call({"type": "GET_CONTAINERS"})["get_containers"]["containers"]
     entry = next(c for c in containers if c["executor_id"] == executor["executor_id"])
@@ -595,11 +606,11 @@ async def test_an_orphan_pods_network_is_released_by_the_restarted_agent(
     framework = Framework(cluster.master_address, checkpoint=False)
     await framework.subscribe()
     try:
-        executor = networked_pod("pods")
+        executor = mapped_pod(31021)
         sleeper = task("sleeper", "sleep 3600")
         await framework.launch_group(await framework.offer(), executor, [sleeper])
         await framework.until_state([tid(sleeper)], "TASK_RUNNING", 60)
-        assert net.leftovers(), "the pod's network should be there while it runs"
+        assert portmap_rules() and net.leases(), "the pod's network should be there while it runs"
         containers = cluster.agent_call({"type": "GET_CONTAINERS"})["get_containers"]["containers"]
         container_name = next(
             c["container_id"]["value"] for c in containers if c["executor_id"] == executor["executor_id"]

@@ -132,7 +132,7 @@ def test_a_conf_is_a_list_of_one() -> None:
 @pytest.mark.parametrize(
     "source",
     [{"type": "bridge"}, {"name": "n", "plugins": []}, {"name": "n", "plugins": [{}]},
-     {"name": "n", "type": "bridge", "cniVersion": "x.y"}],
+     {"name": "n", "type": "bridge", "cniVersion": "x.y"}, {"name": "../up", "type": "bridge"}],
 )  # fmt: skip
 def test_invalid_configurations_name_the_problem(source: dict) -> None:
     with pytest.raises(CniError, match="bad.conf"):

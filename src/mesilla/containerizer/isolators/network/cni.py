@@ -43,6 +43,7 @@ from mesilla.containerizer.isolators.network.cni_spec import (
     parse_config,
     parse_result,
     resolv_conf,
+    valid_name,
 )
 from mesilla.containerizer.types import (
     ContainerConfig,
@@ -152,6 +153,11 @@ class NetworkCniIsolator(Isolator):
             return launch
 
         networks = self._configs(container_id, requested)
+        if not valid_name(cni_id(container_id)):
+            raise CniError(
+                f"Container id {cni_id(container_id)!r} cannot be a CNI container id: use "
+                "letters, digits, '_', '.' and '-'"
+            )
         info = _Info(os.path.join(self.root, cni_id(container_id)))
         self._infos[container_id] = info
         os.makedirs(info.directory, exist_ok=True)

@@ -13,17 +13,25 @@ from __future__ import annotations
 import ipaddress
 import json
 import os
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
 Json = dict[str, Any]
 
+# What the spec allows as a network name (it also names a directory of ours).
+_NAME = re.compile(r"[a-zA-Z0-9][a-zA-Z0-9_.\-]*")
 # The versions whose configurations may be CHECKed (the verb came with 0.4.0).
 _CHECK_SINCE = (0, 4, 0)
 
 
 class CniError(Exception):
     """A network cannot be used or set up; the message says why and what to do."""
+
+
+def valid_name(name: str) -> bool:
+    """A network name or container id as the spec allows them."""
+    return _NAME.fullmatch(name) is not None
 
 
 def version_tuple(version: str) -> tuple[int, ...]:
@@ -70,8 +78,11 @@ def parse_config(source: Json, path: str) -> NetworkConfig:
     if not isinstance(source, dict):
         raise CniError(f"CNI configuration {path} is not a JSON object")
     name = source.get("name")
-    if not isinstance(name, str) or not name:
-        raise CniError(f"CNI configuration {path} has no 'name'")
+    if not isinstance(name, str) or not valid_name(name):
+        raise CniError(
+            f"CNI configuration {path} needs a 'name' of letters, digits, '_', '.' and '-' "
+            f"(starting with a letter or digit), got {name!r}"
+        )
     version = source.get("cniVersion", "0.1.0")
     if not isinstance(version, str):
         raise CniError(f"CNI configuration {path}: 'cniVersion' must be a string")

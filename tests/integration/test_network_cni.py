@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import shlex
 import stat
 import subprocess
@@ -355,6 +356,39 @@ async def test_a_requested_ip_and_mac_reach_the_plugins_as_runtime_config(
     assert (sandbox / "mac").read_text().strip() == mac
     assert reported_ips(running_status(framework, tid(probe))) == [["10.99.0.200"]]
     await await_released(net)
+
+
+async def test_an_ended_pods_namespace_is_not_held_by_containers_started_meanwhile(
+    net: Net, cluster: Cluster, framework: Framework
+) -> None:
+    """Containers on the host view see the runtime directory, so their mount namespaces
+    hold copies of a pod's namespace mount: removing the namespace's file detaches those
+    copies too (Linux 3.18+), or the namespace would outlive the pod."""
+    executor = networked_pod("pods")
+    pod_task = task("pod", "until [ -e ../../stop ]; do sleep 0.1; done")
+    await framework.launch_group(await framework.offer(), executor, [pod_task])
+    await framework.until_state([tid(pod_task)], "TASK_RUNNING", 60)
+    bystander = task("bystander", "sleep 3600")
+    await framework.launch(await framework.offer(), [bystander])
+    await framework.until_state([tid(bystander)], "TASK_RUNNING", 60)
+    fw_id = framework.framework_id["value"]  # type: ignore[index]
+    containers = cluster.agent_call({"type": "GET_CONTAINERS"})["get_containers"]["containers"]
+    [pid] = [c["container_status"]["executor_pid"] for c in containers
+             if c["executor_id"]["value"] == tid(bystander)]  # fmt: skip
+    assert os.readlink(f"/proc/{pid}/ns/mnt") != os.readlink("/proc/self/ns/mnt")
+
+    def held() -> list[str]:
+        lines = Path(f"/proc/{pid}/mountinfo").read_text().splitlines()
+        return [line for line in lines if " nsfs " in line and "/isolators/network/cni/" in line]
+
+    assert held(), "the bystander's view of the host should show the pod's namespace"
+    (executor_sandbox(cluster, fw_id, executor["executor_id"]["value"]) / "stop").touch()
+    await framework.until_state([tid(pod_task)], "TASK_FINISHED", 60)
+    await await_released(net)
+    left = held()
+    await framework.kill(tid(bystander))
+    await framework.until_state([tid(bystander)], "TASK_KILLED", 60)
+    assert left == []
 
 
 async def test_a_command_task_on_a_network_reaches_its_agent_over_the_domain_socket(

@@ -65,7 +65,11 @@ def is_bound(path: str) -> bool:
 
 
 def remove(path: str) -> None:
-    """Unbinds the namespace (it goes once nothing is in it) and removes the file."""
+    """Unbinds the namespace (it goes once nothing is in it) and removes the file.
+
+    Containers whose view of the host includes the file hold copies of the bind in
+    their mount namespaces; removing the file detaches those too (Linux 3.18+).
+    """
     while is_bound(path):
         if _libc.umount2(path.encode(), _MNT_DETACH) != 0:
             errno = ctypes.get_errno()

@@ -4,7 +4,9 @@ Stdlib only (asyncio, json, base64, uuid): an executor is one process per
 executor container, so its start-up time and memory are paid per task or pod;
 messages are plain JSON dicts in Mesos's v1 JSON format.
 
-`ExecutorDriver` reads the `MESOS_*` environment, subscribes (a long-lived
+`ExecutorDriver` reads the `MESOS_*` environment (with MESOS_DOMAIN_SOCKET set,
+it talks to the agent over that unix socket instead of MESOS_AGENT_ENDPOINT, as
+an executor in a network namespace of its own must), subscribes (a long-lived
 POST answered with a chunked RecordIO stream of events), dispatches events to
 an `Executor`, and sends UPDATE and MESSAGE calls on a separate keep-alive
 connection (`HttpConnection`, which the default executor reuses for the agent

@@ -385,7 +385,10 @@ def _runtime_config(requested: NetworkInfo) -> Json:
     ips = [str(a["ip_address"]) for a in requested.ip_addresses if a.get("ip_address")]
     if ips:
         config["ips"] = ips
-    labels = {label.key: label.value for label in (requested.labels.labels if requested.labels else [])}
+    labels = {
+        label.key: label.value or ""
+        for label in (requested.labels.labels if requested.labels else [])
+    }
     if labels.get("mac"):
         config["mac"] = labels["mac"]
     if labels.get("bandwidth"):

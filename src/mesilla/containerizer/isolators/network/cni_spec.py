@@ -175,7 +175,8 @@ def parse_result(raw: Any) -> Result:
 
 
 def _parse_020(raw: Json, version: str) -> Result:
-    ips, routes = [], []
+    ips: list[IPConfig] = []
+    routes: list[Json] = []
     for key, ip_version in (("ip4", 4), ("ip6", 6)):
         section = raw.get(key)
         if section is None:

@@ -13,10 +13,11 @@ from mesilla.containerizer.isolators.network.cni import (
     _parse_cni_id,
     _reported,
     _runtime_config,
+    _with_mesos_args,
     _write_etc_files,
     cni_id,
 )
-from mesilla.containerizer.isolators.network.cni_spec import CniError, parse_result
+from mesilla.containerizer.isolators.network.cni_spec import CniError, parse_config, parse_result
 from mesilla.v1.mesos import ContainerID, NetworkInfo
 
 
@@ -70,3 +71,21 @@ def test_cni_container_ids_round_trip_nested_ids() -> None:
     nested = ContainerID(value="child", parent=ContainerID(value="pod"))
     assert cni_id(nested) == "pod.child"
     assert _parse_cni_id("pod.child") == nested
+
+
+def test_plugins_get_the_network_info_in_args_as_mesos_passes_it() -> None:
+    listed = parse_config({"cniVersion": "1.0.0", "name": "pods", "plugins": [
+        {"type": "bridge", "args": {"mine": 1}}, {"type": "portmap"}]}, "pods.conflist")  # fmt: skip
+    mapped = network_info(port_mappings=[{"host_port": 31000, "container_port": 80}])
+    with_args = _with_mesos_args(listed, mapped)
+    first = with_args.plugin_config(0)
+    assert first["args"]["mine"] == 1
+    assert first["args"]["org.apache.mesos"]["network_info"]["port_mappings"] == [
+        {"host_port": 31000, "container_port": 80}
+    ]
+    assert with_args.source["plugins"][1]["args"]["org.apache.mesos"]["network_info"]["name"] == "pods"
+    single = _with_mesos_args(parse_config({"name": "n", "type": "ptp"}, "n.conf"), network_info())
+    assert single.plugin_config(0)["args"]["org.apache.mesos"]["network_info"] == {"name": "pods"}
+    reserved = parse_config({"name": "n", "type": "ptp", "args": {"org.apache.mesos": {}}}, "n.conf")
+    with pytest.raises(CniError, match="which the agent sets"):
+        _with_mesos_args(reserved, network_info())

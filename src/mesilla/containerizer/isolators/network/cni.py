@@ -214,6 +214,7 @@ class NetworkCniIsolator(Isolator):
         # Written before ADD: a half-done ADD is DELeted from them like a complete one
         # (portmap, say, removes its rules only when given the same port mappings).
         runtime_config = _runtime_config(attached.requested)
+        network = _with_mesos_args(network, attached.requested)
         _write_json(os.path.join(network_dir, CONF_FILE), network.source)
         _write_json(os.path.join(interface_dir, RUNTIME_CONFIG_FILE), runtime_config)
         where = Attachment(cni_id(container_id), info.ns, attached.ifname)
@@ -365,6 +366,23 @@ def _recovered(directory: str, config: ContainerConfig) -> _Info:
                 log.warning("Ignoring the checkpointed result in %s: %s", directory, exc)
         info.networks.append(attached)
     return info
+
+
+def _with_mesos_args(network: NetworkConfig, requested: NetworkInfo) -> NetworkConfig:
+    """Each plugin's `args` get `org.apache.mesos: {network_info}`, as Mesos passes the
+    NetworkInfo (plugins written for Mesos read port mappings and labels there)."""
+    mesos = {"network_info": msgspec.to_builtins(requested)}
+    plugins = []
+    for plugin in network.plugins:
+        args = plugin.get("args") or {}
+        if not isinstance(args, dict) or "org.apache.mesos" in args:
+            raise CniError(
+                f"CNI configuration {network.path}: 'args' must be an object without "
+                "'org.apache.mesos', which the agent sets"
+            )
+        plugins.append({**plugin, "args": {**args, "org.apache.mesos": mesos}})
+    source = {**network.source, "plugins": plugins} if "plugins" in network.source else plugins[0]
+    return parse_config(source, network.path)
 
 
 def _runtime_config(requested: NetworkInfo) -> Json:

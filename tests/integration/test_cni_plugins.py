@@ -18,13 +18,16 @@ from pathlib import Path
 import pytest
 
 from mesilla.containerizer.isolators.network import netns
+from mesilla.containerizer.isolators.network.cni import NetworkCniIsolator
 from mesilla.containerizer.isolators.network.cni_plugin import (
     Attachment,
     PluginError,
     PluginRunner,
 )
 from mesilla.containerizer.isolators.network.cni_spec import CniError, parse_config, parse_result
+from mesilla.containerizer.types import ContainerConfig
 from mesilla.testing.netns import entered, network_namespace, run_in
+from mesilla.v1.mesos import CommandInfo, ContainerID, ContainerInfo, NetworkInfo
 
 PLUGINS = "/usr/lib/cni"
 pytestmark = [
@@ -198,3 +201,45 @@ def test_result_file_round_trip(tmp_path: Path) -> None:
     raw = {"cniVersion": "1.0.0", "ips": [{"address": "10.99.0.7/24"}]}
     (tmp_path / "network.info").write_text(json.dumps(raw))
     assert parse_result(json.loads((tmp_path / "network.info").read_text())).ips[0].ip == "10.99.0.7"
+
+
+class _Flags(dict):
+    """The agent flags the isolator reads."""
+
+    def __getattr__(self, name: str) -> object:
+        return self[name]
+
+
+async def test_isolator_layout_under_the_persistent_root(host_side: str, tmp_path: Path) -> None:
+    """--network_cni_root_dir_persist keeps Mesos's layout under --work_dir; cleanup removes it."""
+    config_dir = tmp_path / "cni"
+    config_dir.mkdir()
+    (config_dir / "testnet.conf").write_text(json.dumps(bridge_network("0.4.0", tmp_path / "ipam")))
+    isolator = NetworkCniIsolator(_Flags(
+        network_cni_config_dir=str(config_dir), network_cni_plugins_dir=PLUGINS,
+        network_cni_root_dir_persist=True, work_dir=str(tmp_path / "work"),
+        runtime_dir=str(tmp_path / "run"),
+    ))  # fmt: skip
+    container_id = ContainerID(value="ctr-layout")
+    config = ContainerConfig(
+        command=CommandInfo(value="true"), sandbox=str(tmp_path),
+        container_info=ContainerInfo(type="MESOS", hostname="web",
+                                     network_infos=[NetworkInfo(name="testnet")]),
+    )  # fmt: skip
+    launch = await isolator.prepare(container_id, config)
+    directory = tmp_path / "work/isolators/network/cni/ctr-layout"
+    try:
+        assert launch is not None and launch.enter_namespaces == {"network": str(directory / "ns")}
+        assert netns.is_bound(str(directory / "ns"))
+        ip = launch.environment["MESOS_CONTAINER_IP"]
+        assert json.loads((directory / "testnet/network.conf").read_text())["name"] == "testnet"
+        assert parse_result(json.loads((directory / "testnet/eth0/network.info").read_text())).ips[0].ip == ip
+        assert (directory / "hosts").read_text() == f"127.0.0.1 localhost\n{ip} web\n"
+        assert (await isolator.status(container_id))["network_infos"][0]["ip_addresses"] == [
+            {"protocol": "IPv4", "ip_address": ip}
+        ]
+        assert await isolator.check(container_id) == ["testnet"]
+    finally:
+        await isolator.cleanup(container_id)
+    assert not directory.exists()
+    assert leases(tmp_path / "ipam") == []

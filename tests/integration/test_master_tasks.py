@@ -427,6 +427,11 @@ async def test_messages_shutdown_and_executor_failure(
     }
     assert not master.master.agents[agent.agent_id["value"]].executors  # type: ignore[index]
 
+    # An agent that leaves the status out (an executor that never ran): -1, as Mesos.
+    await agent.call("EXITED_EXECUTOR", {"framework_id": framework_id, "executor_id": {"value": "e2"}})
+    failure = (await scheduler.next_event("FAILURE", skip=("HEARTBEAT", "OFFERS")))["failure"]
+    assert failure["status"] == -1
+
 
 def _group(
     agent_id: Any, *, disk: float = 10, tasks: int = 2, **task_extra: Any

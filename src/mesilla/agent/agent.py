@@ -766,7 +766,8 @@ class Agent:
                     exited_executor=internal.ExitedExecutor(
                         framework_id=framework.id,
                         executor_id=executor.info.executor_id,
-                        status=status,
+                        # As Mesos: -1 when the executor never ran (its launch failed).
+                        status=status if status is not None else -1,
                     ),
                 )
             )

@@ -15,6 +15,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import socket
 import time
@@ -150,6 +151,16 @@ async def _container_status(
     except Exception as exc:
         log.debug("No status for container %s: %s", container_id, exc)
         fields = {}
+        task = executor.find_task(status.task_id.value)
+        own_network = task is not None and task.container is not None and any(
+            n.name for n in task.container.network_infos
+        )
+        if container_id != executor.container_id and not own_network:
+            # A pod task whose container ended before its update came: it was in
+            # its executor's network.
+            with contextlib.suppress(Exception):
+                executor_fields = await agent.containerizer.status(executor.container_id)
+                fields = {"network_infos": executor_fields.get("network_infos", [])}
     try:
         # The containerizer reports ContainerStatus fields as JSON.
         reported = codec.convert(

@@ -118,6 +118,38 @@ def executor_environment_variables(flags: Flags) -> dict[str, str] | None:
     return value
 
 
+DOMAIN_SOCKET_FILE = "agent.sock"
+DOMAIN_SOCKET_MAX_PATH = 107  # sun_path holds 108 bytes with its NUL
+
+
+def domain_socket(flags: Flags) -> str | None:
+    """The unix socket the agent serves its executor and agent APIs on, if any.
+
+    As Mesos's `--http_executor_domain_sockets` (at `--domain_socket_location`,
+    default `<runtime_dir>/agent.sock`); with network/cni also without that flag,
+    since an executor in a network namespace of its own cannot reach the
+    agent's address otherwise.
+    """
+    wanted = flags.get("http_executor_domain_sockets") or "network/cni" in (
+        flags.get("isolation") or ""
+    ).split(",")
+    if not wanted:
+        return None
+    location = flags.get("domain_socket_location") or os.path.join(
+        flags.runtime_dir, DOMAIN_SOCKET_FILE
+    )
+    if len(location) > DOMAIN_SOCKET_MAX_PATH:
+        raise FlagError(
+            f"Domain socket location '{location}' is longer than {DOMAIN_SOCKET_MAX_PATH} "
+            "characters: set a shorter --domain_socket_location"
+        )
+    return location
+
+
+def _own_network(info: ExecutorInfo) -> bool:
+    return info.container is not None and any(n.name for n in info.container.network_infos)
+
+
 def executor_environment(
     flags: Flags,
     info: ExecutorInfo,
@@ -157,6 +189,9 @@ def executor_environment(
             ),
         }
     )
+    socket_path = domain_socket(flags)
+    if socket_path and (flags.get("http_executor_domain_sockets") or _own_network(info)):
+        env["MESOS_DOMAIN_SOCKET"] = socket_path
     if checkpoint:
         env["MESOS_RECOVERY_TIMEOUT"] = format_duration(float(flags.recovery_timeout))
         env["MESOS_SUBSCRIPTION_BACKOFF_MAX"] = format_duration(

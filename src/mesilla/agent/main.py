@@ -9,7 +9,9 @@ containers keep running, so that a restarted agent can recover them.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+import os
 import signal
 import socket
 
@@ -17,7 +19,7 @@ from aiohttp import web
 
 from mesilla.agent import agent_api, container_api, executor_api
 from mesilla.agent.agent import Agent
-from mesilla.agent.executors import executor_environment_variables
+from mesilla.agent.executors import domain_socket, executor_environment_variables
 from mesilla.agent.host import detect_resources, parse_attributes
 from mesilla.agent.master_link import MasterLink
 from mesilla.agent.recovery import recover
@@ -91,6 +93,17 @@ AGENT_FLAGS: list[Flag] = [
         "JSON object of the environment executors get instead of the agent's own, "
         'e.g. {"PATH": "/bin:/usr/bin"}.',
     ),
+    Flag(
+        "http_executor_domain_sockets",
+        "Serve executors (the executor and agent APIs) on a unix domain socket too and tell "
+        "them to use it (MESOS_DOMAIN_SOCKET); implied for executors on a CNI network.",
+        False,
+        "bool",
+    ),
+    Flag(
+        "domain_socket_location",
+        "Where that socket is (default: <runtime_dir>/agent.sock); at most 107 characters.",
+    ),
     Flag("gc_delay", "How long sandboxes of ended executors are kept.", 7 * 86400.0, "duration"),
     Flag("logging_level", "INFO, WARNING, ERROR or DEBUG.", "INFO"),
     *CONTAINERIZER_FLAGS,
@@ -102,6 +115,7 @@ def agent_info(flags: Flags) -> AgentInfo:
         raise FlagError(f"Invalid --recover={flags.recover}: expecting 'reconnect' or 'cleanup'")
     if flags.executor_environment_variables is not None:
         executor_environment_variables(flags)  # fails start-up when malformed
+    domain_socket(flags)  # fails start-up when too long
     try:
         resources = detect_resources(flags.resources, flags.work_dir, flags.default_role)
         attributes = parse_attributes(flags.attributes)
@@ -130,7 +144,19 @@ async def start_server(agent: Agent) -> web.AppRunner:
     port = runner.addresses[0][1]
     agent.info.port = port
     agent.endpoint = f"{agent.flags.ip}:{port}"
+    socket_path = domain_socket(agent.flags)
+    if socket_path is not None:
+        await _serve_unix(runner, socket_path)
     return runner
+
+
+async def _serve_unix(runner: web.AppRunner, path: str) -> None:
+    """The same endpoints on a unix socket, for executors without the agent's network."""
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(path)  # an earlier agent's (a socket cannot be bound twice)
+    await web.UnixSite(runner, path).start()
+    os.chmod(path, 0o666)  # as Mesos: executors run as any user
 
 
 def _handle_sigusr1(agent: Agent) -> bool:

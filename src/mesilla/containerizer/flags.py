@@ -29,4 +29,20 @@ CONTAINERIZER_FLAGS = [
     Flag("cgroups_max_pids", "cgroups/pids: the most tasks (processes and threads) a container "
          "with its own cgroups may have (unset: no limit, as Mesos has no pids resource).",
          None, "int"),
+    Flag("network_cni_config_dir", "network/cni: the directory of CNI network configurations, "
+         "one .conf or .conflist per network (its 'name' is what NetworkInfo.name refers to)."),
+    Flag("network_cni_plugins_dir", "network/cni: search path (':'-separated) of CNI plugin "
+         "binaries (Debian's containernetworking-plugins: /usr/lib/cni)."),
+    Flag("network_cni_root_dir_persist", "network/cni: keep the CNI root directory under "
+         "--work_dir (survives a reboot) instead of --runtime_dir.", False, "bool"),
+    Flag("network_cni_plugin_timeout", "network/cni: how long a CNI plugin may take to answer "
+         "before it is killed (Mesilla's; Mesos waits forever).", 60.0, "duration"),
+    Flag("container_ports_watch_interval", "network/ports: how often containers' listening "
+         "ports are checked against their resources.", 30.0, "duration"),
+    Flag("enforce_container_ports", "network/ports: limit (kill) a container listening on a "
+         "port it was not given; else only log it.", False, "bool"),
+    Flag("check_agent_port_range_only", "network/ports: check only ports inside the agent's own "
+         "'ports' resources.", False, "bool"),
+    Flag("container_ports_isolated_range", "network/ports: check only ports in this range, "
+         "e.g. [0-35000]."),
 ]

@@ -63,14 +63,20 @@ class Session:
 
 
 class AgentClient:
-    def __init__(self, host: str, port: int, headers: Mapping[str, str] | None = None) -> None:
+    def __init__(
+        self, host: str, port: int, headers: Mapping[str, str] | None = None,
+        unix_socket: str | None = None,
+    ) -> None:  # fmt: skip
         self.host, self.port = host, port
+        self.unix_socket = unix_socket
         self._headers = dict(headers or {})
         self._idle: list[HttpConnection] = []
 
     @asynccontextmanager
     async def _connection(self) -> AsyncIterator[HttpConnection]:
-        connection = self._idle.pop() if self._idle else HttpConnection(self.host, self.port, self._headers)
+        connection = self._idle.pop() if self._idle else HttpConnection(
+            self.host, self.port, self._headers, self.unix_socket
+        )
         try:
             yield connection
         except BaseException:
@@ -116,7 +122,7 @@ class AgentClient:
         body = _encode("WAIT_CONTAINER", wait_container={"container_id": container_id})
         while True:
             # Its own connection: the answer may take as long as the container runs.
-            connection = HttpConnection(self.host, self.port, self._headers)
+            connection = HttpConnection(self.host, self.port, self._headers, self.unix_socket)
             try:
                 response = await connection.post(AGENT_API, body)
             except HttpError as exc:
@@ -157,7 +163,9 @@ class AgentClient:
             **self._headers,
         }
         try:
-            response, chunks, writer = await open_stream(self.host, self.port, AGENT_API, body, headers)
+            response, chunks, writer = await open_stream(
+                self.host, self.port, AGENT_API, body, headers, self.unix_socket
+            )
         except HttpError as exc:
             raise ConnectionError(str(exc)) from None
         if response.status != 200:

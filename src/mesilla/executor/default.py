@@ -97,7 +97,9 @@ class DefaultExecutor(Executor):
         self.driver = driver
         if self._agent is None:
             # The agent API lives at the same endpoint, with the same token.
-            self._agent = AgentClient(driver.host, driver.port, driver.auth_headers)
+            self._agent = AgentClient(
+                driver.host, driver.port, driver.auth_headers, driver.unix_socket
+            )
         if self._sender is None:
             self._sender = asyncio.get_running_loop().create_task(self._send_updates())
         if self.machine is None:

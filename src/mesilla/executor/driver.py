@@ -4,7 +4,9 @@ Stdlib only (asyncio, json, base64, uuid): an executor is one process per
 executor container, so its start-up time and memory are paid per task or pod;
 messages are plain JSON dicts in Mesos's v1 JSON format.
 
-`ExecutorDriver` reads the `MESOS_*` environment, subscribes (a long-lived
+`ExecutorDriver` reads the `MESOS_*` environment (with MESOS_DOMAIN_SOCKET set,
+it talks to the agent over that unix socket instead of MESOS_AGENT_ENDPOINT, as
+an executor in a network namespace of its own must), subscribes (a long-lived
 POST answered with a chunked RecordIO stream of events), dispatches events to
 an `Executor`, and sends UPDATE and MESSAGE calls on a separate keep-alive
 connection (`HttpConnection`, which the default executor reuses for the agent
@@ -126,6 +128,15 @@ def split_endpoint(endpoint: str) -> tuple[str, int]:
     return host, int(port)
 
 
+async def _connect(
+    host: str, port: int, unix_socket: str | None
+) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    """To the agent: over its unix socket when given one (MESOS_DOMAIN_SOCKET), else TCP."""
+    if unix_socket:
+        return await asyncio.open_unix_connection(unix_socket, limit=_MAX_HEADER_BYTES)
+    return await asyncio.open_connection(host, port, limit=_MAX_HEADER_BYTES)
+
+
 class HttpConnection:
     """HTTP/1.1 POSTs over one keep-alive connection, reopened when it breaks.
 
@@ -133,8 +144,12 @@ class HttpConnection:
     per concurrent stream of calls.
     """
 
-    def __init__(self, host: str, port: int, headers: Mapping[str, str] | None = None) -> None:
+    def __init__(
+        self, host: str, port: int, headers: Mapping[str, str] | None = None,
+        unix_socket: str | None = None,
+    ) -> None:  # fmt: skip
         self.host, self.port = host, port
+        self.unix_socket = unix_socket
         self._headers = dict(headers or {})
         self._reader: asyncio.StreamReader | None = None
         self._writer: asyncio.StreamWriter | None = None
@@ -162,9 +177,7 @@ class HttpConnection:
 
     async def _exchange(self, request: bytes) -> HttpResponse:
         if self._writer is None:
-            self._reader, self._writer = await asyncio.open_connection(
-                self.host, self.port, limit=_MAX_HEADER_BYTES
-            )
+            self._reader, self._writer = await _connect(self.host, self.port, self.unix_socket)
         assert self._reader is not None
         self._writer.write(request)
         await self._writer.drain()
@@ -184,10 +197,11 @@ class HttpConnection:
 
 
 async def open_stream(
-    host: str, port: int, path: str, body: bytes, headers: Mapping[str, str]
-) -> tuple[HttpResponse, AsyncIterator[bytes], asyncio.StreamWriter]:
+    host: str, port: int, path: str, body: bytes, headers: Mapping[str, str],
+    unix_socket: str | None = None,
+) -> tuple[HttpResponse, AsyncIterator[bytes], asyncio.StreamWriter]:  # fmt: skip
     """POSTs on a new connection and returns the response head and its body stream."""
-    reader, writer = await asyncio.open_connection(host, port, limit=_MAX_HEADER_BYTES)
+    reader, writer = await _connect(host, port, unix_socket)
     writer.write(_request_bytes(f"{host}:{port}", path, body, headers))
     await writer.drain()
     status, reason, response_headers = await _read_head(reader)
@@ -237,6 +251,9 @@ class ExecutorDriver:
             raise RuntimeError(
                 f"{missing.args[0]} is not set: executors are started by a Mesos agent"
             ) from None
+        # Set when the agent serves executors on a unix socket (an executor in a
+        # network namespace of its own cannot reach MESOS_AGENT_ENDPOINT).
+        self.unix_socket: str | None = env.get("MESOS_DOMAIN_SOCKET") or None
         self.checkpoint = env.get("MESOS_CHECKPOINT") == "1"
         self.backoff_max = _duration(env, "MESOS_SUBSCRIPTION_BACKOFF_MAX", DEFAULT_BACKOFF_MAX)
         self.recovery_timeout = _duration(env, "MESOS_RECOVERY_TIMEOUT", DEFAULT_RECOVERY_TIMEOUT)
@@ -245,7 +262,7 @@ class ExecutorDriver:
         self.auth_headers = {"Authorization": f"Bearer {token}"} if token else {}
 
         self._executor = executor
-        self._calls = HttpConnection(self.host, self.port, self.auth_headers)
+        self._calls = HttpConnection(self.host, self.port, self.auth_headers, self.unix_socket)
         # Kept until acknowledged, in the order sent: uuid -> TaskStatus JSON.
         self._unacknowledged_updates: dict[str, dict[str, Any]] = {}
         self._unacknowledged_tasks: dict[str, dict[str, Any]] = {}
@@ -383,7 +400,7 @@ class ExecutorDriver:
             **self.auth_headers,
         }
         response, chunks, writer = await open_stream(
-            self.host, self.port, EXECUTOR_API, body, headers
+            self.host, self.port, EXECUTOR_API, body, headers, self.unix_socket
         )
         try:
             if response.status != 200:

@@ -524,7 +524,9 @@ class AgentsMixin(MasterBase):
                     failure=sched.Failure(
                         agent_id=AgentID(value=agent.id),
                         executor_id=msg.executor_id,
-                        status=msg.status,
+                        # Always there, as in Mesos (-1 when unknown): clients such as
+                        # pymesos read it unconditionally.
+                        status=msg.status if msg.status is not None else -1,
                     ),
                 )
             )

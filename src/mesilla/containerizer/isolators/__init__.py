@@ -35,6 +35,8 @@ ISOLATORS: dict[str, str] = {
     "environment_secret": (
         "mesilla.containerizer.isolators.environment_secret:EnvironmentSecretIsolator"
     ),
+    "network/cni": "mesilla.containerizer.isolators.network.cni:NetworkCniIsolator",
+    "network/ports": "mesilla.containerizer.isolators.network.ports:NetworkPortsIsolator",
 }
 
 # Mesos's creators table order (`src/slave/containerizer/mesos/containerizer.cpp`).

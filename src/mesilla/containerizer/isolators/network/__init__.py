@@ -1,0 +1,1 @@
+"""Network isolators: `network/cni` (containers on CNI networks)."""

@@ -576,6 +576,34 @@ async def test_http_executor_domain_sockets_serves_host_network_executors_too(ne
         other.cleanup()
 
 
+def test_the_shared_pymesos_group_check_runs_its_pod_on_the_default_network(net: Net) -> None:
+    """The unmodified pymesos framework names no network; with --network_cni_default_network
+    its pod lands on one anyway, and every update reports the pod's address there."""
+    from tests.acceptance.test_pymesos import ACCEPTANCE, PYMESOS_PYTHON
+
+    if not PYMESOS_PYTHON.exists() or not ACCEPTANCE.is_dir():
+        if os.environ.get("CI"):
+            pytest.fail(f"pymesos acceptance client missing ({PYMESOS_PYTHON}, {ACCEPTANCE})")
+        pytest.skip("pymesos acceptance client not installed (scripts/setup.sh installs it)")
+    other = Cluster(net.root / "default-network", agent_flags=[
+        *net.agent_flags(), "--network_cni_default_network=pods",
+    ])  # fmt: skip
+    try:
+        other.start()
+        result = subprocess.run(
+            [str(PYMESOS_PYTHON), str(ACCEPTANCE / "pymesos_group.py")],
+            env={**os.environ, "MASTER": other.master_address, "TIMEOUT": "90", "STRICT": "1"},
+            capture_output=True, text=True, timeout=180,
+        )  # fmt: skip
+        assert result.returncode == 0, f"{result.stdout}\n{result.stderr}"
+        running = [line for line in result.stderr.splitlines() if "state=TASK_RUNNING" in line]
+        assert running and all("'ip_address': '10.99.0." in line for line in running), running
+        assert other.await_no_leftovers() == []
+        assert net.leases() == []
+    finally:
+        other.cleanup()
+
+
 # --- agent kill -9 and restart (last: they restart the module's agent) ---------------------
 
 

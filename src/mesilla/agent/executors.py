@@ -17,6 +17,7 @@ import uuid
 
 from mesilla.common.durations import format_duration
 from mesilla.common.flags import FlagError, Flags
+from mesilla.containerizer.isolators.network.cni import default_network
 from mesilla.containerizer.types import ContainerConfig
 from mesilla.v1.mesos import (
     CommandInfo,
@@ -146,8 +147,9 @@ def domain_socket(flags: Flags) -> str | None:
     return location
 
 
-def _own_network(info: ExecutorInfo) -> bool:
-    return info.container is not None and any(n.name for n in info.container.network_infos)
+def _own_network(flags: Flags, info: ExecutorInfo) -> bool:
+    named = info.container is not None and any(n.name for n in info.container.network_infos)
+    return named or default_network(flags) is not None
 
 
 def executor_environment(
@@ -190,7 +192,7 @@ def executor_environment(
         }
     )
     socket_path = domain_socket(flags)
-    if socket_path and (flags.get("http_executor_domain_sockets") or _own_network(info)):
+    if socket_path and (flags.get("http_executor_domain_sockets") or _own_network(flags, info)):
         env["MESOS_DOMAIN_SOCKET"] = socket_path
     if checkpoint:
         env["MESOS_RECOVERY_TIMEOUT"] = format_duration(float(flags.recovery_timeout))

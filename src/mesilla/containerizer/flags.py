@@ -35,6 +35,10 @@ CONTAINERIZER_FLAGS = [
          "binaries (Debian's containernetworking-plugins: /usr/lib/cni)."),
     Flag("network_cni_root_dir_persist", "network/cni: keep the CNI root directory under "
          "--work_dir (survives a reboot) instead of --runtime_dir.", False, "bool"),
+    Flag("network_cni_default_network", "network/cni: the network a framework's executor "
+         "container (a pod, a command task) joins when its ContainerInfo names none, so that "
+         "unmodified frameworks' pods get an address of their own (Mesilla's; Mesos keeps them "
+         "on the host network)."),
     Flag("network_cni_plugin_timeout", "network/cni: how long a CNI plugin may take to answer "
          "before it is killed (Mesilla's; Mesos waits forever).", 60.0, "duration"),
     Flag("container_ports_watch_interval", "network/ports: how often containers' listening "

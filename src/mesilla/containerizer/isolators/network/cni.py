@@ -106,6 +106,13 @@ def named_networks(config: ContainerConfig) -> list[NetworkInfo]:
     return [n for n in (info.network_infos if info else []) if n.name]
 
 
+def default_network(flags: Any) -> str | None:
+    """`--network_cni_default_network`, where network/cni is on."""
+    if "network/cni" not in (flags.get("isolation") or ""):
+        return None
+    return flags.get("network_cni_default_network") or None
+
+
 class NetworkCniIsolator(Isolator):
     name = "network/cni"
     supports_nesting = True
@@ -132,13 +139,29 @@ class NetworkCniIsolator(Isolator):
             load_configs(self._config_dir) if self._config_dir else {}
         )
         self._infos: dict[ContainerID, _Info] = {}
+        self._default = default_network(flags)
+        if self._default is not None and self._default not in self._networks:
+            raise CniError(
+                f"--network_cni_default_network={self._default} is not a network of "
+                f"--network_cni_config_dir (known: {', '.join(sorted(self._networks)) or 'none'})"
+            )
+
+    def _requested(self, container_id: ContainerID, config: ContainerConfig) -> list[NetworkInfo]:
+        """The networks a container names; a framework's executor container naming none
+        joins the default network, if there is one."""
+        named = named_networks(config)
+        if named or self._default is None:
+            return named
+        if container_id.parent is not None or config.executor_info is None:
+            return []
+        return [NetworkInfo(name=self._default)]
 
     # --- launch ----------------------------------------------------------------------
 
     async def prepare(
         self, container_id: ContainerID, config: ContainerConfig
     ) -> ContainerLaunchInfo | None:
-        requested = named_networks(config)
+        requested = self._requested(container_id, config)
         if not requested:
             owner = self._owner(container_id)
             if owner is None:

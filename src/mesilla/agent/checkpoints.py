@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import logging
 import os
-import shutil
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -298,10 +297,10 @@ def _discard_pending_group(pending: str, tasks_dir: str) -> None:
         tasks_dir,
     )
     for task_id in discarded:
-        shutil.rmtree(os.path.join(tasks_dir, task_id))
+        files.remove_tree(tasks_dir, task_id)
     if discarded:
         files.fsync_directory(tasks_dir)
-    os.unlink(pending)
+    files.remove_file(os.path.dirname(pending), pending)
     files.fsync_directory(os.path.dirname(pending))
 
 
@@ -382,7 +381,7 @@ class LaunchCheckpoint:
         files.write_all_atomically([*self.first, self.pending])
         self._link_latest()
         files.write_all_atomically(self.tasks)
-        os.unlink(self.pending[0])
+        files.remove_file(os.path.dirname(self.pending[0]), self.pending[0])
         files.fsync_directory(os.path.dirname(self.pending[0]))
 
     def _link_latest(self) -> None:

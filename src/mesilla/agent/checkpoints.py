@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -31,9 +32,10 @@ import msgspec
 from mesilla.agent import paths
 from mesilla.common import files, recordio
 from mesilla.common.errors import BadRequest
+from mesilla.common.validation import validate_container_id, validate_id
 from mesilla.v1 import codec
 from mesilla.v1.internal import StatusUpdate
-from mesilla.v1.mesos import AgentInfo, ExecutorInfo, FrameworkInfo, Message, Task
+from mesilla.v1.mesos import AgentInfo, ContainerID, ExecutorInfo, FrameworkInfo, Message, Task
 
 log = logging.getLogger(__name__)
 
@@ -194,12 +196,36 @@ def read_boot_id() -> str | None:
         return None
 
 
-def _listdir(path: str) -> list[str]:
+def _listdir(path: str, validate: Callable[[str], str | None] = validate_id) -> list[str]:
+    """The ids checkpointed in `path`; a name that is no valid id is skipped, never followed."""
     try:
         names = os.listdir(path)
     except FileNotFoundError:
         return []
-    return sorted(n for n in names if n != paths.LATEST and not files.is_temporary(n))
+    found = []
+    for name in sorted(names):
+        if name == paths.LATEST or files.is_temporary(name):
+            continue
+        error = validate(name)
+        if error is not None:
+            log.warning("Skipping '%s' in %s during recovery: %s", name, path, error)
+            continue
+        found.append(name)
+    return found
+
+
+def _container_id_error(value: str) -> str | None:
+    return validate_container_id(ContainerID(value=value))
+
+
+def _link_target(link: str, validate: Callable[[str], str | None]) -> str | None:
+    """The id a `latest` link names, or None (with a warning) when it names no valid id."""
+    name = os.path.basename(os.readlink(link))
+    error = validate(name)
+    if error is not None:
+        log.warning("Ignoring '%s' during recovery: it points at '%s': %s", link, name, error)
+        return None
+    return name
 
 
 class _Reader:
@@ -241,8 +267,8 @@ class _Reader:
         )
         latest = os.path.join(runs_dir, paths.LATEST)
         if os.path.islink(latest):
-            state.latest = os.path.basename(os.readlink(latest))
-        for cid in _listdir(runs_dir):
+            state.latest = _link_target(latest, _container_id_error)
+        for cid in _listdir(runs_dir, _container_id_error):
             state.runs[cid] = self.run(fw, ex, cid)
         return state
 
@@ -327,7 +353,9 @@ def recover_agent(work_dir: str, strict: bool) -> AgentCheckpoint | None:
             if f.read().strip() != (read_boot_id() or ""):
                 log.info("The host rebooted since the last checkpoint: starting as a new agent")
                 return None
-    agent_id = os.path.basename(os.readlink(latest))
+    agent_id = _link_target(latest, validate_id)
+    if agent_id is None:
+        return None
     reader = _Reader(work_dir, agent_id, strict)
     info = reader.guarded(read_message, paths.agent_info_path(work_dir, agent_id), AgentInfo)
     if info is None:

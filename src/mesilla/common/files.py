@@ -42,15 +42,16 @@ class OutsideRoot(ValueError):
     """A path that would leave the directory it must stay in."""
 
 
-def inside(root: str, path: str) -> str:
+def inside(root: str, path: str, *, follow: bool = False) -> str:
     """`path` (relative to `root`, or absolute) resolved, refused unless within `root`.
 
     Symlinks in its parents are resolved (realpath); its last component is
-    kept as is, unless it is '.' or '..', which are resolved too.
+    kept as is, unless it is '.' or '..' or `follow` is set (for what is
+    opened or mounted rather than removed), which resolve it too.
     """
     real_root = os.path.realpath(root)
     parent, name = os.path.split(os.path.join(root, path))
-    if name in ("", ".", ".."):
+    if follow or name in ("", ".", ".."):
         resolved = os.path.realpath(os.path.join(parent, name))
     else:
         resolved = os.path.join(os.path.realpath(parent), name)

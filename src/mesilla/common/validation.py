@@ -11,9 +11,11 @@ names read back from a work directory at recovery.
 * `validate_container_id` adds Mesos's `validateContainerId` rules: no '.' or
   space, at most MAX_CONTAINER_ID_LENGTH bytes, every parent valid too.
 * `validate_ids` finds every id (FrameworkID, AgentID, ExecutorID, TaskID,
-  OfferID, OperationID, ContainerID) anywhere in a decoded message, typed or
-  plain JSON, and names the first invalid one by its field path, as Mesos does:
-  ``'remove_container.container_id' is invalid: ...``.
+  OfferID, OperationID, ContainerID) anywhere in a decoded message and names
+  the first invalid one by its field path, as Mesos does:
+  ``'remove_container.container_id' is invalid: ...``. It follows the typed
+  fields only, and only those whose type can hold an id (computed once per
+  message type); parts kept as plain JSON are passed through, never read as ids.
 
 Every function returns None when the input is valid, else the reason.
 """
@@ -21,7 +23,7 @@ Every function returns None when the input is valid, else the reason.
 from __future__ import annotations
 
 import functools
-import unicodedata
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -43,7 +45,8 @@ MAX_CONTAINER_ID_LENGTH = 242
 # NAME_MAX: the longest file name, so the longest id that can become one.
 MAX_ID_LENGTH = 255
 
-_SEPARATORS = frozenset("/\\")
+# Path separators and control characters (Unicode's Cc: C0, DEL and C1).
+_INVALID_CHARACTERS = re.compile(r"[/\\\x00-\x1f\x7f-\x9f]")
 
 
 def _shown(value: str) -> str:
@@ -59,7 +62,7 @@ def validate_id(value: str) -> str | None:
         return f"'{value}' is not a valid ID: it names a directory"
     if len(value.encode("utf-8", "surrogatepass")) > MAX_ID_LENGTH:
         return f"'{_shown(value)}' exceeds the maximum length ({MAX_ID_LENGTH})"
-    if any(c in _SEPARATORS or unicodedata.category(c) == "Cc" for c in value):
+    if _INVALID_CHARACTERS.search(value):
         return f"'{_shown(value)}' contains invalid characters"
     return None
 
@@ -99,57 +102,52 @@ _CHECKS: dict[type, Callable[[Any], str | None]] = {
     ContainerID: validate_container_id,
 }
 
-# Field names that hold an id in the parts of messages Mesilla keeps as plain JSON.
-_JSON_ID_FIELDS: dict[str, type] = {
-    "framework_id": FrameworkID,
-    "agent_id": AgentID,
-    "slave_id": AgentID,
-    "executor_id": ExecutorID,
-    "task_id": TaskID,
-    "offer_id": OfferID,
-    "operation_id": OperationID,
-    "container_id": ContainerID,
-}
-
-
 def validate_ids(message: Any, path: str = "") -> str | None:
     """The first invalid id anywhere in `message`, named by its field path, or None."""
-    return _walk(message, path)
+    found = _walk(message)
+    if found is None:
+        return None
+    error, steps = found
+    where = path + "".join(reversed(steps))
+    return f"'{where.lstrip('.')}' is invalid: {error}"
 
 
-def _walk(value: Any, path: str) -> str | None:
-    check = _CHECKS.get(type(value))
+def _walk(value: Any) -> tuple[str, list[str]] | None:
+    """(error, the path's steps from the id up) of the first invalid id; paths built only then."""
+    kind = type(value)
+    check = _CHECKS.get(kind)
     if check is not None:
         error = check(value)
-        return None if error is None else f"'{path}' is invalid: {error}"
-    if isinstance(value, msgspec.Struct):
-        for name, encode_name in _walked_fields(type(value)):
-            error = _walk(getattr(value, name), f"{path}.{encode_name}" if path else encode_name)
-            if error is not None:
-                return error
-    elif isinstance(value, (list, tuple, set, frozenset)):
+        return None if error is None else (error, [])
+    if kind is list or kind is tuple:
         for i, item in enumerate(value):
-            error = _walk(item, f"{path}[{i}]")
-            if error is not None:
-                return error
-    elif isinstance(value, dict):
+            found = _walk(item)
+            if found is not None:
+                found[1].append(f"[{i}]")
+                return found
+        return None
+    if kind is dict:
         for key, item in value.items():
-            where = f"{path}.{key}" if path else str(key)
-            kind = _JSON_ID_FIELDS.get(key)
-            if kind is not None and isinstance(item, dict):
-                try:
-                    item = msgspec.convert(item, type=kind)
-                except msgspec.ValidationError:
-                    pass  # not shaped as an id: whoever reads the field refuses it
-            error = _walk(item, where)
-            if error is not None:
-                return error
+            found = _walk(item)
+            if found is not None:
+                found[1].append(f".{key}")
+                return found
+        return None
+    for name, encode_name in _walked_fields(kind):
+        item = getattr(value, name)
+        if item is not None:
+            found = _walk(item)
+            if found is not None:
+                found[1].append(f".{encode_name}")
+                return found
     return None
 
 
 @functools.cache
 def _walked_fields(cls: type) -> tuple[tuple[str, str], ...]:
-    """(attribute, JSON name) of the fields of `cls` whose values may hold an id."""
+    """(attribute, JSON name) of the fields of message type `cls` whose values may hold an id."""
+    if not (isinstance(cls, type) and issubclass(cls, msgspec.Struct)):
+        return ()
     info = mi.type_info(cls)
     assert isinstance(info, mi.StructType)
     return tuple(
@@ -173,4 +171,4 @@ def _may_hold_ids(t: mi.Type, seen: set[type]) -> bool:
         return _may_hold_ids(t.value_type, seen)
     if isinstance(t, mi.UnionType):
         return any(_may_hold_ids(member, seen) for member in t.types)
-    return isinstance(t, mi.AnyType)
+    return False

@@ -48,7 +48,8 @@ async def fetch_one(uri: CommandURI, sandbox: str) -> str:
     if not name:
         raise FetchError(f"Cannot fetch '{uri.value}': it names no file; set output_file")
     try:
-        target = files.inside(sandbox, name)
+        # Followed to the end: a link a task left in a kept sandbox must not be written through.
+        target = files.inside(sandbox, name, follow=True)
     except files.OutsideRoot:
         raise FetchError(
             f"Cannot fetch '{uri.value}': output_file '{name}' leaves the sandbox"

@@ -4,7 +4,6 @@ and the invalid input they refuse with a message that says how to fix it."""
 from __future__ import annotations
 
 import os
-
 import uuid
 from typing import Any
 

@@ -45,8 +45,9 @@ MAX_CONTAINER_ID_LENGTH = 242
 # NAME_MAX: the longest file name, so the longest id that can become one.
 MAX_ID_LENGTH = 255
 
-# Path separators and control characters (Unicode's Cc: C0, DEL and C1).
-_INVALID_CHARACTERS = re.compile(r"[/\\\x00-\x1f\x7f-\x9f]")
+# Path separators, control characters (Unicode's Cc: C0, DEL and C1) and lone surrogates,
+# which no file name can encode.
+_INVALID_CHARACTERS = re.compile(r"[/\\\x00-\x1f\x7f-\x9f\ud800-\udfff]")
 
 
 def _shown(value: str) -> str:
@@ -102,14 +103,17 @@ _CHECKS: dict[type, Callable[[Any], str | None]] = {
     ContainerID: validate_container_id,
 }
 
-def validate_ids(message: Any, path: str = "") -> str | None:
+
+def validate_ids(message: Any) -> str | None:
     """The first invalid id anywhere in `message`, named by its field path, or None."""
     found = _walk(message)
     if found is None:
         return None
     error, steps = found
-    where = path + "".join(reversed(steps))
-    return f"'{where.lstrip('.')}' is invalid: {error}"
+    return f"'{''.join(reversed(steps)).lstrip('.')}' is invalid: {error}"
+
+
+_SEQUENCES = (list, tuple, set, frozenset)
 
 
 def _walk(value: Any) -> tuple[str, list[str]] | None:
@@ -119,7 +123,7 @@ def _walk(value: Any) -> tuple[str, list[str]] | None:
     if check is not None:
         error = check(value)
         return None if error is None else (error, [])
-    if kind is list or kind is tuple:
+    if kind in _SEQUENCES:
         for i, item in enumerate(value):
             found = _walk(item)
             if found is not None:

@@ -4,6 +4,10 @@ The agent (with a fake master and one running command task, so that some
 generated calls name a real framework and executor) runs on its own event
 loop in a thread; hypothesis drives it with a blocking client that reads only
 each response's status line (a successful SUBSCRIBE answers an endless stream).
+
+Ids and paths that climb out of their directory (`tests.integration.traversal`)
+get a 400 naming the id (404 for what Mesos accepts but does not know), and a
+canary tree planted beside the work and runtime directories stays as it was.
 """
 
 from __future__ import annotations
@@ -17,12 +21,13 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from mesilla.v1 import agent as agent_api
-from mesilla.v1.internal import AgentEvent, AgentEventType, RunTask
+from mesilla.v1.internal import AgentCallType, AgentEvent, AgentEventType, RunTask
 from mesilla.v1.mesos import (
     AgentID,
     CommandInfo,
@@ -32,6 +37,8 @@ from mesilla.v1.mesos import (
     TaskInfo,
 )
 from tests.integration.agent_fake_master import AgentProcess, FakeMaster
+from tests.integration.traversal import Canary, Drawn, container_ids
+from tests.integration.traversal import ids as traversal_ids
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -55,6 +62,10 @@ json_values = st.recursive(
 class Running:
     def __init__(self, tmp: Path) -> None:
         self.tmp = tmp
+        # Two levels down, so that climbing one to three levels out lands on canaries.
+        self.work_dir = tmp / "a" / "b" / "work"
+        self.runtime_dir = tmp / "a" / "b" / "run"
+        self.canary = Canary(tmp, [self.work_dir, self.runtime_dir])
         self.loop = asyncio.new_event_loop()
         self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
         self.master = FakeMaster()
@@ -70,7 +81,7 @@ class Running:
 
     async def _start(self) -> None:
         await self.master.start()
-        self.proc = AgentProcess(self.master, str(self.tmp / "work"), str(self.tmp / "run"))
+        self.proc = AgentProcess(self.master, str(self.work_dir), str(self.runtime_dir))
         agent = await self.proc.start()
         self.port = agent.info.port
         await self.master.wait_for(lambda: self.master.registers)
@@ -107,6 +118,18 @@ class Running:
             headers = {"Content-Type": ctype} if body is not None else {}
             conn.request(method, path, body=body, headers=headers)
             return conn.getresponse().status
+        finally:
+            conn.close()
+
+    def answer(self, method: str, path: str, body: Any = None) -> tuple[int, str]:
+        """Status and body of a call that answers without a stream."""
+        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=30)
+        try:
+            data = None if body is None else json.dumps(body).encode()
+            headers = {"Content-Type": "application/json"} if data is not None else {}
+            conn.request(method, path, body=data, headers=headers)
+            response = conn.getresponse()
+            return response.status, response.read(4096).decode(errors="replace")
         finally:
             conn.close()
 
@@ -207,3 +230,195 @@ def test_files(running: Running, endpoint: str, path: str, offset: Any, length: 
 )
 def test_v0_endpoints(running: Running, path: str) -> None:
     assert running.status("GET", path) < 500
+
+
+# --- ids and paths that climb out ----------------------------------------------------------
+
+TRAVERSAL_SETTINGS = settings(
+    max_examples=120, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+# Container calls and whether their id must have a parent (the _NESTED_ variants).
+CONTAINER_CALLS = {
+    "WAIT_CONTAINER": False,
+    "KILL_CONTAINER": False,
+    "REMOVE_CONTAINER": False,
+    "ATTACH_CONTAINER_OUTPUT": False,
+    "LAUNCH_CONTAINER": False,
+    "WAIT_NESTED_CONTAINER": True,
+    "KILL_NESTED_CONTAINER": True,
+    "REMOVE_NESTED_CONTAINER": True,
+    "LAUNCH_NESTED_CONTAINER": True,
+    "LAUNCH_NESTED_CONTAINER_SESSION": True,
+}
+
+
+def _refused(status: int, body: str, what: object) -> None:
+    assert status == 400 and "is invalid" in body, (status, body, what)
+
+
+@TRAVERSAL_SETTINGS
+@given(data=st.data(), type_=st.sampled_from(sorted(CONTAINER_CALLS)))
+def test_container_ids_that_climb_are_refused(
+    running: Running, data: st.DataObject, type_: str
+) -> None:
+    container_id, refused = data.draw(container_ids(nested=CONTAINER_CALLS[type_]))
+    # Launches carry no command: a valid id gets a 400 for that, and nothing ever runs.
+    body = {"type": type_, type_.lower(): {"container_id": container_id}}
+    status, text = running.answer("POST", "/api/v1", body)
+    if refused:
+        _refused(status, text, body)
+    else:
+        assert status in (400, 404), (status, text, body)
+    running.canary.assert_intact(body)
+
+
+# The id fields of each executor call; a SUBSCRIBE that got through would take the
+# running executor's place, so it only ever carries an id that is refused.
+EXECUTOR_IDS = {
+    "SUBSCRIBE": ["framework_id", "executor_id"],
+    "UPDATE": ["framework_id", "executor_id", "task_id"],
+    "MESSAGE": ["framework_id", "executor_id"],
+    "HEARTBEAT": ["framework_id", "executor_id"],
+}
+
+
+@TRAVERSAL_SETTINGS
+@given(
+    type_and_field=st.sampled_from(
+        [(type_, field) for type_, fields in EXECUTOR_IDS.items() for field in fields]
+    ),
+    drawn=traversal_ids(),
+)
+def test_executor_calls_with_ids_that_climb_are_refused(
+    running: Running, type_and_field: tuple[str, str], drawn: Drawn
+) -> None:
+    type_, field = type_and_field
+    if type_ == "SUBSCRIBE" and not drawn.refused:
+        return
+    bad = {"value": drawn.value}
+    body: dict[str, Any] = {
+        "type": type_,
+        "framework_id": bad if field == "framework_id" else {"value": "fw-gen"},
+        "executor_id": bad if field == "executor_id" else {"value": "t-gen"},
+        type_.lower(): {
+            "SUBSCRIBE": {},
+            "MESSAGE": {"data": ""},
+            "HEARTBEAT": {},
+            "UPDATE": {
+                "status": {
+                    "task_id": bad if field == "task_id" else {"value": "t-gen"},
+                    "state": "TASK_RUNNING",
+                    "uuid": "AAAAAAAAAAAAAAAAAAAAAA==",
+                }
+            },
+        }[type_],
+    }
+    status, text = running.answer("POST", "/api/v1/executor", body)
+    if drawn.refused:
+        _refused(status, text, body)
+    else:  # HEARTBEAT is answered before any lookup, an UPDATE of an unknown task accepted
+        assert status < 500, (status, text, body)
+    running.canary.assert_intact(body)
+
+
+LATEST = "/frameworks/fw-gen/executors/t-gen/runs/latest"
+
+
+@TRAVERSAL_SETTINGS
+@given(
+    endpoint=st.sampled_from(["/files/browse", "/files/read", "/files/download"]),
+    base=st.sampled_from([LATEST, LATEST + "/", ""]),
+    drawn=traversal_ids(),
+)
+def test_files_paths_that_climb_are_refused(
+    running: Running, endpoint: str, base: str, drawn: Drawn
+) -> None:
+    query = urllib.parse.urlencode({"path": base + "/" + drawn.value, "offset": "0"})
+    status, text = running.answer("GET", f"{endpoint}?{query}")
+    assert status < 500 and "canary" not in text, (status, text, drawn)
+    if ".." in drawn.value.split("/"):
+        assert status in (403, 404), (status, text, drawn)
+    if any(ord(c) < 0x20 or c == "\x7f" for c in drawn.value):
+        assert status == 400, (status, text, drawn)
+    running.canary.assert_intact(drawn)
+
+
+@pytest.mark.parametrize("call", ["LIST_FILES", "READ_FILE"])
+@pytest.mark.parametrize("rest", ["/../../../../victim", "/../../../../../a/victim/precious", "/\0"])
+def test_file_calls_that_climb_are_refused(running: Running, call: str, rest: str) -> None:
+    part = {"path": LATEST + rest, **({"offset": 0} if call == "READ_FILE" else {})}
+    status, text = running.answer("POST", "/api/v1", {"type": call, call.lower(): part})
+    assert status in (400, 403, 404), (status, text)
+    running.canary.assert_intact(rest)
+
+
+# The id fields of each event the master sends: one of them carries the drawn value.
+EVENT_IDS = {
+    "RUN_TASK": ["framework_id", "task_id", "executor_id"],
+    "KILL_TASK": ["framework_id", "task_id"],
+    "SHUTDOWN_EXECUTOR": ["framework_id", "executor_id"],
+    "SHUTDOWN_FRAMEWORK": ["framework_id"],
+    "FRAMEWORK_MESSAGE": ["framework_id", "executor_id"],
+}
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    kind_and_field=st.sampled_from(
+        [(kind, field) for kind, fields in EVENT_IDS.items() for field in fields]
+    ),
+    drawn=traversal_ids().filter(lambda d: d.refused),
+)
+def test_master_events_with_ids_that_climb_are_dropped(
+    running: Running, kind_and_field: tuple[str, str], drawn: Drawn
+) -> None:
+    """The agent's defence against a bad master: the event is never acted on."""
+    kind, field = kind_and_field
+    bad = {"value": drawn.value}
+    framework_id = bad if field == "framework_id" else {"value": "fw-gen"}
+    task_id = bad if field == "task_id" else {"value": "t-bad"}
+    executor_id = bad if field == "executor_id" else {"value": "t-gen"}
+    part: dict[str, Any] = {
+        "RUN_TASK": {
+            "framework_info": {"user": "root", "name": "gen", "id": framework_id},
+            "task": {
+                "name": "bad",
+                "task_id": task_id,
+                "agent_id": {"value": "a"},
+                **(
+                    {"executor": {"executor_id": executor_id, "command": {"value": "true"}}}
+                    if field == "executor_id"
+                    else {"command": {"value": "true"}}
+                ),
+            },
+        },
+        "KILL_TASK": {"framework_id": framework_id, "task_id": task_id},
+        "SHUTDOWN_EXECUTOR": {"framework_id": framework_id, "executor_id": executor_id},
+        "SHUTDOWN_FRAMEWORK": {"framework_id": framework_id},
+        "FRAMEWORK_MESSAGE": {
+            "framework_id": framework_id,
+            "executor_id": executor_id,
+            "data": "",
+        },
+    }[kind]
+    event = msgspec.convert({"type": kind, kind.lower(): part}, AgentEvent)
+
+    def pongs() -> int:
+        return sum(c.type is AgentCallType.PONG for c in running.master.calls)
+
+    async def exchange() -> None:
+        before = pongs()
+        await running.master.send(event)
+        # Events are handled in order: once the PING after it is answered, the bad one is done.
+        await running.master.send(AgentEvent(type=AgentEventType.PING))
+        await running.master.wait_for(lambda: pongs() > before)
+
+    running.call(exchange())
+    agent = running.proc.agent if running.proc else None
+    assert agent is not None
+    assert drawn.value not in agent.frameworks, kind
+    for framework in agent.frameworks.values():
+        assert drawn.value not in framework.executors, kind
+    assert not running.master.updates("t-bad"), kind
+    running.canary.assert_intact(event)
+    assert running.status("GET", "/health") == 200

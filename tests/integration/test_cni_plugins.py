@@ -53,7 +53,7 @@ def pod_ns(tmp_path: Path, host_side: str) -> Iterator[str]:
     try:
         yield path
     finally:
-        netns.remove(path)
+        netns.remove(str(tmp_path), path)
 
 
 def bridge_network(version: str, ipam_dir: Path, name: str = "testnet") -> dict:

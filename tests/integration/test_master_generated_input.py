@@ -3,6 +3,10 @@
 The master runs on its own event loop in a thread; hypothesis drives it with a
 blocking client, reading only each response's status line (a successful
 SUBSCRIBE or REGISTER answers a stream that never ends by itself).
+
+Ids that climb out of their directory (`tests.integration.traversal`), in
+every id field of every call, get a 400 naming the field, and a canary tree
+planted beside the master's work directory stays as it was.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ from tests.integration.master_harness import (
     command_task,
     running_master,
 )
+from tests.integration.traversal import Canary, Drawn, ids
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -100,6 +105,7 @@ class Cluster:
     stream_id: str
     agent_id: dict[str, str]
     offer_id: dict[str, str]
+    canary: Canary
 
 
 @pytest.fixture(scope="module")
@@ -131,9 +137,10 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
             await scheduler.close()
             await agent.disconnect()
 
-    thread = threading.Thread(
-        target=asyncio.run, args=(serve(tmp_path_factory.mktemp("master")),)
-    )
+    top = tmp_path_factory.mktemp("master")
+    work_dir = top / "a" / "b" / "work"
+    cluster.canary = Canary(top, [work_dir])
+    thread = threading.Thread(target=asyncio.run, args=(serve(work_dir),))
     thread.start()
     assert ready.wait(30), "the master did not start"
     yield cluster
@@ -232,3 +239,188 @@ def test_agent_endpoint_answers_generated_input_without_5xx(
     cluster: Cluster, body: bytes
 ) -> None:
     assert post_status(cluster.port, "/internal/agent", body, {}) < 500, body
+
+
+# --- ids that climb out ----------------------------------------------------------------------
+
+
+def post_answer(port: int, path: str, body: Any, headers: dict[str, str]) -> tuple[int, str]:
+    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    try:
+        connection.request(
+            "POST",
+            path,
+            body=json.dumps(body).encode(),
+            headers={"Content-Type": "application/json", **headers},
+        )
+        response = connection.getresponse()
+        return response.status, response.read(4096).decode(errors="replace")
+    finally:
+        connection.close()
+
+
+UUID = "AAAAAAAAAAAAAAAAAAAAAA=="
+
+
+def scheduler_calls(cluster: Cluster, bad: dict[str, str]) -> dict[str, Any]:
+    """One call (type -> body) for each id field of each call of a subscribed framework.
+
+    No call names a real offer: a valid id must not launch anything either.
+    """
+    agent, fw = cluster.agent_id, {"value": cluster.framework_id}
+
+    def call(type_: str, part: Any, framework_id: dict[str, str] = fw) -> dict[str, Any]:
+        return {"type": type_, "framework_id": framework_id, type_.lower(): part}
+
+    def task(**ids: Any) -> dict[str, Any]:
+        return {**command_task("t2", agent), **ids}
+
+    accept = {"offer_ids": [{"value": "no-offer"}]}
+    return {
+        "framework_id": call("REVIVE", {}, bad),
+        "decline.offer_ids": call("DECLINE", {"offer_ids": [bad]}),
+        "accept.offer_ids": call("ACCEPT", {"offer_ids": [bad]}),
+        "accept...task_id": call(
+            "ACCEPT",
+            {**accept, "operations": [{"type": "LAUNCH", "launch": {"task_infos": [task(task_id=bad)]}}]},
+        ),
+        "accept...agent_id": call(
+            "ACCEPT",
+            {**accept, "operations": [{"type": "LAUNCH", "launch": {"task_infos": [task(agent_id=bad)]}}]},
+        ),
+        "accept...executor_id": call(
+            "ACCEPT",
+            {
+                **accept,
+                "operations": [
+                    {
+                        "type": "LAUNCH_GROUP",
+                        "launch_group": {
+                            "executor": {"type": "DEFAULT", "executor_id": bad},
+                            "task_group": {"tasks": [task()]},
+                        },
+                    }
+                ],
+            },
+        ),
+        "accept.operations.id": call("ACCEPT", {**accept, "operations": [{"type": "LAUNCH", "id": bad}]}),
+        "kill.task_id": call("KILL", {"task_id": bad, "agent_id": agent}),
+        "kill.agent_id": call("KILL", {"task_id": {"value": "t"}, "agent_id": bad}),
+        "shutdown.executor_id": call("SHUTDOWN", {"executor_id": bad, "agent_id": agent}),
+        "shutdown.agent_id": call("SHUTDOWN", {"executor_id": {"value": "e"}, "agent_id": bad}),
+        "acknowledge.task_id": call("ACKNOWLEDGE", {"agent_id": agent, "task_id": bad, "uuid": UUID}),
+        "acknowledge.agent_id": call(
+            "ACKNOWLEDGE", {"agent_id": bad, "task_id": {"value": "t"}, "uuid": UUID}
+        ),
+        "reconcile.tasks.task_id": call("RECONCILE", {"tasks": [{"task_id": bad}]}),
+        "reconcile.tasks.agent_id": call(
+            "RECONCILE", {"tasks": [{"task_id": {"value": "t"}, "agent_id": bad}]}
+        ),
+        "message.agent_id": call("MESSAGE", {"agent_id": bad, "executor_id": {"value": "e"}, "data": ""}),
+        "message.executor_id": call("MESSAGE", {"agent_id": agent, "executor_id": bad, "data": ""}),
+        "update_framework.framework_info.id": call(
+            "UPDATE_FRAMEWORK", {"framework_info": {"user": "u", "name": "n", "id": bad}}
+        ),
+    }
+
+
+def _refused(status: int, text: str, what: object) -> None:
+    assert status == 400 and "is invalid" in text, (status, text, what)
+
+
+@SETTINGS
+@given(data=st.data(), drawn=ids())
+def test_scheduler_calls_with_ids_that_climb_are_refused(
+    cluster: Cluster, data: st.DataObject, drawn: Drawn
+) -> None:
+    calls = scheduler_calls(cluster, {"value": drawn.value})
+    body = calls[data.draw(st.sampled_from(sorted(calls)), label="field")]
+    status, text = post_answer(
+        cluster.port, "/api/v1/scheduler", body, {"Mesos-Stream-Id": cluster.stream_id}
+    )
+    if drawn.refused:
+        _refused(status, text, body)
+    else:  # what Mesos accepts names nothing known: dropped tasks, ignored calls, or a 4xx
+        assert status < 500, (status, text, body)
+    cluster.canary.assert_intact(body)
+
+
+@SETTINGS
+@given(drawn=ids().filter(lambda d: d.refused), where=st.sampled_from(["both", "info"]))
+def test_subscribe_with_an_id_that_climbs_is_refused(
+    cluster: Cluster, drawn: Drawn, where: str
+) -> None:
+    """Only refused ids: an accepted one would subscribe, and its answer is a stream."""
+    bad = {"value": drawn.value}
+    body = {
+        "type": "SUBSCRIBE",
+        "subscribe": {"framework_info": {"user": "u", "name": "n", "id": bad}},
+        **({"framework_id": bad} if where == "both" else {}),
+    }
+    status, text = post_answer(cluster.port, "/api/v1/scheduler", body, {})
+    assert status == 400, (status, text, body)
+    cluster.canary.assert_intact(body)
+
+
+# The id fields of each call an agent makes once registered.
+AGENT_CALL_IDS = {
+    "STATUS_UPDATE": ["agent_id", "framework_id", "executor_id", "task_id"],
+    "EXECUTOR_MESSAGE": ["agent_id", "framework_id", "executor_id"],
+    "EXITED_EXECUTOR": ["agent_id", "framework_id", "executor_id"],
+    "UNREGISTER": ["agent_id"],
+}
+
+
+@SETTINGS
+@given(
+    type_and_field=st.sampled_from(
+        [(type_, field) for type_, fields in AGENT_CALL_IDS.items() for field in fields]
+    ),
+    drawn=ids(),
+)
+def test_agent_calls_with_ids_that_climb_are_refused(
+    cluster: Cluster, type_and_field: tuple[str, str], drawn: Drawn
+) -> None:
+    type_, field = type_and_field
+    bad = {"value": drawn.value}
+
+    def pick(name: str, default: dict[str, str]) -> dict[str, str]:
+        return bad if field == name else default
+
+    framework_id = pick("framework_id", {"value": cluster.framework_id})
+    executor_id = pick("executor_id", {"value": "e"})
+    part = {
+        "STATUS_UPDATE": {
+            "framework_id": framework_id,
+            "status": {
+                "task_id": pick("task_id", {"value": "t"}),
+                "state": "TASK_RUNNING",
+                "uuid": UUID,
+                "executor_id": executor_id,
+            },
+        },
+        "EXECUTOR_MESSAGE": {"framework_id": framework_id, "executor_id": executor_id, "data": ""},
+        "EXITED_EXECUTOR": {"framework_id": framework_id, "executor_id": executor_id},
+        "UNREGISTER": {},
+    }[type_]
+    # Sent as an agent that is not registered: what gets past the ids is refused as that.
+    agent_id = pick("agent_id", {"value": "not-registered"})
+    body = {"type": type_, "agent_id": agent_id, type_.lower(): part}
+    status, text = post_answer(cluster.port, "/internal/agent", body, {})
+    if drawn.refused:
+        _refused(status, text, body)
+    else:
+        assert 400 <= status < 500, (status, text, body)
+    cluster.canary.assert_intact(body)
+
+
+@SETTINGS
+@given(drawn=ids().filter(lambda d: d.refused))
+def test_register_with_an_agent_id_that_climbs_is_refused(cluster: Cluster, drawn: Drawn) -> None:
+    body = {
+        "type": "REGISTER",
+        "register": {"agent_info": {"hostname": "h", "id": {"value": drawn.value}}},
+    }
+    status, text = post_answer(cluster.port, "/internal/agent", body, {})
+    _refused(status, text, body)
+    cluster.canary.assert_intact(body)

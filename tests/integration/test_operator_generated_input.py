@@ -4,6 +4,10 @@ The master runs on its own event loop in a thread, with an agent, a framework
 and a running task so that the state the endpoints render is not empty;
 hypothesis drives it with a blocking client that reads only each response's
 status line (a successful SUBSCRIBE answers a stream that does not end).
+
+Ids that climb out of their directory (`tests.integration.traversal`), in the
+calls that name a framework or an agent, get a 400 naming the field, and a
+canary tree planted beside the master's work directory stays as it was.
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ from tests.integration.master_harness import (
     command_task,
     running_master,
 )
+from tests.integration.traversal import Canary, Drawn, ids
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -65,7 +70,20 @@ def calls() -> st.SearchStrategy[bytes]:
 
 
 @pytest.fixture(scope="module")
-def port(tmp_path_factory: pytest.TempPathFactory) -> Iterator[int]:
+def layout(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Canary]:
+    """The master's work directory, two levels down, and the canaries beside it."""
+    top = tmp_path_factory.mktemp("master")
+    work_dir = top / "a" / "b" / "work"
+    return work_dir, Canary(top, [work_dir])
+
+
+@pytest.fixture(scope="module")
+def canary(layout: tuple[Path, Canary]) -> Canary:
+    return layout[1]
+
+
+@pytest.fixture(scope="module")
+def port(layout: tuple[Path, Canary]) -> Iterator[int]:
     ready = threading.Event()
     stop: dict[str, Any] = {}
 
@@ -90,7 +108,7 @@ def port(tmp_path_factory: pytest.TempPathFactory) -> Iterator[int]:
                 await scheduler.close()
                 await agent.disconnect()
 
-    thread = threading.Thread(target=asyncio.run, args=(serve(tmp_path_factory.mktemp("master")),))
+    thread = threading.Thread(target=asyncio.run, args=(serve(layout[0]),))
     thread.start()
     try:
         assert ready.wait(30), "the master did not start"
@@ -128,3 +146,43 @@ def test_operator_api_answers_generated_input_without_5xx(port: int, body: bytes
 def test_v0_endpoints_answer_generated_queries_without_5xx(port: int, path: str, query: dict[str, str]) -> None:
     target = path + ("?" + urllib.parse.urlencode(query) if query else "")
     assert status_of(port, "GET", target) < 500, target
+
+
+def answer_of(port: int, body: Any) -> tuple[int, str]:
+    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    try:
+        connection.request(
+            "POST", "/api/v1", body=json.dumps(body).encode(), headers={"Content-Type": "application/json"}
+        )
+        response = connection.getresponse()
+        return response.status, response.read(4096).decode(errors="replace")
+    finally:
+        connection.close()
+
+
+# Calls naming a framework or an agent, with the drawn id in that field.
+ID_CALLS = {
+    "TEARDOWN": lambda bad: {"teardown": {"framework_id": bad}},
+    "MARK_AGENT_GONE": lambda bad: {"mark_agent_gone": {"agent_id": bad}},
+    # Calls Mesilla does not support (400 whatever their ids): still nothing touched.
+    "RESERVE_RESOURCES": lambda bad: {"reserve_resources": {"agent_id": bad, "resources": []}},
+    "DRAIN_AGENT": lambda bad: {"drain_agent": {"agent_id": bad}},
+    "DEACTIVATE_AGENT": lambda bad: {"deactivate_agent": {"agent_id": bad}},
+}
+UNSUPPORTED = {"RESERVE_RESOURCES", "DRAIN_AGENT", "DEACTIVATE_AGENT"}
+
+
+@SETTINGS
+@given(type_=st.sampled_from(sorted(ID_CALLS)), drawn=ids())
+def test_operator_calls_with_ids_that_climb_are_refused(
+    port: int, canary: Canary, type_: str, drawn: Drawn
+) -> None:
+    body = {"type": type_, **ID_CALLS[type_]({"value": drawn.value})}
+    status, text = answer_of(port, body)
+    if type_ in UNSUPPORTED:
+        assert status == 400, (status, text, body)
+    elif drawn.refused:
+        assert status == 400 and "is invalid" in text, (status, text, body)
+    else:  # no such framework or agent, or a call Mesilla does not support
+        assert 400 <= status < 500, (status, text, body)
+    canary.assert_intact(body)

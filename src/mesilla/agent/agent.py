@@ -55,6 +55,7 @@ from mesilla.agent.status_update_manager import (
 )
 from mesilla.common.blocking import in_thread
 from mesilla.common.durations import format_duration
+from mesilla.common.files import remove_file
 from mesilla.common.flags import Flags
 from mesilla.containerizer.types import ContainerTermination
 from mesilla.v1 import executor as ev
@@ -110,7 +111,7 @@ class Agent:
     ) -> None:
         self.flags = flags
         self.files = Files()
-        self.gc = GarbageCollector()
+        self.gc = GarbageCollector(self.flags.work_dir)
         self.containerizer = containerizer
         self.info = info
         self.status = AgentStatus.RECOVERING
@@ -705,7 +706,7 @@ class Agent:
             await self.containerizer.destroy(container_id)
         latest = paths.latest_agent_path(self.flags.work_dir)
         if os.path.islink(latest):
-            os.unlink(latest)
+            remove_file(self.flags.work_dir, latest)
         self.shutdown_requested.set()
 
     def update_framework(self, info: FrameworkInfo) -> None:

@@ -32,6 +32,7 @@ from mesilla.common.http import (
 )
 from mesilla.common.models import attributes_json, task_json
 from mesilla.common.resources import Resources, ResourcesError
+from mesilla.common.validation import validate_ids
 from mesilla.v1 import agent as api
 from mesilla.v1 import codec
 from mesilla.v1.mesos import FrameworkInfo, Image, TaskState
@@ -431,6 +432,9 @@ class AgentApi:
         check_accept(request, streaming=True)
         if call.type is api.CallType.UNKNOWN:
             raise BadRequest("Expecting 'type' to be present")
+        error = validate_ids(call)
+        if error is not None:
+            raise BadRequest(f"Failed to validate agent::Call: {error}")
         if call.type not in _ANSWERED_WHILE_RECOVERING:
             _require_recovered(self.agent)
         handler = self._handlers.get(call.type)

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import logging
 import os
-import shutil
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -32,9 +32,10 @@ import msgspec
 from mesilla.agent import paths
 from mesilla.common import files, recordio, secrets
 from mesilla.common.errors import BadRequest
+from mesilla.common.validation import validate_container_id, validate_id
 from mesilla.v1 import codec
 from mesilla.v1.internal import StatusUpdate
-from mesilla.v1.mesos import AgentInfo, ExecutorInfo, FrameworkInfo, Message, Task
+from mesilla.v1.mesos import AgentInfo, ContainerID, ExecutorInfo, FrameworkInfo, Message, Task
 
 log = logging.getLogger(__name__)
 
@@ -199,12 +200,36 @@ def read_boot_id() -> str | None:
         return None
 
 
-def _listdir(path: str) -> list[str]:
+def _listdir(path: str, validate: Callable[[str], str | None] = validate_id) -> list[str]:
+    """The ids checkpointed in `path`; a name that is no valid id is skipped, never followed."""
     try:
         names = os.listdir(path)
     except FileNotFoundError:
         return []
-    return sorted(n for n in names if n != paths.LATEST and not files.is_temporary(n))
+    found = []
+    for name in sorted(names):
+        if name == paths.LATEST or files.is_temporary(name):
+            continue
+        error = validate(name)
+        if error is not None:
+            log.warning("Skipping '%s' in %s during recovery: %s", name, path, error)
+            continue
+        found.append(name)
+    return found
+
+
+def _container_id_error(value: str) -> str | None:
+    return validate_container_id(ContainerID(value=value))
+
+
+def _link_target(link: str, validate: Callable[[str], str | None]) -> str | None:
+    """The id a `latest` link names, or None (with a warning) when it names no valid id."""
+    name = os.path.basename(os.readlink(link))
+    error = validate(name)
+    if error is not None:
+        log.warning("Ignoring '%s' during recovery: it points at '%s': %s", link, name, error)
+        return None
+    return name
 
 
 class _Reader:
@@ -246,8 +271,8 @@ class _Reader:
         )
         latest = os.path.join(runs_dir, paths.LATEST)
         if os.path.islink(latest):
-            state.latest = os.path.basename(os.readlink(latest))
-        for cid in _listdir(runs_dir):
+            state.latest = _link_target(latest, _container_id_error)
+        for cid in _listdir(runs_dir, _container_id_error):
             state.runs[cid] = self.run(fw, ex, cid)
         return state
 
@@ -302,10 +327,10 @@ def _discard_pending_group(pending: str, tasks_dir: str) -> None:
         tasks_dir,
     )
     for task_id in discarded:
-        shutil.rmtree(os.path.join(tasks_dir, task_id))
+        files.remove_tree(tasks_dir, task_id)
     if discarded:
         files.fsync_directory(tasks_dir)
-    os.unlink(pending)
+    files.remove_file(os.path.dirname(pending), pending)
     files.fsync_directory(os.path.dirname(pending))
 
 
@@ -332,7 +357,9 @@ def recover_agent(work_dir: str, strict: bool) -> AgentCheckpoint | None:
             if f.read().strip() != (read_boot_id() or ""):
                 log.info("The host rebooted since the last checkpoint: starting as a new agent")
                 return None
-    agent_id = os.path.basename(os.readlink(latest))
+    agent_id = _link_target(latest, validate_id)
+    if agent_id is None:
+        return None
     reader = _Reader(work_dir, agent_id, strict)
     info = reader.guarded(read_message, paths.agent_info_path(work_dir, agent_id), AgentInfo)
     if info is None:
@@ -386,7 +413,7 @@ class LaunchCheckpoint:
         files.write_all_atomically([*self.first, self.pending])
         self._link_latest()
         files.write_all_atomically(self.tasks)
-        os.unlink(self.pending[0])
+        files.remove_file(os.path.dirname(self.pending[0]), self.pending[0])
         files.fsync_directory(os.path.dirname(self.pending[0]))
 
     def _link_latest(self) -> None:

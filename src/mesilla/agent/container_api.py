@@ -23,8 +23,6 @@ from __future__ import annotations
 
 import logging
 import os
-import re
-import shutil
 import signal
 from typing import TypeVar
 
@@ -35,11 +33,14 @@ from mesilla.agent.agent import Agent
 from mesilla.agent.agent_api import AgentApi
 from mesilla.agent.container_io import Sessions
 from mesilla.agent.io_switchboard import Servers, requires_server
+from mesilla.common import files
 from mesilla.common.errors import BadRequest, HttpError, NotFound, UnsupportedMediaType
+from mesilla.common.validation import validate_container_id
 from mesilla.containerizer.containerizer import (
     ContainerLaunchError,
     ContainerNotRemovable,
     LaunchResult,
+    UnknownContainer,
 )
 from mesilla.containerizer.types import ContainerClass, ContainerConfig
 from mesilla.v1 import agent as api
@@ -47,34 +48,10 @@ from mesilla.v1.mesos import CommandInfo, ContainerID, TaskResourceLimitation, T
 
 log = logging.getLogger(__name__)
 
-# Mesos's MAX_CONTAINER_ID_LENGTH: a container id must fit in a path component.
-MAX_CONTAINER_ID_LENGTH = 242
-_VALID_ID = re.compile(r"^[A-Za-z0-9_\-]+$")
-
-
 class ContainerStillRunning(HttpError):
     """REMOVE of a container that has not ended (Mesos answers 500 Internal Server Error)."""
 
     status = 500
-
-
-def validate_container_id(container_id: ContainerID, field: str) -> None:
-    current: ContainerID | None = container_id
-    while current is not None:
-        value = current.value
-        if not value:
-            raise BadRequest(f"'{field}.value' must not be empty")
-        if len(value) > MAX_CONTAINER_ID_LENGTH:
-            raise BadRequest(
-                f"'{field}.value' is {len(value)} characters long; at most "
-                f"{MAX_CONTAINER_ID_LENGTH} are allowed"
-            )
-        if not _VALID_ID.match(value):
-            raise BadRequest(
-                f"'{field}.value' '{value}' contains invalid characters: use letters, "
-                "digits, '-' and '_' ('.' and '/' are reserved)"
-            )
-        current = current.parent
 
 
 def standalone_marker_dir(work_dir: str) -> str:
@@ -82,16 +59,31 @@ def standalone_marker_dir(work_dir: str) -> str:
     return os.path.join(work_dir, "meta", "containers")
 
 
+def standalone_sandboxes(work_dir: str) -> str:
+    return os.path.join(work_dir, "containers")
+
+
 def standalone_sandbox(work_dir: str, container_id: ContainerID) -> str:
-    return os.path.join(work_dir, "containers", container_id.value)
+    return os.path.join(standalone_sandboxes(work_dir), container_id.value)
 
 
 def recover_standalone(work_dir: str) -> set[ContainerID]:
+    directory = standalone_marker_dir(work_dir)
     try:
-        names = os.listdir(standalone_marker_dir(work_dir))
+        names = os.listdir(directory)
     except FileNotFoundError:
         return set()
-    return {ContainerID(value=n) for n in names if not n.endswith(".tmp")}
+    found = set()
+    for name in names:
+        if name.endswith(".tmp"):
+            continue
+        container_id = ContainerID(value=name)
+        error = validate_container_id(container_id)
+        if error is not None:
+            log.warning("Skipping '%s' in %s: %s", name, directory, error)
+            continue
+        found.add(container_id)
+    return found
 
 
 def _part(call: api.Call, name: str) -> object:
@@ -148,7 +140,6 @@ class ContainerCalls:
         container_class: ContainerClass = ContainerClass.DEFAULT,
     ) -> web.Response:
         container_id = launch.container_id
-        validate_container_id(container_id, f"{field}.container_id")
         if nested and container_id.parent is None:
             raise BadRequest(f"Expecting '{field}.container_id.parent' to be present")
         if launch.command is None or (
@@ -226,20 +217,23 @@ class ContainerCalls:
         return web.Response(status=200)
 
     async def remove(self, container_id: ContainerID) -> web.Response:
-        sandbox = None
+        work_dir = self.agent.flags.work_dir
+        sandboxes = None  # the directory holding the container's sandbox
         if container_id.parent is not None:
             parent = self.containerizer.config(container_id.parent)
             if parent is not None:
-                sandbox = os.path.join(parent.sandbox, "containers", container_id.value)
+                sandboxes = os.path.join(parent.sandbox, "containers")
         try:
             await self.containerizer.remove(container_id)
         except ContainerNotRemovable as exc:
             raise ContainerStillRunning(str(exc)) from None
+        except UnknownContainer:
+            raise NotFound(f"Container {container_id} cannot be found") from None
         if container_id.parent is None and os.path.exists(self._marker(container_id)):
-            os.unlink(self._marker(container_id))
-            sandbox = standalone_sandbox(self.agent.flags.work_dir, container_id)
-        if sandbox is not None:
-            shutil.rmtree(sandbox, ignore_errors=True)
+            files.remove_file(standalone_marker_dir(work_dir), self._marker(container_id))
+            sandboxes = standalone_sandboxes(work_dir)
+        if sandboxes is not None:
+            files.remove_tree(sandboxes, container_id.value, ignore_errors=True)
         return web.Response(status=200)
 
 

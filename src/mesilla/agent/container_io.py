@@ -40,7 +40,6 @@ import base64
 import contextlib
 import logging
 import os
-import shutil
 from collections.abc import AsyncIterator
 from typing import Any, Protocol
 
@@ -56,7 +55,7 @@ from mesilla.agent.io_switchboard import (
     ServerGone,
     Servers,
 )
-from mesilla.common import recordio
+from mesilla.common import files, recordio
 from mesilla.common.errors import (
     BadRequest,
     Conflict,
@@ -64,6 +63,7 @@ from mesilla.common.errors import (
     NotFound,
     UnsupportedMediaType,
 )
+from mesilla.common.validation import validate_ids
 from mesilla.containerizer.console import ConsoleSocket, set_window_size
 from mesilla.containerizer.types import ContainerClass
 from mesilla.v1 import agent as api
@@ -111,7 +111,8 @@ class Switchboard:
     container has even opened it.
     """
 
-    def __init__(self, directory: str, tty: TTYInfo | None = None) -> None:
+    def __init__(self, root: str, directory: str, tty: TTYInfo | None = None) -> None:
+        self.root = root  # of every session's directory: what `close` may remove
         self.directory = directory
         self.tty = tty
         self.stdin, self.stdout, self.stderr = (os.path.join(directory, n) for n in STREAMS)
@@ -249,7 +250,7 @@ class Switchboard:
         self.container_ended()
         if self.console is not None:
             self.console.close()
-        shutil.rmtree(self.directory, ignore_errors=True)
+        files.remove_tree(self.root, self.directory, ignore_errors=True)
 
 
 class Sessions:
@@ -260,8 +261,12 @@ class Sessions:
         self.servers = servers
         self._boards: dict[ContainerID, Switchboard] = {}
 
+    @property
+    def root(self) -> str:
+        return os.path.join(self.agent.flags.work_dir, "io")
+
     def directory(self, container_id: ContainerID) -> str:
-        return os.path.join(self.agent.flags.work_dir, "io", *container_id.path())
+        return os.path.join(self.root, *container_id.path())
 
     async def launch(self, request: web.Request, launch: Any, calls: Any) -> web.StreamResponse:
         """Launches the container with a switchboard and streams its output until it ends."""
@@ -272,7 +277,9 @@ class Sessions:
             )
         check_streaming_accept(request)
         board = Switchboard(
-            self.directory(container_id), launch.container.tty_info if launch.container else None
+            self.root,
+            self.directory(container_id),
+            launch.container.tty_info if launch.container else None,
         )
         if container_id in self._boards or os.path.exists(board.directory):
             raise BadRequest(f"Container {container_id} already has a session")
@@ -390,6 +397,9 @@ class Sessions:
                 "A streamed 'Content-Type' is only supported for ATTACH_CONTAINER_INPUT, "
                 f"not {first.type.value}"
             )
+        error = validate_ids(first)
+        if error is not None:
+            raise BadRequest(f"Failed to validate agent::Call: {error}")
         attach = first.attach_container_input
         if attach is None or attach.type != "CONTAINER_ID" or attach.container_id is None:
             raise BadRequest(

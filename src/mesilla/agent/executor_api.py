@@ -21,6 +21,7 @@ from mesilla.agent.agent import Agent, AgentStatus
 from mesilla.agent.state import ExecutorState
 from mesilla.common.errors import BadRequest, Forbidden, ServiceUnavailable
 from mesilla.common.http import EventStream, Router, check_accept, read_message
+from mesilla.common.validation import validate_ids
 from mesilla.v1 import executor as ev
 from mesilla.v1.mesos import StatusSource, TaskState
 
@@ -36,6 +37,9 @@ def validate(call: ev.Call) -> None:
 
     if call.type is ev.CallType.UNKNOWN:
         fail("Expecting 'type' to be one of SUBSCRIBE, UPDATE, MESSAGE, HEARTBEAT")
+    error = validate_ids(call)
+    if error is not None:
+        fail(error)
     if call.type is ev.CallType.SUBSCRIBE and call.subscribe is None:
         fail("Expecting 'subscribe' to be present")
     if call.type is ev.CallType.MESSAGE and call.message is None:

@@ -5,17 +5,22 @@ As Mesos's `src/files/files.cpp`: directories are *attached* under a path
 ``/frameworks/<fw>/executors/<e>/runs/latest``); a request path resolves
 through the longest attached prefix. Only attached trees are served: a path
 that leaves its tree, by ``..`` or through a symlink, is refused (403), and
-anything not found is 404.
+anything not found is 404. A container can change its sandbox between the
+check and the use, so what is read or listed is opened first and the opened
+file's real path (``/proc/self/fd``) checked again.
 """
 
 from __future__ import annotations
 
+import asyncio
 import grp
 import mimetypes
 import os
 import pwd
 import stat
+import unicodedata
 import urllib.parse
+from typing import BinaryIO
 
 from aiohttp import web
 
@@ -24,6 +29,7 @@ from mesilla.common.http import Router, jsonp_response
 
 # Mesos caps a read at 16 pages.
 MAX_READ_LENGTH = 16 * os.sysconf("SC_PAGESIZE")
+_DOWNLOAD_CHUNK = 1 << 20
 
 
 class Files:
@@ -41,6 +47,27 @@ class Files:
 
     def resolve(self, path: str) -> str:
         """The real file behind a request path, confined to its attached tree."""
+        return self._resolve(path)[0]
+
+    def open(self, path: str, flags: int = os.O_RDONLY) -> int:
+        """A descriptor of the file behind a request path, opened inside its attached tree."""
+        real, real_root = self._resolve(path)
+        try:
+            # Non-blocking: opening a FIFO a task left in its sandbox must not hang the agent.
+            fd = os.open(real, flags | os.O_CLOEXEC | os.O_NONBLOCK)
+        except FileNotFoundError:
+            raise NotFound(f"No file or directory at '{path}'") from None
+        except NotADirectoryError:
+            raise BadRequest(f"'{path}' is not a directory") from None
+        if not _within(real_root, os.readlink(f"/proc/self/fd/{fd}")):
+            os.close(fd)
+            raise Forbidden(f"Path '{path}' leads outside of its sandbox")
+        return fd
+
+    def _resolve(self, path: str) -> tuple[str, str]:
+        """(real path, real attached root) of a request path."""
+        if any(unicodedata.category(c) == "Cc" for c in path):
+            raise BadRequest(f"Path '{path.encode('unicode_escape').decode()}' contains invalid characters")
         requested = _normalize(path)
         if ".." in requested.split("/"):
             raise Forbidden(f"Path '{path}' may not contain '..'")
@@ -53,11 +80,15 @@ class Files:
         rest = requested[len(prefix) :].lstrip("/")
         real_root = os.path.realpath(root)
         real = os.path.realpath(os.path.join(real_root, rest))
-        if real != real_root and not real.startswith(real_root + os.sep):
+        if not _within(real_root, real):
             raise Forbidden(f"Path '{path}' leads outside of its sandbox")
         if not os.path.exists(real):
             raise NotFound(f"No file or directory at '{path}'")
-        return real
+        return real, real_root
+
+
+def _within(root: str, path: str) -> bool:
+    return os.path.commonpath([root, path]) == root
 
 
 def _normalize(path: str) -> str:
@@ -111,29 +142,39 @@ def _int_param(request: web.Request, name: str) -> int | None:
 
 def entries(files: Files, path: str) -> list[tuple[str, os.stat_result]]:
     """(request path, stat) of each entry of a directory; a file lists nothing, as in Mesos."""
-    real = files.resolve(path)
-    if not os.path.isdir(real):
-        return []
-    listing = []
-    for entry in sorted(os.listdir(real)):
-        try:
-            st = os.stat(os.path.join(real, entry))
-        except OSError:
-            continue  # vanished, or a dangling symlink
-        listing.append((_normalize(path).rstrip("/") + "/" + entry, st))
-    return listing
+    fd = files.open(path)
+    try:
+        if not stat.S_ISDIR(os.fstat(fd).st_mode):
+            return []
+        listing = []
+        for entry in sorted(os.listdir(fd)):
+            try:
+                st = os.stat(entry, dir_fd=fd)
+            except OSError:
+                continue  # vanished, or a dangling symlink
+            listing.append((_normalize(path).rstrip("/") + "/" + entry, st))
+        return listing
+    finally:
+        os.close(fd)
 
 
 def browse(files: Files, path: str) -> list[dict[str, object]]:
     return [file_info(entry, st) for entry, st in entries(files, path)]
 
 
+def _open_regular(files: Files, path: str, what: str) -> BinaryIO:
+    fd = files.open(path)
+    mode = os.fstat(fd).st_mode
+    if not stat.S_ISREG(mode):
+        os.close(fd)
+        kind = "directory" if stat.S_ISDIR(mode) else "special file"
+        raise BadRequest(f"Cannot {what} a {kind}.")
+    return os.fdopen(fd, "rb")
+
+
 def read(files: Files, path: str, offset: int, length: int | None) -> tuple[int, bytes]:
     """(size, data) as Mesos's `_read`: past the end or a zero length gives the size."""
-    real = files.resolve(path)
-    if os.path.isdir(real):
-        raise BadRequest("Cannot read a directory.")
-    with open(real, "rb") as f:
+    with _open_regular(files, path, "read") as f:
         size = os.fstat(f.fileno()).st_size
         if offset >= size or length == 0:
             return size, b""
@@ -164,19 +205,28 @@ def install(router: Router, files: Files) -> None:
 
     async def download_handler(request: web.Request) -> web.StreamResponse:
         path = _query_path(request)
-        real = files.resolve(path)
-        if os.path.isdir(real):
-            raise BadRequest("Cannot download a directory.")
-        name = os.path.basename(real)
-        mime = mimetypes.guess_type(name)[0] or "application/octet-stream"
-        # Streamed from the file, so a large log does not stall the agent.
-        return web.FileResponse(
-            real,
-            headers={
-                "Content-Type": mime,
-                "Content-Disposition": f'attachment; filename="{name}"',
-            },
-        )
+        with _open_regular(files, path, "download") as f:
+            st = os.fstat(f.fileno())
+            name = os.path.basename(os.readlink(f"/proc/self/fd/{f.fileno()}"))
+            mime = mimetypes.guess_type(name)[0] or "application/octet-stream"
+            response = web.StreamResponse(
+                headers={
+                    "Content-Type": mime,
+                    "Content-Disposition": f'attachment; filename="{name}"',
+                }
+            )
+            response.content_length = st.st_size
+            await response.prepare(request)
+            # Streamed from the file, so a large log does not stall the agent.
+            remaining = st.st_size  # what Content-Length promised, though the file grows
+            while remaining > 0:
+                chunk = await asyncio.to_thread(f.read, min(_DOWNLOAD_CHUNK, remaining))
+                if not chunk:
+                    break
+                remaining -= len(chunk)
+                await response.write(chunk)
+            await response.write_eof()
+            return response
 
     async def debug_handler(request: web.Request) -> web.StreamResponse:
         return jsonp_response(request, files.attached())

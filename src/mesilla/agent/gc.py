@@ -11,15 +11,19 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-import shutil
 import time
 from collections.abc import Callable
+
+from mesilla.common import files
 
 log = logging.getLogger(__name__)
 
 
 class GarbageCollector:
-    def __init__(self) -> None:
+    """Deletes only paths inside `work_dir`."""
+
+    def __init__(self, work_dir: str) -> None:
+        self.work_dir = work_dir
         self._timers: dict[str, asyncio.TimerHandle] = {}
         self._on_removed: dict[str, Callable[[], None]] = {}
         self.succeeded = 0
@@ -52,10 +56,10 @@ class GarbageCollector:
     def _remove(self, path: str) -> None:
         self._timers.pop(path, None)
         try:
-            shutil.rmtree(path)
+            files.remove_tree(self.work_dir, path)
         except FileNotFoundError:
             pass
-        except OSError as exc:
+        except (OSError, files.OutsideRoot) as exc:
             self.failed += 1
             log.warning("Failed to garbage collect '%s': %s", path, exc)
             return

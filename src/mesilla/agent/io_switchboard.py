@@ -22,7 +22,6 @@ import contextlib
 import hashlib
 import logging
 import os
-import shutil
 import signal
 import sys
 import tempfile
@@ -30,7 +29,9 @@ from typing import Any
 
 from mesilla.agent import io_switchboard_server as server
 from mesilla.agent.agent import Agent
+from mesilla.common import files
 from mesilla.common.errors import BadRequest
+from mesilla.common.validation import validate_container_id
 from mesilla.containerizer.types import ContainerClass
 from mesilla.v1 import codec
 from mesilla.v1.mesos import ContainerID, ContainerInfo
@@ -150,7 +151,7 @@ class Servers:
                 os.kill(pid, signal.SIGKILL)
                 await asyncio.to_thread(os.waitpid, pid, 0)
             await self.stop(container_id)
-            shutil.rmtree(console_directory, ignore_errors=True)
+            files.remove_tree(tempfile.gettempdir(), console_directory, ignore_errors=True)
             raise
         finally:
             os.close(ready_r)
@@ -174,10 +175,13 @@ class Servers:
             try:
                 with open(os.path.join(directory, CONTAINER_FILE), "rb") as f:
                     container_id = codec.decode(f.read(), ContainerID)
+                error = validate_container_id(container_id)
+                if error is not None:
+                    raise BadRequest(error)
             except (OSError, BadRequest) as exc:
                 log.warning("Removing the unreadable I/O switchboard %s: %s", directory, exc)
                 await _end(directory, 0.0)
-                shutil.rmtree(directory, ignore_errors=True)
+                files.remove_tree(self.root, directory, ignore_errors=True)
                 continue
             self.watch(container_id)
 
@@ -190,7 +194,7 @@ class Servers:
         """Ends the server (after `grace` to exit by itself) and removes its directory."""
         directory = self.directory(container_id)
         await _end(directory, grace)
-        shutil.rmtree(directory, ignore_errors=True)
+        files.remove_tree(self.root, directory, ignore_errors=True)
 
     async def connect(
         self, container_id: ContainerID, role: bytes

@@ -24,6 +24,7 @@ from mesilla.agent.host import detect_resources, parse_attributes
 from mesilla.agent.master_link import MasterLink
 from mesilla.agent.recovery import recover
 from mesilla.agent.status_update_manager import RETRY_INTERVAL_MIN
+from mesilla.common import files
 from mesilla.common.flags import Flag, FlagError, Flags
 from mesilla.common.http import Router, make_app
 from mesilla.containerizer.containerizer import Containerizer
@@ -154,7 +155,8 @@ async def _serve_unix(runner: web.AppRunner, path: str) -> None:
     """The same endpoints on a unix socket, for executors without the agent's network."""
     os.makedirs(os.path.dirname(path), exist_ok=True)
     with contextlib.suppress(FileNotFoundError):
-        os.unlink(path)  # an earlier agent's (a socket cannot be bound twice)
+        # An earlier agent's (a socket cannot be bound twice).
+        files.remove_file(os.path.dirname(path), path)
     await web.UnixSite(runner, path).start()
     os.chmod(path, 0o666)  # as Mesos: executors run as any user
 

@@ -23,6 +23,7 @@ import aiohttp
 
 from mesilla.common import recordio
 from mesilla.common.errors import BadRequest
+from mesilla.common.validation import validate_ids
 from mesilla.v1 import codec
 from mesilla.v1.internal import AgentCall, AgentCallType, AgentEvent, AgentEventType
 
@@ -120,6 +121,11 @@ class MasterLink:
                     return registered
                 for record in decoder.feed(chunk):
                     event = codec.decode(record, AgentEvent)
+                    error = validate_ids(event)
+                    if error is not None:
+                        # Ids become paths here: a bad one is never acted on.
+                        log.error("Dropping the %s event from the master: %s", event.type.value, error)
+                        continue
                     if event.type is AgentEventType.REGISTERED and event.registered:
                         ping_timeout = event.registered.connection.total_ping_timeout_seconds
                         self.stream_id = stream_id

@@ -199,6 +199,6 @@ def update_latest_symlink(link: str, target: str) -> None:
     directory, name = os.path.split(link)
     tmp = os.path.join(directory, f"{files.TMP_PREFIX}{name}.{os.getpid()}")
     if os.path.lexists(tmp):
-        os.unlink(tmp)
+        files.remove_file(directory, tmp)
     os.symlink(target, tmp)
-    os.replace(tmp, link)
+    files.replace(directory, tmp, link)

@@ -13,12 +13,22 @@ guarantee for each file (not for the set): every file is written, then all are
 fsynced together, renamed, and each directory is fsynced once. Concurrent
 fsyncs share the file system's journal commits (ext4, xfs), so ten files cost
 about what two cost one after the other.
+
+Outside input never chooses what is deleted: `inside` joins a path onto a
+root and refuses (`OutsideRoot`) any result that leaves it, symlinks in the
+parents resolved (the last component is not followed, so a link itself is
+what gets removed); `remove_tree`, `remove_file`, `remove_dir`, `replace` and
+`unmount` act only on a target strictly inside the root they are given. Every
+destructive call of Mesilla goes through them (a unit test walks the source
+to keep it so).
 """
 
 from __future__ import annotations
 
 import concurrent.futures
+import ctypes
 import os
+import shutil
 import tempfile
 from collections.abc import Callable, Iterable
 from typing import TypeVar
@@ -26,6 +36,68 @@ from typing import TypeVar
 T = TypeVar("T")
 
 TMP_PREFIX = ".tmp-"
+
+
+class OutsideRoot(ValueError):
+    """A path that would leave the directory it must stay in."""
+
+
+def inside(root: str, path: str, *, follow: bool = False) -> str:
+    """`path` (relative to `root`, or absolute) resolved, refused unless within `root`.
+
+    Symlinks in its parents are resolved (realpath); its last component is
+    kept as is, unless it is '.' or '..' or `follow` is set (for what is
+    opened or mounted rather than removed), which resolve it too.
+    """
+    real_root = os.path.realpath(root)
+    parent, name = os.path.split(os.path.join(root, path))
+    if follow or name in ("", ".", ".."):
+        resolved = os.path.realpath(os.path.join(parent, name))
+    else:
+        resolved = os.path.join(os.path.realpath(parent), name)
+    if os.path.commonpath([real_root, resolved]) != real_root:
+        raise OutsideRoot(f"'{path}' is outside '{root}'")
+    return resolved
+
+
+def _target(root: str, path: str) -> str:
+    """What a destructive call may act on: strictly inside `root`, never the root itself."""
+    resolved = inside(root, path)
+    if resolved == os.path.realpath(root):
+        raise OutsideRoot(f"'{path}' is '{root}' itself, not a path inside it")
+    return resolved
+
+
+def remove_tree(root: str, path: str, *, ignore_errors: bool = False) -> None:
+    """`shutil.rmtree` of `path` within `root` (links inside the tree are removed, not followed)."""
+    shutil.rmtree(_target(root, path), ignore_errors=ignore_errors)
+
+
+def remove_file(root: str, path: str) -> None:
+    """`os.unlink` of `path` within `root`."""
+    os.unlink(_target(root, path))
+
+
+def remove_dir(root: str, path: str) -> None:
+    """`os.rmdir` of the empty directory `path` within `root`."""
+    os.rmdir(_target(root, path))
+
+
+def replace(root: str, source: str, target: str) -> None:
+    """`os.replace` of `source` by `target`, both within `root`."""
+    os.replace(_target(root, source), _target(root, target))
+
+
+_libc = ctypes.CDLL(None, use_errno=True)
+MNT_DETACH = 0x2
+
+
+def unmount(root: str, path: str, *, detach: bool = False) -> None:
+    """umount2(2) of the mount point `path` within `root`; OSError with errno when it fails."""
+    target = _target(root, path)
+    if _libc.umount2(target.encode(), MNT_DETACH if detach else 0) != 0:
+        code = ctypes.get_errno()
+        raise OSError(code, f"unmounting {target} failed: {os.strerror(code)}")
 
 
 def is_temporary(name: str) -> bool:

@@ -30,6 +30,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from mesilla.common import files
 from mesilla.v1.mesos import ContainerID, ContainerInfo
 
 CGROUP2_MAGIC = "cgroup2"
@@ -287,7 +288,7 @@ class Cgroup:
         }
         directories = {self.directory(n) for n in names}
         for top in directories:
-            await _remove_tree(top, attempts)
+            await _remove_tree(self.hierarchy.root, top, attempts)
 
 
 def _enable_controllers(directory: str, controllers: list[str]) -> None:
@@ -320,7 +321,7 @@ def _kill_members(directory: str) -> None:
             continue
 
 
-async def _remove_tree(top: str, attempts: int) -> None:
+async def _remove_tree(root: str, top: str, attempts: int) -> None:
     for attempt in range(attempts):
         if not os.path.isdir(top):
             return
@@ -329,7 +330,7 @@ async def _remove_tree(top: str, attempts: int) -> None:
             os.walk(top), key=lambda w: -len(w[0])
         ):
             try:
-                os.rmdir(directory)
+                files.remove_dir(root, directory)
             except FileNotFoundError:
                 continue
             except OSError as exc:

@@ -16,12 +16,13 @@ import asyncio
 import contextlib
 import fcntl
 import os
-import shutil
 import socket
 import struct
 import tempfile
 import termios
 from typing import Any
+
+from mesilla.common import files
 
 # How long the switchboard waits for a launcher that said it allocated the terminal.
 RECEIVE_TIMEOUT = 10.0
@@ -83,4 +84,4 @@ class ConsoleSocket:
     def close(self) -> None:
         with contextlib.suppress(OSError):
             self._listener.close()
-        shutil.rmtree(self._directory, ignore_errors=True)
+        files.remove_tree(tempfile.gettempdir(), self._directory, ignore_errors=True)

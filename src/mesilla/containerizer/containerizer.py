@@ -77,6 +77,10 @@ class ContainerNotRemovable(Exception):
     """`remove` was asked for a container that is still running."""
 
 
+class UnknownContainer(Exception):
+    """`remove` was asked for a container that neither runs nor has ended and been kept."""
+
+
 @dataclass
 class _Container:
     id: ContainerID
@@ -529,7 +533,10 @@ class Containerizer:
             raise ContainerNotRemovable(
                 f"Container {container_id} is still running: kill it and wait for it first"
             )
-        self._terminated.pop(container_id, None)
+        if self._terminated.pop(container_id, None) is None and not os.path.isdir(
+            self._runtime.path(container_id)
+        ):
+            raise UnknownContainer(f"Unknown container {container_id}")
         self._runtime.remove(container_id)
         parent = self._containers.get(container_id.parent) if container_id.parent else None
         if parent is not None:

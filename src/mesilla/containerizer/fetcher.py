@@ -20,6 +20,7 @@ import tarfile
 import urllib.parse
 import zipfile
 
+from mesilla.common import files
 from mesilla.v1.mesos import CommandURI
 
 _TAR_SUFFIXES = (".tar", ".tar.gz", ".tgz", ".tar.bz2", ".tbz2", ".tar.xz", ".txz")
@@ -46,13 +47,17 @@ async def fetch_one(uri: CommandURI, sandbox: str) -> str:
     name = uri.output_file or os.path.basename(parsed.path.rstrip("/"))
     if not name:
         raise FetchError(f"Cannot fetch '{uri.value}': it names no file; set output_file")
-    target = os.path.normpath(os.path.join(sandbox, name))
-    if os.path.commonpath([target, os.path.normpath(sandbox)]) != os.path.normpath(sandbox):
-        raise FetchError(f"Cannot fetch '{uri.value}': output_file '{name}' leaves the sandbox")
+    try:
+        # Followed to the end: a link a task left in a kept sandbox must not be written through.
+        target = files.inside(sandbox, name, follow=True)
+    except files.OutsideRoot:
+        raise FetchError(
+            f"Cannot fetch '{uri.value}': output_file '{name}' leaves the sandbox"
+        ) from None
     os.makedirs(os.path.dirname(target), exist_ok=True)
 
     if parsed.scheme in ("http", "https"):
-        await _download(uri.value, target)
+        await _download(uri.value, sandbox, target)
     elif parsed.scheme in ("", "file"):
         source = urllib.parse.unquote(parsed.path) if parsed.scheme == "file" else uri.value
         if not os.path.isabs(source):
@@ -71,7 +76,7 @@ async def fetch_one(uri: CommandURI, sandbox: str) -> str:
     return target
 
 
-async def _download(url: str, target: str) -> None:
+async def _download(url: str, sandbox: str, target: str) -> None:
     import aiohttp  # the agent has it loaded; executors never fetch
 
     partial = f"{target}.partial"
@@ -87,12 +92,12 @@ async def _download(url: str, target: str) -> None:
                     async for chunk in response.content.iter_chunked(_CHUNK):
                         out.write(chunk)
     except (TimeoutError, aiohttp.ClientError, OSError) as exc:
-        _unlink(partial)
+        _unlink(sandbox, partial)
         raise FetchError(f"Failed to fetch '{url}': {exc or type(exc).__name__}") from exc
     except FetchError:
-        _unlink(partial)
+        _unlink(sandbox, partial)
         raise
-    os.rename(partial, target)
+    files.replace(sandbox, partial, target)
 
 
 def _copy(uri: str, source: str, target: str) -> None:
@@ -123,14 +128,14 @@ def _chown_tree(root: str, user: str) -> None:
         entry = pwd.getpwnam(user)
     except KeyError:
         raise FetchError(f"Cannot give the fetched files to user '{user}': no such user") from None
-    for directory, dirs, files in os.walk(root):
-        for name in [*dirs, *files]:
+    for directory, dirs, regular in os.walk(root):
+        for name in [*dirs, *regular]:
             os.lchown(os.path.join(directory, name), entry.pw_uid, entry.pw_gid)
     os.lchown(root, entry.pw_uid, entry.pw_gid)
 
 
-def _unlink(path: str) -> None:
+def _unlink(sandbox: str, path: str) -> None:
     try:
-        os.unlink(path)
+        files.remove_file(sandbox, path)
     except FileNotFoundError:
         pass

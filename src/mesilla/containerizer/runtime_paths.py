@@ -21,14 +21,15 @@ launch, cost 1-15 ms each on a busy disk, serially on the event loop.
 from __future__ import annotations
 
 import dataclasses
+import logging
 import os
-import shutil
 from typing import Any
 
 import msgspec
 
 from mesilla.common import secrets
-from mesilla.common.files import write_atomically
+from mesilla.common.files import remove_tree, write_atomically
+from mesilla.common.validation import validate_container_id
 from mesilla.containerizer.types import ContainerConfig, ContainerLaunchInfo, ContainerTermination
 from mesilla.v1.mesos import ContainerID
 
@@ -39,6 +40,8 @@ CONFIG_FILE = "config"
 LAUNCH_INFO_FILE = "launch_info"
 STANDALONE_MARKER = "standalone.marker"
 CONTAINERS_DIR = "containers"
+
+log = logging.getLogger(__name__)
 
 
 def container_dir(runtime_dir: str, container_id: ContainerID) -> str:
@@ -136,6 +139,10 @@ class RuntimeDir:
                 if not os.path.isdir(child_dir):
                     continue
                 container_id = ContainerID(value=name, parent=parent)
+                error = validate_container_id(container_id)
+                if error is not None:  # not ours: never followed, never removed
+                    log.warning("Skipping '%s' in the runtime directory: %s", child_dir, error)
+                    continue
                 found.append(container_id)
                 walk(os.path.join(child_dir, CONTAINERS_DIR), container_id)
 
@@ -143,4 +150,4 @@ class RuntimeDir:
         return found
 
     def remove(self, container_id: ContainerID) -> None:
-        shutil.rmtree(self.path(container_id), ignore_errors=True)
+        remove_tree(self.root, self.path(container_id), ignore_errors=True)

@@ -20,6 +20,8 @@ import os
 import socket
 from typing import Any
 
+from mesilla.common import files
+
 log = logging.getLogger(__name__)
 
 Json = dict[str, Any]
@@ -87,9 +89,9 @@ def link_task_sandbox(sandbox: str, task_id: str, container_id: Json) -> None:
     link = os.path.join(tasks, task_id)
     tmp = f"{link}.tmp"
     if os.path.lexists(tmp):
-        os.unlink(tmp)
+        files.remove_file(tasks, tmp)
     os.symlink(container_sandbox(sandbox, container_id), tmp)
-    os.replace(tmp, link)
+    files.replace(tasks, tmp, link)
 
 
 def hand_over_sandbox(sandbox: str, previous: Json, current: Json) -> bool:
@@ -97,7 +99,7 @@ def hand_over_sandbox(sandbox: str, previous: Json, current: Json) -> bool:
     source = container_sandbox(sandbox, previous)
     target = container_sandbox(sandbox, current)
     try:
-        os.rename(source, target)
+        files.replace(sandbox, source, target)
     except FileNotFoundError:
         return False
     except OSError as exc:

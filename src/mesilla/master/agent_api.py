@@ -15,6 +15,7 @@ from aiohttp import web
 from mesilla.common.errors import BadRequest, Forbidden, ServiceUnavailable
 from mesilla.common.http import EventStream, Router, read_message
 from mesilla.common.resources import Resources, ResourcesError
+from mesilla.common.validation import validate_ids
 from mesilla.master.scheduler_api import STREAM_ID_HEADER
 from mesilla.v1 import internal
 
@@ -39,6 +40,9 @@ def install(router: Router, master: Master) -> None:
 def _validate(call: internal.AgentCall) -> None:
     if call.type is internal.AgentCallType.UNKNOWN:
         raise BadRequest("Expecting 'type' to be present and known")
+    error = validate_ids(call)
+    if error is not None:
+        raise BadRequest(error)
     name = _FIELDS.get(call.type)
     if name is not None and getattr(call, name) is None:
         raise BadRequest(f"Expecting '{name}' to be present")

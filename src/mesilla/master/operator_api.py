@@ -36,6 +36,7 @@ from mesilla.master import metrics
 from mesilla.master.agent import Agent
 from mesilla.master.endpoints import known_roles, rendered, version_info
 from mesilla.master.framework import Framework
+from mesilla.common.validation import validate_ids
 from mesilla.master.validation import validate_role
 from mesilla.v1 import codec
 from mesilla.v1 import master as m
@@ -260,6 +261,9 @@ class OperatorApi:
 
     async def handle(self, request: web.Request) -> web.StreamResponse:
         call: m.Call = await read_message(request, m.Call)
+        error = validate_ids(call)
+        if error is not None:
+            raise BadRequest(f"Failed to validate master::Call: {error}")
         if not self.master.recovered and call.type not in _BEFORE_RECOVERY:
             raise ServiceUnavailable("Master has not finished recovery")
         if call.type is m.CallType.SUBSCRIBE:

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 import msgspec
 
 from mesilla.common.resources import Resources, ResourcesError, to_fixed
+from mesilla.common.validation import validate_ids
 from mesilla.v1 import scheduler as sched
 from mesilla.v1.mesos import ExecutorInfo, FrameworkInfo, Offer, TaskGroupInfo, TaskInfo
 
@@ -23,19 +24,6 @@ MIN_EXECUTOR_MEM_MB = 32
 
 
 # --- identifiers and roles ---------------------------------------------------------------
-
-
-def validate_id(kind: str, value: str) -> str | None:
-    """Ids become file names on agents: no '/', no NUL, not '.' or '..', printable, not empty."""
-    if not value:
-        return f"{kind} must not be empty"
-    if value in (".", ".."):
-        return f"{kind} '{value}' is not allowed"
-    if "/" in value or "\0" in value:
-        return f"{kind} '{value}' contains a '/' or NUL character"
-    if not value.isprintable():
-        return f"{kind} '{value}' contains non-printable characters"
-    return None
 
 
 # Whitespace and DEL, as Mesos's roles::validate refuses them.
@@ -86,10 +74,6 @@ def validate_framework_info(
             if multi_role:
                 return f"'FrameworkInfo.roles' contains invalid role: {error}"
             return f"'FrameworkInfo.role' is not a valid role: {error}"
-    if info.id is not None:
-        error = validate_id("FrameworkID", info.id.value)
-        if error is not None:
-            return error
     if info.failover_timeout < 0:
         return f"'FrameworkInfo.failover_timeout' must not be negative, got {info.failover_timeout}"
     unknown = sorted(set(suppressed_roles) - set(roles))
@@ -129,9 +113,12 @@ _CALL_FIELDS = {
 
 
 def validate_call(call: sched.Call) -> str | None:
-    """The shape of a scheduler Call: its type's field present, framework ids consistent."""
+    """The shape of a scheduler Call: its type's field present, every id valid, framework ids consistent."""
     if call.type is sched.CallType.UNKNOWN:
         return "Expecting 'type' to be present and known"
+    error = validate_ids(call)
+    if error is not None:
+        return error
     name = _CALL_FIELDS.get(call.type)
     if name is not None and getattr(call, name) is None:
         return f"Expecting '{name}' to be present"
@@ -216,9 +203,6 @@ def _resources(kind: str, resources: list) -> Resources | str:  # type: ignore[t
 
 
 def _validate_executor(executor: ExecutorInfo, ctx: LaunchContext) -> str | None:
-    error = validate_id("ExecutorID", executor.executor_id.value)
-    if error is not None:
-        return error
     if (
         executor.framework_id is not None
         and executor.framework_id.value != ctx.framework_id
@@ -269,9 +253,6 @@ class InvalidTask(ValueError):
 
 def _validate_task_basics(task: TaskInfo, ctx: LaunchContext) -> str | Resources:
     """An error, or the task's resources."""
-    error = validate_id("TaskID", task.task_id.value)
-    if error is not None:
-        return error
     task_id = task.task_id.value
     if task_id in ctx.task_ids or any(task_id in ids for ids in ctx.live_task_ids):
         return f"Task has duplicate ID: {task_id}"

@@ -18,9 +18,10 @@ import subprocess
 import uuid
 from collections.abc import Iterator
 
+from mesilla.common import files
+
 _libc = ctypes.CDLL(None, use_errno=True)
 _CLONE_NEWNET = 0x40000000
-_MNT_DETACH = 0x2
 
 
 @contextlib.contextmanager
@@ -67,7 +68,8 @@ def release_namespace_mounts(directory: str) -> list[str]:
     """Unbinds them; returns what was left (a test that cleaned up leaves nothing)."""
     left = namespace_mounts(directory)
     for path in left:
-        _libc.umount2(path.encode(), _MNT_DETACH)
+        with contextlib.suppress(OSError):
+            files.unmount(directory, path, detach=True)
     return left
 
 

@@ -35,6 +35,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from mesilla.common import files
 from mesilla.testing.cluster import free_port
 
 Json = dict[str, Any]
@@ -368,19 +369,20 @@ class Cluster:
                 os.kill(pid, signal.SIGKILL)
         for mount in sorted(self.mounts(), reverse=True):
             removed.append(f"mount {mount}")
-            subprocess.run(["umount", "-l", mount], check=False, capture_output=True)
+            with contextlib.suppress(OSError):
+                files.unmount(str(self.root), mount, detach=True)
         deadline = time.monotonic() + 10
         for cgroup in self.cgroups(with_root=True):
             # A killed process leaves its cgroup a moment after SIGKILL.
             while os.path.isdir(cgroup):
                 with contextlib.suppress(OSError):
-                    os.rmdir(cgroup)
+                    files.remove_dir(CGROUP_MOUNT, cgroup)
                 if time.monotonic() > deadline:
                     removed.append(f"cgroup {cgroup} (still busy)")
                     break
                 if os.path.isdir(cgroup):
                     time.sleep(0.05)
-        shutil.rmtree(self.root, ignore_errors=True)
+        files.remove_tree(str(self.root.parent), str(self.root), ignore_errors=True)
         return removed
 
 

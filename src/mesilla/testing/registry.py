@@ -22,6 +22,8 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import Self
 
+from mesilla.common import files
+
 _CONFIG = """\
 version: 0.1
 log:
@@ -93,7 +95,7 @@ class Registry:
             except subprocess.TimeoutExpired:
                 self.process.kill()
                 self.process.wait()
-        shutil.rmtree(self.directory, ignore_errors=True)
+        files.remove_tree(os.path.dirname(self.directory), self.directory, ignore_errors=True)
 
     def __enter__(self) -> Self:
         return self

@@ -41,6 +41,10 @@ class ExecutorID(Message, frozen=True):
     value: str
 
 
+class OperationID(Message, frozen=True):
+    value: str
+
+
 class ContainerID(Message, frozen=True):
     value: str
     parent: ContainerID | None = None
@@ -562,7 +566,7 @@ class OperationType(enum.Enum):
 
 class Operation(Message):
     type: OperationType
-    id: Json | None = None
+    id: OperationID | None = None
     launch: Launch | None = None
     launch_group: LaunchGroup | None = None
     reserve: Json | None = None

@@ -122,3 +122,35 @@ def test_changed_boot_id_discards_the_old_agent(tmp_path: Any) -> None:
 
 def test_no_checkpoint_means_a_new_agent(tmp_path: Any) -> None:
     assert checkpoints.recover_agent(str(tmp_path), strict=True) is None
+
+
+def test_names_that_are_no_ids_are_skipped_never_followed(
+    tmp_path: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A work dir someone tampered with: bad names are left alone, with a warning."""
+    work_dir = str(tmp_path)
+    _write_tree(work_dir)
+    runs = os.path.dirname(paths.run_meta_dir(work_dir, "A1", "F", "E", "C"))
+    os.makedirs(os.path.join(runs, "a.b"))  # a container id has no '.'
+    os.makedirs(os.path.join(runs, "C", "tasks", "bad\nname"))
+    executors = os.path.dirname(os.path.dirname(runs))
+    os.makedirs(os.path.join(executors, "\x01"))
+    latest = os.path.join(runs, paths.LATEST)
+    os.unlink(latest)
+    os.symlink("..", latest)
+    state = checkpoints.recover_agent(work_dir, strict=True)
+    assert state is not None
+    assert list(state.frameworks["F"].executors) == ["E"]
+    executor = state.frameworks["F"].executors["E"]
+    assert list(executor.runs) == ["C"] and executor.latest is None
+    assert list(executor.runs["C"].tasks) == ["T"]
+    assert "Skipping 'a.b'" in caplog.text and "Ignoring" in caplog.text
+
+
+def test_an_agent_link_to_no_id_recovers_nothing(tmp_path: Any) -> None:
+    work_dir = str(tmp_path)
+    _write_tree(work_dir)
+    latest = paths.latest_agent_path(work_dir)
+    os.unlink(latest)
+    os.symlink("/", latest)
+    assert checkpoints.recover_agent(work_dir, strict=True) is None

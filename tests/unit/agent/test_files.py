@@ -80,3 +80,31 @@ def test_read_is_capped_at_16_pages(tmp_path: Any) -> None:
     f.attach(str(tmp_path), "/d")
     size, data = files.read(f, "/d/big", 0, None)
     assert size == files.MAX_READ_LENGTH * 2 and len(data) == files.MAX_READ_LENGTH
+
+
+@pytest.mark.parametrize("path", ["/d/a\0b", "/d/\n", "/d/\x7f"])
+def test_control_characters_are_bad_requests(tmp_path: Any, path: str) -> None:
+    f = files.Files()
+    f.attach(str(tmp_path), "/d")
+    with pytest.raises(BadRequest, match="invalid characters"):
+        f.resolve(path)
+
+
+def test_a_fifo_is_refused_without_blocking(tmp_path: Any) -> None:
+    os.mkfifo(tmp_path / "fifo")
+    f = files.Files()
+    f.attach(str(tmp_path), "/d")
+    with pytest.raises(BadRequest, match="special file"):
+        files.read(f, "/d/fifo", 0, None)
+
+
+def test_what_is_opened_is_checked_again(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A sandbox changed between the check and the open (here: the check is told a lie)."""
+    root = tmp_path / "sandbox"
+    root.mkdir()
+    (tmp_path / "secret").write_text("outside")
+    f = files.Files()
+    f.attach(str(root), "/d")
+    monkeypatch.setattr(f, "_resolve", lambda path: (str(tmp_path / "secret"), str(root)))
+    with pytest.raises(Forbidden):
+        files.read(f, "/d/anything", 0, None)

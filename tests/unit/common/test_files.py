@@ -94,3 +94,59 @@ def test_a_failed_batch_renames_nothing_and_leaves_no_temporary(
         )
     assert os.listdir(tmp_path) == ["one.info"]
     assert (tmp_path / "one.info").read_bytes() == b"old"
+
+
+# --- confinement to a root ---------------------------------------------------------------
+
+
+@pytest.fixture
+def tree(tmp_path: Path) -> Path:
+    """root/ with a file, a dir, a link out and a link in; victim/ beside it."""
+    root = tmp_path / "root"
+    (root / "dir").mkdir(parents=True)
+    (root / "file").write_text("x")
+    (tmp_path / "victim").mkdir()
+    (tmp_path / "victim" / "precious").write_text("keep")
+    os.symlink(tmp_path / "victim", root / "out")
+    os.symlink(root / "dir", root / "in")
+    return root
+
+
+@pytest.mark.parametrize(
+    "path", ["..", "../victim", "dir/../../victim", "/", "out/precious", "out/../victim", "."]
+)
+def test_destructive_helpers_refuse_targets_outside_their_root(tree: Path, path: str) -> None:
+    victim = tree.parent / "victim"
+    for call in (
+        lambda: files.remove_tree(str(tree), path),
+        lambda: files.remove_file(str(tree), path),
+        lambda: files.remove_dir(str(tree), path),
+        lambda: files.replace(str(tree), "file", path),
+        lambda: files.replace(str(tree), path, "file"),
+        lambda: files.unmount(str(tree), path),
+    ):
+        with pytest.raises(files.OutsideRoot):
+            call()
+    assert (victim / "precious").read_text() == "keep"
+    assert (tree / "file").read_text() == "x"
+
+
+def test_a_link_is_removed_itself_never_its_target(tree: Path) -> None:
+    files.remove_file(str(tree), "out")
+    assert not os.path.lexists(tree / "out")
+    assert (tree.parent / "victim" / "precious").read_text() == "keep"
+
+
+def test_helpers_act_inside_their_root(tree: Path) -> None:
+    files.replace(str(tree), "file", "dir/moved")
+    assert (tree / "dir" / "moved").read_text() == "x"
+    files.remove_file(str(tree), str(tree / "dir" / "moved"))  # absolute paths too
+    files.remove_tree(str(tree), "in/../dir")
+    assert not (tree / "dir").exists()
+
+
+def test_inside_follows_links_only_when_asked(tree: Path) -> None:
+    assert files.inside(str(tree), "in") == os.path.join(os.path.realpath(tree), "in")
+    assert files.inside(str(tree), "in", follow=True) == os.path.realpath(tree / "dir")
+    with pytest.raises(files.OutsideRoot):
+        files.inside(str(tree), "out", follow=True)

@@ -122,6 +122,21 @@ async def test_output_file_cannot_escape_the_sandbox(server: str, tmp_path: Any)
         await fetch_one(CommandURI(value=f"{server}/plain.txt", output_file="../x"), str(tmp_path))
 
 
+@pytest.mark.parametrize("output_file", ["out", "dir/out"])
+async def test_output_file_is_not_written_through_a_link_out(
+    server: str, tmp_path: Any, output_file: str
+) -> None:
+    """A kept sandbox (a restarted task's) may hold links its task made."""
+    sandbox = tmp_path / "sandbox"
+    sandbox.mkdir()
+    (tmp_path / "victim").write_text("keep")
+    os.symlink(tmp_path / "victim", sandbox / "out")
+    os.symlink(tmp_path, sandbox / "dir")
+    with pytest.raises(FetchError, match="leaves the sandbox"):
+        await fetch_one(CommandURI(value=f"{server}/plain.txt", output_file=output_file), str(sandbox))
+    assert (tmp_path / "victim").read_text() == "keep"
+
+
 @pytest.mark.parametrize("scheme", ["", "file://"])
 async def test_local_files(tmp_path: Any, scheme: str) -> None:
     source = tmp_path / "src" / "bundle.tgz"

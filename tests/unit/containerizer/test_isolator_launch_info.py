@@ -3,6 +3,7 @@ and the invalid input they refuse with a message that says how to fix it."""
 
 from __future__ import annotations
 
+import os
 import uuid
 from typing import Any
 
@@ -188,6 +189,29 @@ async def test_invalid_sandbox_path_volumes_are_refused(tmp_path, volume, messag
         await isolator.prepare(
             TOP, config(ContainerInfo(volumes=[volume]), str(tmp_path))
         )
+
+
+@pytest.mark.parametrize(
+    ("volume", "message"),
+    [
+        (sandbox_volume("SELF", "out"), "leads outside its sandbox"),
+        (sandbox_volume("SELF", "out/sub"), "leads outside its sandbox"),
+        (sandbox_volume("SELF", "ok", "out"), "leads outside the sandbox"),
+        (sandbox_volume("SELF", "ok", "out/x"), "leads outside the sandbox"),
+        (sandbox_volume("SELF", "ok", "a\0b"), "invalid characters"),
+        (sandbox_volume("SELF", "a\nb"), "invalid characters"),
+    ],
+)
+async def test_sandbox_path_volumes_that_follow_a_link_out_are_refused(tmp_path, volume, message):
+    """A task can make links in its sandbox: neither source nor mount point may follow one out."""
+    sandbox = tmp_path / "sandbox"
+    sandbox.mkdir()
+    (tmp_path / "victim").mkdir()
+    os.symlink(tmp_path / "victim", sandbox / "out")
+    isolator = VolumeSandboxPathIsolator(FLAGS)
+    with pytest.raises(VolumeError, match=message):
+        await isolator.prepare(TOP, config(ContainerInfo(volumes=[volume]), str(sandbox)))
+    assert os.listdir(tmp_path / "victim") == []
 
 
 async def test_sandbox_path_targets_the_sandbox_as_the_container_sees_it(tmp_path):

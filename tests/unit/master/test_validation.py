@@ -16,7 +16,6 @@ from mesilla.master.validation import (
     validate_call,
     validate_framework_info,
     validate_framework_update,
-    validate_id,
     validate_offers,
     validate_role,
     validate_task,
@@ -66,13 +65,32 @@ def context(
 # --- ids, roles, frameworks -------------------------------------------------------------
 
 
-@pytest.mark.parametrize("value", ["", ".", "..", "a/b", "a\0b", "a\nb"])
-def test_bad_ids(value: str) -> None:
-    assert validate_id("TaskID", value) is not None
-
-
-def test_good_id() -> None:
-    assert validate_id("TaskID", "task-1.2_x") is None
+@pytest.mark.parametrize(
+    ("fields", "where"),
+    [
+        ({"type": "TEARDOWN", "framework_id": {"value": ".."}}, "'framework_id'"),
+        (
+            {
+                "type": "ACCEPT",
+                "framework_id": {"value": "f"},
+                "accept": {"offer_ids": [{"value": "o/1"}]},
+            },
+            "'accept.offer_ids[0]'",
+        ),
+        (
+            {
+                "type": "KILL",
+                "framework_id": {"value": "f"},
+                "kill": {"task_id": {"value": "a/b"}, "agent_id": {"value": "a"}},
+            },
+            "'kill.task_id'",
+        ),
+    ],
+)
+def test_calls_with_bad_ids(fields: dict[str, Any], where: str) -> None:
+    """Every id of a call is checked before anything is looked up by it."""
+    error = validate_call(msgspec.convert(fields, sched.Call)) or ""
+    assert error.startswith(f"{where} is invalid:"), error
 
 
 @pytest.mark.parametrize(
@@ -242,7 +260,6 @@ def test_valid_command_task() -> None:
 @pytest.mark.parametrize(
     ("fields", "ctx_fields", "message"),
     [
-        ({"task_id": {"value": "a/b"}}, {}, "'/'"),
         ({}, {"task_ids": {"t"}}, "duplicate ID"),
         ({}, {"live_task_ids": ({}, {"t"})}, "duplicate ID"),
         ({"agent_id": {"value": "elsewhere"}}, {}, "offer is for agent"),

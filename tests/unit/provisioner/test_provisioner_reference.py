@@ -50,6 +50,19 @@ def test_reference_prefers_digest_then_tag_then_latest() -> None:
         "a//b",
         "repo:",
         "-x",
+        # What would climb out of the store's or the local image directory's paths.
+        "..",
+        "../../etc",
+        "a/../b",
+        "a/./b",
+        "localhost/../x",
+        "..:5000/x",
+        "../..:5000/x",
+        "%2e%2e/x",
+        "a\\b",
+        "a\0b",
+        "repo:../x",
+        "repo@sha256:../../etc",
     ],
 )
 def test_invalid_names_are_refused(name: str) -> None:

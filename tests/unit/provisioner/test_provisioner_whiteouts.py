@@ -134,5 +134,5 @@ def test_mount_points_with_spaces_are_found(tmp_path: Path) -> None:
     try:
         assert _mount.mount_points_under(str(tmp_path)) == [str(target)]
     finally:
-        _mount.unmount(str(target))
+        _mount.unmount(str(tmp_path), str(target))
     assert _mount.mount_points_under(str(tmp_path)) == []

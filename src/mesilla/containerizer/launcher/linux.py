@@ -40,6 +40,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from mesilla.common.blocking import in_thread
+from mesilla.common import files
 from mesilla.common.files import write_atomically
 from mesilla.containerizer.cgroups import cgroup_path
 from mesilla.containerizer.launcher import enter, host_rootfs, monitor, oci
@@ -152,7 +153,7 @@ class LinuxLauncher(Launcher):
         # Leftovers of an earlier container with this id would confuse recovery.
         await self._release(rid, directory)
         with contextlib.suppress(FileNotFoundError):
-            os.unlink(os.path.join(directory, STATUS_FILE))
+            files.remove_file(directory, STATUS_FILE)
         spawn: asyncio.Future[monitor.Monitored] | None = None
         try:
             os.makedirs(bundle)
@@ -434,14 +435,15 @@ class LinuxLauncher(Launcher):
         await self._runtime.delete(rid)
         shm = os.path.join(directory, SHM_DIR)
         if os.path.ismount(shm):
-            _unmount(shm)
+            files.unmount(self._flags.runtime_dir, shm, detach=True)
         trees = [os.path.join(directory, name) for name in (BUNDLE_DIR, MONITOR_DIR, SHM_DIR)]
         if any(os.path.lexists(tree) for tree in trees):
             # A pod's teardown would otherwise stall the loop for ~100 ms.
-            await in_thread(_remove_trees, trees)
+            await in_thread(_remove_trees, self._flags.runtime_dir, trees)
         for path in (os.path.join(directory, CONTAINERS_DIR), directory):
             with contextlib.suppress(OSError):
-                os.rmdir(path)  # only when nothing else (checkpoints, children) is left
+                # only when nothing else (checkpoints, children) is left
+                files.remove_dir(self._flags.runtime_dir, path)
 
     def pid(self, container_id: ContainerID) -> int | None:
         container = self._containers.get(container_id)
@@ -586,7 +588,7 @@ def _oci_mount(mount: Mount) -> dict[str, Any]:
 
 
 _libc = ctypes.CDLL(None, use_errno=True)
-_MS_NOSUID, _MS_NODEV, _MNT_DETACH = 0x2, 0x4, 0x2
+_MS_NOSUID, _MS_NODEV = 0x2, 0x4
 
 
 def _mount_tmpfs(path: str, size_mb: int | None) -> None:
@@ -597,18 +599,12 @@ def _mount_tmpfs(path: str, size_mb: int | None) -> None:
         raise OSError(errno, f"mounting a tmpfs at {path} failed: {os.strerror(errno)}")
 
 
-def _unmount(path: str) -> None:
-    if _libc.umount2(path.encode(), _MNT_DETACH) != 0:
-        errno = ctypes.get_errno()
-        raise OSError(errno, f"unmounting {path} failed: {os.strerror(errno)}")
-
-
-def _remove_trees(paths: list[str]) -> None:
+def _remove_trees(root: str, paths: list[str]) -> None:
     for path in paths:
-        _remove_tree(path)
+        _remove_tree(root, path)
 
 
-def _remove_tree(path: str) -> None:
+def _remove_tree(root: str, path: str) -> None:
     """Removes a directory of ours, refusing to descend into anything mounted there."""
     if not os.path.lexists(path):
         return
@@ -620,4 +616,4 @@ def _remove_tree(path: str) -> None:
         raise LaunchError(
             f"{inside[0]} is mounted inside {path}: unmount it before removing the container"
         )
-    shutil.rmtree(path, ignore_errors=False)
+    files.remove_tree(root, path)

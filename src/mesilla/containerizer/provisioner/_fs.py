@@ -3,17 +3,18 @@
 from __future__ import annotations
 
 import os
-import shutil
 import stat
 
+from mesilla.common import files
 
-def remove(path: str) -> None:
-    """Remove a file, link or whole directory tree if present (never following links)."""
+
+def remove(root: str, path: str) -> None:
+    """Remove a file, link or whole directory tree within `root` if present (never following links)."""
     try:
         st = os.lstat(path)
     except FileNotFoundError:
         return
     if stat.S_ISDIR(st.st_mode):
-        shutil.rmtree(path)
+        files.remove_tree(root, path)
     else:
-        os.unlink(path)
+        files.remove_file(root, path)

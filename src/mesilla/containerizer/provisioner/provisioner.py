@@ -26,6 +26,7 @@ from typing import Any
 from mesilla.common.blocking import in_thread
 from mesilla.common.files import write_atomically
 from mesilla.common.flags import Flags
+from mesilla.common.validation import validate_container_id
 from mesilla.containerizer.provisioner._fs import remove
 from mesilla.containerizer.provisioner.backends import choose_backend, load_backend
 from mesilla.containerizer.provisioner.backends._mount import (
@@ -178,6 +179,10 @@ class Provisioner:
         if not os.path.isdir(containers_dir):
             return found
         for value in sorted(os.listdir(containers_dir)):
+            error = validate_container_id(ContainerID(value=value))
+            if error is not None:  # not ours: never followed, never removed
+                log.warning("Skipping '%s' in %s: %s", value, containers_dir, error)
+                continue
             path = (*parent, value)
             found.append(path)
             found += self._recorded(
@@ -211,8 +216,8 @@ class Provisioner:
         # Whatever is still mounted below (a sandbox bound in by hand, say) must not be
         # deleted through the mount.
         for point in mount_points_under(container_dir):
-            unmount(point)
-        await in_thread(remove, container_dir)
+            unmount(self.provisioner_dir, point)
+        await in_thread(remove, self.provisioner_dir, container_dir)
 
 
 def _docker_name(image: Image) -> str:

@@ -37,9 +37,9 @@ def hidden_name(name: str) -> str | None:
     return name[len(PREFIX) :]
 
 
-def make_overlay_whiteout(path: str) -> None:
-    """Turn `path` into an overlay whiteout (character device 0/0)."""
-    remove(path)
+def make_overlay_whiteout(root: str, path: str) -> None:
+    """Turn `path`, within `root`, into an overlay whiteout (character device 0/0)."""
+    remove(root, path)
     os.mknod(path, stat.S_IFCHR | 0o000, os.makedev(0, 0))
 
 
@@ -70,14 +70,14 @@ def apply_to(layer: str, rootfs: str) -> list[str]:
             continue
         if OPAQUE in names:
             for entry in os.listdir(target_dir):
-                remove(os.path.join(target_dir, entry))
+                remove(rootfs, os.path.join(target_dir, entry))
         for name in names:
             if not is_whiteout(name):
                 continue
             markers.append(os.path.normpath(os.path.join(relative, name)))
             hidden = hidden_name(name)
             if hidden:
-                remove(os.path.join(target_dir, hidden))
+                remove(rootfs, os.path.join(target_dir, hidden))
     return markers
 
 

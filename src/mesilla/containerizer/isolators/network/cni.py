@@ -25,12 +25,12 @@ from __future__ import annotations
 import json
 import logging
 import os
-import shutil
 from dataclasses import dataclass, field
 from typing import Any
 
 import msgspec
 
+from mesilla.common import files
 from mesilla.containerizer.isolator import Isolator
 from mesilla.containerizer.isolators.network import netns
 from mesilla.containerizer.isolators.network.cni_plugin import Attachment, PluginRunner
@@ -342,8 +342,8 @@ class NetworkCniIsolator(Isolator):
                     errors.append(str(exc))
         if errors:
             raise CniError(f"DEL of container {cni_container_id} failed: {'; '.join(errors)}")
-        netns.remove(ns)
-        _remove_tree(directory)
+        netns.remove(self.root, ns)
+        files.remove_tree(self.root, directory)
 
     def _checkpointed_config(self, info: _Info, name: str) -> NetworkConfig:
         path = os.path.join(info.directory, name, CONF_FILE)
@@ -490,7 +490,3 @@ def _read_text(path: str) -> str:
             return f.read()
     except OSError:
         return ""
-
-
-def _remove_tree(path: str) -> None:
-    shutil.rmtree(path)

@@ -17,10 +17,11 @@ import socket
 import struct
 import threading
 
+from mesilla.common import files
+
 _libc = ctypes.CDLL(None, use_errno=True)
 _CLONE_NEWNET = 0x40000000
 _MS_BIND = 0x1000
-_MNT_DETACH = 0x2
 _SIOCGIFFLAGS, _SIOCSIFFLAGS, _IFF_UP = 0x8913, 0x8914, 0x1
 
 
@@ -64,15 +65,14 @@ def is_bound(path: str) -> bool:
         return any(line.split()[4] == path and " nsfs " in line for line in f)
 
 
-def remove(path: str) -> None:
-    """Unbinds the namespace (it goes once nothing is in it) and removes the file.
+def remove(root: str, path: str) -> None:
+    """Unbinds the namespace bound on `path` within `root` (it goes once nothing is in it)
+    and removes the file.
 
     Containers whose view of the host includes the file hold copies of the bind in
     their mount namespaces; removing the file detaches those too (Linux 3.18+).
     """
     while is_bound(path):
-        if _libc.umount2(path.encode(), _MNT_DETACH) != 0:
-            errno = ctypes.get_errno()
-            raise OSError(errno, f"unmounting the network namespace {path}: {os.strerror(errno)}")
+        files.unmount(root, path, detach=True)
     if os.path.lexists(path):
-        os.unlink(path)
+        files.remove_file(root, path)

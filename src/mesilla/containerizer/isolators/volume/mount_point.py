@@ -11,8 +11,10 @@ tree, so the path must already exist there.
 from __future__ import annotations
 
 import os
+import unicodedata
 from typing import Any
 
+from mesilla.common import files
 from mesilla.containerizer.types import ContainerConfig, Mount
 
 
@@ -22,6 +24,7 @@ class VolumeError(ValueError):
 
 def relative_inside(path: str, what: str) -> str:
     """`path` normalised, refused if absolute or if it climbs out with `..`."""
+    _printable(path, what)
     if not path or os.path.isabs(path):
         raise VolumeError(f"{what} '{path}' must be a non-empty relative path")
     normal = os.path.normpath(path)
@@ -30,10 +33,17 @@ def relative_inside(path: str, what: str) -> str:
     return normal
 
 
+def _printable(path: str, what: str) -> None:
+    if any(unicodedata.category(c) == "Cc" for c in path):
+        shown = path.encode("unicode_escape").decode()
+        raise VolumeError(f"{what} '{shown}' contains invalid characters")
+
+
 def mount_target(
     flags: Any, config: ContainerConfig, container_path: str, source: str
 ) -> str:
     """The target inside the container; creates the mount point for sandbox-relative paths."""
+    _printable(container_path, "Volume container_path")
     if os.path.isabs(container_path):
         target = os.path.normpath(container_path)
         if config.rootfs is None and not os.path.exists(target):
@@ -44,7 +54,13 @@ def mount_target(
             )
         return target
     relative = relative_inside(container_path, "Volume container_path")
-    host_point = os.path.join(config.sandbox, relative)
+    try:
+        # Symlinks the sandbox holds (a task can make them) must not lead the mount point out.
+        host_point = files.inside(config.sandbox, relative, follow=True)
+    except files.OutsideRoot:
+        raise VolumeError(
+            f"Volume container_path '{container_path}' leads outside the sandbox through a symlink"
+        ) from None
     if os.path.isdir(source):
         os.makedirs(host_point, exist_ok=True)
     else:
@@ -52,7 +68,7 @@ def mount_target(
         with open(host_point, "a"):
             pass
     sandbox = flags.sandbox_directory if config.rootfs is not None else config.sandbox
-    return os.path.join(sandbox, relative)
+    return os.path.join(sandbox, os.path.relpath(host_point, os.path.realpath(config.sandbox)))
 
 
 def bind_mount(

@@ -13,6 +13,7 @@ import os
 import pwd
 from typing import Any
 
+from mesilla.common import files
 from mesilla.containerizer.isolator import Isolator
 from mesilla.containerizer.isolators.volume.mount_point import (
     VolumeError,
@@ -83,7 +84,15 @@ class VolumeSandboxPathIsolator(Isolator):
                 raise VolumeError(
                     f"SANDBOX_PATH volume '{spec.path}' has unknown type '{spec.type}': use SELF or PARENT"
                 )
-            source = os.path.join(base, relative_inside(spec.path, "SANDBOX_PATH path"))
+            try:
+                # Followed to the end: what is mounted must lie in the sandbox, whatever links it holds.
+                source = files.inside(
+                    base, relative_inside(spec.path, "SANDBOX_PATH path"), follow=True
+                )
+            except files.OutsideRoot:
+                raise VolumeError(
+                    f"SANDBOX_PATH volume '{spec.path}' leads outside its sandbox through a symlink"
+                ) from None
             if not os.path.isdir(source):
                 os.makedirs(source)
                 if config.user is not None:

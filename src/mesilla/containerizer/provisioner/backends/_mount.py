@@ -1,4 +1,4 @@
-"""mount(2) and umount2(2) through libc: the backends' only privileged calls."""
+"""mount(2) through libc, umount2(2) through `mesilla.common.files`: the backends' only privileged calls."""
 
 from __future__ import annotations
 
@@ -8,12 +8,12 @@ import errno
 import os
 import re
 
+from mesilla.common import files
 from mesilla.containerizer.provisioner.errors import BackendError
 
 MS_RDONLY = 0x1
 MS_REMOUNT = 0x20
 MS_BIND = 0x1000
-MNT_DETACH = 0x2
 # mountinfo writes space, tab, newline and backslash in paths as \ooo (octal).
 _OCTAL_ESCAPE = re.compile(r"\\([0-7]{3})")
 
@@ -38,17 +38,19 @@ def mount(
         )
 
 
-def unmount(target: str) -> None:
-    """Unmount `target`; if it is busy, detach it (it goes once the last user leaves)."""
-    if _libc.umount2(target.encode(), 0) == 0:
-        return
-    code = ctypes.get_errno()
-    if code == errno.EBUSY and _libc.umount2(target.encode(), MNT_DETACH) == 0:
-        return
-    code = ctypes.get_errno() if code == errno.EBUSY else code
-    if code in (errno.EINVAL, errno.ENOENT):  # not a mount point (any more)
-        return
-    raise BackendError(f"Failed to unmount '{target}': {os.strerror(code)}")
+def unmount(root: str, target: str) -> None:
+    """Unmount `target` within `root`; if it is busy, detach it (it goes once the last user leaves)."""
+    try:
+        try:
+            files.unmount(root, target)
+        except OSError as exc:
+            if exc.errno != errno.EBUSY:
+                raise
+            files.unmount(root, target, detach=True)
+    except OSError as exc:
+        if exc.errno in (errno.EINVAL, errno.ENOENT):  # not a mount point (any more)
+            return
+        raise BackendError(f"Failed to unmount '{target}': {os.strerror(exc.errno or 0)}") from None
 
 
 def mount_points_under(path: str) -> list[str]:

@@ -51,13 +51,13 @@ class BindBackend(Backend):
                 None,
             )
         except BackendError:
-            _mount.unmount(rootfs)
+            _mount.unmount(backend_dir, rootfs)
             raise
 
     async def destroy(self, rootfs: str, backend_dir: str) -> None:
         for point in _mount.mount_points_under(rootfs):
-            await asyncio.to_thread(_mount.unmount, point)
-        await asyncio.to_thread(remove, rootfs)
+            await asyncio.to_thread(_mount.unmount, backend_dir, point)
+        await asyncio.to_thread(remove, backend_dir, rootfs)
 
 
 def _first_whiteout(layer: str) -> str | None:

@@ -43,10 +43,10 @@ class CopyBackend(Backend):
                     f"Failed to copy layer '{layer}' into '{rootfs}': {error.decode(errors='replace')}"
                 )
             for marker in markers:
-                await asyncio.to_thread(remove, os.path.join(rootfs, marker))
+                await asyncio.to_thread(remove, rootfs, os.path.join(rootfs, marker))
 
     async def destroy(self, rootfs: str, backend_dir: str) -> None:
-        await asyncio.to_thread(remove, rootfs)
+        await asyncio.to_thread(remove, backend_dir, rootfs)
 
 
 def _prepare(layer: str, rootfs: str) -> list[str]:
@@ -62,5 +62,5 @@ def _prepare(layer: str, rootfs: str) -> list[str]:
             except (FileNotFoundError, NotADirectoryError):
                 continue
             if source_is_dir != target_is_dir:
-                remove(target)
+                remove(rootfs, target)
     return markers

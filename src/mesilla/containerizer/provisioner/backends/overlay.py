@@ -58,7 +58,7 @@ class OverlayBackend(Backend):
                 0,
                 _options(probe, [os.path.join(probe, "lower")]),
             )
-            _mount.unmount(merged)
+            _mount.unmount(probe, merged)
 
     async def provision(self, layers: list[str], rootfs: str, backend_dir: str) -> None:
         # All of it in a thread: directory creation waits for the filesystem's journal,
@@ -67,9 +67,9 @@ class OverlayBackend(Backend):
 
     async def destroy(self, rootfs: str, backend_dir: str) -> None:
         for point in _mount.mount_points_under(rootfs):
-            await asyncio.to_thread(_mount.unmount, point)
-        await asyncio.to_thread(remove, rootfs)
-        await asyncio.to_thread(remove, _scratch(rootfs, backend_dir))
+            await asyncio.to_thread(_mount.unmount, backend_dir, point)
+        await asyncio.to_thread(remove, backend_dir, rootfs)
+        await asyncio.to_thread(remove, backend_dir, _scratch(rootfs, backend_dir))
 
 
 def _build(layers: list[str], rootfs: str, scratch: str) -> None:

@@ -21,6 +21,7 @@ from collections.abc import Callable
 from types import TracebackType
 from typing import IO, Any, Protocol, Self
 
+from mesilla.common import files
 from mesilla.containerizer.provisioner.errors import (
     BlobDigestMismatch,
     ImageNotFound,
@@ -81,7 +82,7 @@ class ArchiveSource:
             out.flush()
             os.fsync(out.fileno())
         if "sha256:" + hasher.hexdigest() != blob.digest:
-            os.unlink(target)
+            files.remove_file(os.path.dirname(target), target)
             raise BlobDigestMismatch(
                 f"Blob '{member}' of image archive '{self.path}' does not match its digest "
                 f"{blob.digest}: the archive is corrupted"

@@ -30,6 +30,7 @@ from urllib.parse import urlsplit
 
 import aiohttp
 
+from mesilla.common import files
 from mesilla.common.blocking import in_thread
 from mesilla.common.files import fsync_directory, is_temporary, write_atomically
 from mesilla.containerizer.provisioner._fs import remove
@@ -89,11 +90,11 @@ class DockerStore:
         """Drop whatever an earlier run left half-done (in `staging/`, temporary files)."""
         staging = os.path.join(self.store_dir, "staging")
         for entry in os.listdir(staging):
-            await asyncio.to_thread(remove, os.path.join(staging, entry))
+            await asyncio.to_thread(remove, staging, os.path.join(staging, entry))
         images = os.path.join(self.store_dir, "images")
         for entry in os.listdir(images):
             if is_temporary(entry):
-                os.unlink(os.path.join(images, entry))
+                files.remove_file(images, entry)
 
     async def close(self) -> None:
         """Stop pulls in progress (their staging is removed) and the HTTP session."""
@@ -157,9 +158,8 @@ class DockerStore:
                     keep_digests.update(image.layers)
                     continue
                 log.info("Pruning image '%s'", image.name)
-                os.unlink(
-                    os.path.join(self.store_dir, "images", _file_name(image.name))
-                )
+                images = os.path.join(self.store_dir, "images")
+                files.remove_file(images, _file_name(image.name))
             layers_dir = os.path.join(self.store_dir, "layers", "sha256")
             for hexdigest in os.listdir(layers_dir):
                 if f"sha256:{hexdigest}" in keep_digests:
@@ -169,10 +169,12 @@ class DockerStore:
                 doomed = tempfile.mkdtemp(
                     prefix="gc-", dir=os.path.join(self.store_dir, "staging")
                 )
-                os.rename(
-                    os.path.join(layers_dir, hexdigest), os.path.join(doomed, "layer")
+                files.replace(
+                    self.store_dir,
+                    os.path.join(layers_dir, hexdigest),
+                    os.path.join(doomed, "layer"),
                 )
-                await asyncio.to_thread(remove, doomed)
+                await asyncio.to_thread(remove, self.store_dir, doomed)
         finally:
             async with self._gate:
                 self._pruning = False
@@ -313,11 +315,11 @@ class DockerStore:
             )
             final = self.layer_path(layer.digest, form)
             os.makedirs(os.path.dirname(final), exist_ok=True)
-            os.rename(extracted, final)
+            files.replace(self.store_dir, extracted, final)
             fsync_directory(os.path.dirname(final))
             log.info("Layer %s of '%s' is in the store", layer.digest, image)
         finally:
-            await asyncio.to_thread(remove, staging)
+            await asyncio.to_thread(remove, self.store_dir, staging)
 
 
 async def _gather_all(awaitables: list[Awaitable[None]]) -> None:

@@ -59,7 +59,7 @@ class _Extractor:
             if name == whiteouts.OPAQUE:
                 whiteouts.make_overlay_opaque(parent)
             elif (hidden := whiteouts.hidden_name(name)) is not None:
-                whiteouts.make_overlay_whiteout(os.path.join(parent, hidden))
+                whiteouts.make_overlay_whiteout(self.dest, os.path.join(parent, hidden))
             return
         self._create(tar, member, path)
 
@@ -98,11 +98,11 @@ class _Extractor:
     def _create(self, tar: tarfile.TarFile, member: tarfile.TarInfo, path: str) -> None:
         if member.isdir():
             if not os.path.isdir(path) or os.path.islink(path):
-                remove(path)
+                remove(self.dest, path)
                 os.mkdir(path, 0o700)
             self.directories.append((path, member))
             return
-        remove(path)
+        remove(self.dest, path)
         if member.isreg():
             source = tar.extractfile(member)
             assert source is not None  # regular members always have content

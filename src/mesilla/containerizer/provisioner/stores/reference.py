@@ -11,6 +11,9 @@ from mesilla.containerizer.provisioner.errors import ImageReferenceError
 _COMPONENT = re.compile(r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*")
 _TAG = re.compile(r"[\w][\w.-]{0,127}")
 DIGEST = re.compile(r"sha256:[0-9a-f]{64}")
+# The registry host of docker's reference grammar (a host name or [IPv6], and a port).
+_LABEL = r"[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?"
+_DOMAIN = re.compile(rf"(?:{_LABEL}(?:\.{_LABEL})*|\[[0-9a-fA-F:]+\])(?::[0-9]+)?")
 DEFAULT_TAG = "latest"
 
 
@@ -53,6 +56,11 @@ def parse(name: str) -> ImageReference:
     registry: str | None = None
     first, slash, remainder = rest.partition("/")
     if slash and ("." in first or ":" in first or first == "localhost"):
+        if not _DOMAIN.fullmatch(first):
+            raise ImageReferenceError(
+                f"Invalid registry '{first}' in docker image name '{name}': expected a host "
+                "name or [IPv6 address], and a port"
+            )
         registry, rest = first, remainder
     tag: str | None = None
     last_slash = rest.rfind("/")

@@ -20,6 +20,7 @@ from urllib.parse import urlsplit
 
 import aiohttp
 
+from mesilla.common import files
 from mesilla.containerizer.provisioner.errors import (
     BlobDigestMismatch,
     ImageNotFound,
@@ -150,7 +151,7 @@ class RegistryClient:
                 ) from exc
         actual = "sha256:" + hasher.hexdigest()
         if actual != blob.digest:
-            os.unlink(target)
+            files.remove_file(os.path.dirname(target), target)
             raise BlobDigestMismatch(
                 f"Blob {blob.digest} of image '{reference}' from {self.registry_url(reference)} "
                 f"has digest {actual}: the registry holds corrupted data"

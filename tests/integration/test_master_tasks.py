@@ -589,3 +589,19 @@ async def test_teardown_reaches_every_agent_even_those_without_its_tasks(master:
         await scheduler.close()
         for each in (agent, other):
             await each.disconnect()
+
+
+async def test_a_task_with_an_id_that_climbs_is_task_error_never_sent(master: MasterServer) -> None:
+    """As Mesos: the ACCEPT is taken and the task is invalid (TASK_ERROR); it never reaches
+    an agent, where its id would become a sandbox's name."""
+    async with aiohttp.ClientSession() as session:
+        agent, scheduler = await agent_and_scheduler(session, master)
+        offer = await scheduler.offer()
+        response = await scheduler.launch(offer, command_task("../../etc", offer["agent_id"]))
+        assert response.status == 202, await response.text()
+        status = await scheduler.update("../../etc")
+        assert status["state"] == "TASK_ERROR" and status["reason"] == "REASON_TASK_INVALID"
+        assert "'task_id' is invalid" in status["message"]
+        await running_task(scheduler, agent, "fine")  # the agent's first event is the next task
+        await scheduler.close()
+        await agent.disconnect()

@@ -112,11 +112,24 @@ _CALL_FIELDS = {
 }
 
 
+def _without_launches(call: sched.Call) -> sched.Call:
+    """The call less the tasks and executors its ACCEPT launches: as in Mesos, their ids
+    are checked with the rest of each task, and an invalid one is the task's TASK_ERROR."""
+    if call.accept is None:
+        return call
+    operations = [
+        msgspec.structs.replace(op, launch=None, launch_group=None) for op in call.accept.operations
+    ]
+    return msgspec.structs.replace(
+        call, accept=msgspec.structs.replace(call.accept, operations=operations)
+    )
+
+
 def validate_call(call: sched.Call) -> str | None:
     """The shape of a scheduler Call: its type's field present, every id valid, framework ids consistent."""
     if call.type is sched.CallType.UNKNOWN:
         return "Expecting 'type' to be present and known"
-    error = validate_ids(call)
+    error = validate_ids(_without_launches(call))
     if error is not None:
         return error
     name = _CALL_FIELDS.get(call.type)
@@ -203,6 +216,9 @@ def _resources(kind: str, resources: list) -> Resources | str:  # type: ignore[t
 
 
 def _validate_executor(executor: ExecutorInfo, ctx: LaunchContext) -> str | None:
+    error = validate_ids(executor)
+    if error is not None:
+        return f"Executor has an invalid id: {error}"
     if (
         executor.framework_id is not None
         and executor.framework_id.value != ctx.framework_id
@@ -253,6 +269,9 @@ class InvalidTask(ValueError):
 
 def _validate_task_basics(task: TaskInfo, ctx: LaunchContext) -> str | Resources:
     """An error, or the task's resources."""
+    error = validate_ids(task)
+    if error is not None:
+        return f"Task has an invalid id: {error}"
     task_id = task.task_id.value
     if task_id in ctx.task_ids or any(task_id in ids for ids in ctx.live_task_ids):
         return f"Task has duplicate ID: {task_id}"

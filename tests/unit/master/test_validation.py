@@ -93,6 +93,18 @@ def test_calls_with_bad_ids(fields: dict[str, Any], where: str) -> None:
     assert error.startswith(f"{where} is invalid:"), error
 
 
+def test_the_ids_of_launched_tasks_are_left_to_each_tasks_validation() -> None:
+    call = {
+        "type": "ACCEPT",
+        "framework_id": {"value": "f"},
+        "accept": {"offer_ids": [{"value": "o"}], "operations": [
+            {"type": "LAUNCH", "launch": {"task_infos": [
+                {"name": "t", "task_id": {"value": "../t"}, "agent_id": {"value": "a"}}]}},
+        ]},
+    }  # fmt: skip
+    assert validate_call(msgspec.convert(call, sched.Call)) is None
+
+
 @pytest.mark.parametrize(
     "role", ["", "/a", "a/", "a//b", "a/./b", "a/..", "a/*", "-a", "a/-b", "a b", "a\tb", "a\x7fb"]
 )
@@ -289,6 +301,13 @@ def test_valid_command_task() -> None:
         ({"max_completion_time": {"nanoseconds": -1}}, {}, "max_completion_time"),
         ({"command": {"shell": True}}, {}, "command.value"),
         ({"container": {"type": "DOCKER"}}, {}, "container.docker"),
+        # Ids of launched tasks are the task's error (TASK_ERROR), as in Mesos, not the call's.
+        ({"task_id": {"value": "../t"}}, {}, "invalid id: 'task_id' is invalid"),
+        (
+            {"command": None, "executor": {"executor_id": {"value": ".."}, "command": {"value": "x"}}},
+            {},
+            "invalid id: 'executor.executor_id' is invalid",
+        ),
     ],
 )
 def test_invalid_tasks(

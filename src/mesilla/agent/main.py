@@ -28,6 +28,7 @@ from mesilla.common.flags import Flag, FlagError, Flags
 from mesilla.common.http import Router, make_app
 from mesilla.containerizer.containerizer import Containerizer
 from mesilla.containerizer.flags import CONTAINERIZER_FLAGS
+from mesilla.network.nested.agent import NESTED_FLAGS, NestedAgent, enabled
 from mesilla.v1.mesos import AgentInfo
 
 log = logging.getLogger(__name__)
@@ -107,6 +108,7 @@ AGENT_FLAGS: list[Flag] = [
     Flag("gc_delay", "How long sandboxes of ended executors are kept.", 7 * 86400.0, "duration"),
     Flag("logging_level", "INFO, WARNING, ERROR or DEBUG.", "INFO"),
     *CONTAINERIZER_FLAGS,
+    *NESTED_FLAGS,
 ]
 
 
@@ -188,6 +190,7 @@ async def run(
     """
     try:
         info = agent_info(flags)
+        nested = NestedAgent(flags) if enabled(flags) else None
     except FlagError as exc:
         # A start-up error, not a crash: the message is all the operator needs.
         raise SystemExit(f"mesilla agent: {exc}") from None
@@ -197,6 +200,9 @@ async def run(
     link_task: asyncio.Task[None] | None = None
     shutdown_on_signal = False
     try:
+        if nested is not None:
+            # Before recovery: the network/cni isolator DELs the orphans it finds through it.
+            await nested.start()
         await recover(agent)
         if flags.recover == "cleanup":
             log.info("Cleanup done; exiting")
@@ -223,3 +229,5 @@ async def run(
         await agent.close()
         await containerizer.close()
         await runner.cleanup()
+        if nested is not None:
+            await nested.close()

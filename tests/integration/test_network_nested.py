@@ -92,9 +92,10 @@ class Site:
         return OvsInstance(str(self.root / "fabric-ovs"))
 
     def start_agent(self, i: int) -> None:
+        started = time.time()
         with entered(self.hosts[i]):
             self.cluster.agents[i].start(*self.extra[i])
-        self.cluster.await_agent_active(i, after=time.time() - 1)
+        self.cluster.await_agent_active(i, after=started)
 
     def stop_everything(self) -> None:
         self.cluster.cleanup()

@@ -13,6 +13,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -87,10 +88,24 @@ class Host:
         left += [f"binding {b}" for b in self.bindings()]
         return left
 
-    def restart_agent(self) -> None:
+    def restart_agent(self, *flags: str) -> None:
+        started = time.time()
         self.cluster.agents[0].stop()
-        self.cluster.agents[0].start(*self.extra)
-        self.cluster.await_agent_active(0)
+        self.cluster.agents[0].start(*self.extra, *flags)
+        self.cluster.await_agent_active(0, after=started)
+
+    def pooled(self) -> set[str]:
+        """Port ids of the pool's ready subports (the agent's pooled bindings)."""
+        directory = self.cluster.agent_dir() / "network/nested"
+        docs = [json.loads(p.read_text()) for p in directory.glob("pool%2F*.json")]
+        return {d["port_id"] for d in docs if d["state"] == "pooled"}
+
+    def await_pooled(self, count: int) -> set[str]:
+        for _ in range(300):
+            if len(pooled := self.pooled()) == count:
+                return pooled
+            time.sleep(0.05)
+        raise AssertionError(f"the pool holds {self.pooled()}, not {count} subports")
 
 
 @pytest.fixture(scope="module")
@@ -235,4 +250,30 @@ def test_a_restarted_agent_releases_what_a_crash_left(host: Host, pod: str) -> N
     assert [p["id"] for p in host.pod_ports()] == [live]
     assert cni("CHECK", host.conf(), pod, container="live")[0] == 0
     assert cni("DEL", host.conf(), pod, container="live")[0] == 0
+    assert host.leftovers() == []
+
+
+def test_a_pool_keeps_ready_subports_that_attach_without_the_service(host: Host, pod: str) -> None:
+    host.restart_agent("--network_nested_pool_size=2")
+    try:
+        rc, result = cni("ADD", host.conf(), pod, container="first")  # the network's first: no pool yet
+        assert rc == 0, result
+        pooled = host.await_pooled(2)
+        assert pooled <= {s["port_id"] for s in host.subports()}
+        with network_namespace("mesilla-pod") as second:
+            rc, result = cni("ADD", host.conf(), f"/run/netns/{second}", container="second")
+            assert rc == 0, result
+            [taken] = [p for p in host.pod_ports() if p["mac_address"] == result["interfaces"][0]["mac"]]
+            assert taken["id"] in pooled  # from the pool ...
+            refilled = host.await_pooled(2)  # ... which fills up again in the background
+            assert taken["id"] not in refilled
+            # Pools are bindings: a restarted agent has the same one.
+            host.restart_agent("--network_nested_pool_size=2")
+            assert host.pooled() == refilled
+            assert cni("DEL", host.conf(), f"/run/netns/{second}", container="second")[0] == 0
+        assert cni("DEL", host.conf(), pod, container="first")[0] == 0
+        assert {s["port_id"] for s in host.subports()} == refilled
+    finally:
+        host.restart_agent()  # no pool: drained
+    assert host.pooled() == set()
     assert host.leftovers() == []

@@ -17,6 +17,13 @@ ID, MTU, addresses with their gateways) and how this host plumbs it (the
 `host` part: backend, bridge, Open vSwitch directory). The same PUT again
 answers the same binding; DELETE removes the subport and deletes the port.
 
+With ``--network_nested_pool_size=N``, every network this host has
+attached a pod to keeps N ready subports (created in one bulk call, added
+to the trunk in one atomic call, refilled in the background after each
+attach), and an attach takes one of them without a call to the service.
+Pooled subports are bindings too (``pool/<network>/<id>``, ``pooled``), so
+pools survive restarts; a restart with a smaller size releases the excess.
+
 Bindings are durable under ``<work_dir>/network/nested/``: one file per
 attachment, written (``pending``) as soon as the port exists and again
 (``attached``) before the answer, so that an agent killed at any point
@@ -33,6 +40,7 @@ import json
 import logging
 import os
 import urllib.parse
+import uuid
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
@@ -49,6 +57,8 @@ log = logging.getLogger(__name__)
 SUBPORT_OWNER = "trunk:subport"
 PENDING = "pending"
 ATTACHED = "attached"
+POOLED = "pooled"
+POOL = "pool"  # the key of a pooled subport: pool/<network>/<id>
 SOCKET_FILE = "nested.sock"
 BINDINGS_DIR = "network/nested"
 OVS_DIR = "network/ovs"
@@ -68,6 +78,10 @@ NESTED_FLAGS: list[Flag] = [
          "vSwitch bridge over the trunk NIC) or 'auto' (vlan where the kernel has 802.1Q).",
          "auto"),
     Flag("network_nested_bridge", "The Open vSwitch bridge of the ovs backend.", "br-trunk"),
+    Flag("network_nested_pool_size",
+         "Ready subports kept per network this host has attached a pod to (0: none), so that a "
+         "pod's network attaches without a call to the network service; refilled in the background.",
+         0, "int"),
     Flag("network_nested_socket",
          "Where the agent answers the mesilla-nested plugin (default: <runtime_dir>/nested.sock)."),
 ]  # fmt: skip
@@ -153,6 +167,8 @@ class NestedAgent:
         self._subnets: dict[str, dict[str, Any]] = {}
         self._mtus: dict[str, int] = {}
         self._runner: web.AppRunner | None = None
+        self.pool_size: int = flags.network_nested_pool_size
+        self._fillers: dict[str, asyncio.Task[None]] = {}
 
     # --- life cycle --------------------------------------------------------------------
 
@@ -174,6 +190,8 @@ class NestedAgent:
         except ServiceError as exc:
             # Pods then fail to attach until the service answers; the agent serves the rest.
             log.warning("Cannot reconcile trunk %s with the network service: %s", self.trunk_id, exc)
+        for network_id in self.pools():
+            self._refill(network_id)  # pools recovered from the bindings, topped up
         app = web.Application()
         route = "/v1/attachments/{container}/{ifname}"
         app.router.add_route("PUT", route, self._handle(self._put))
@@ -190,6 +208,9 @@ class NestedAgent:
     async def close(self) -> None:
         if self._runner is not None:
             await self._runner.cleanup()
+        for filler in self._fillers.values():
+            filler.cancel()
+        await asyncio.gather(*self._fillers.values(), return_exceptions=True)
         await self.service.close()
 
     def host(self) -> dict[str, Any]:
@@ -205,13 +226,20 @@ class NestedAgent:
         return plumbing.from_host(self.host())
 
     async def reconcile(self) -> None:
-        """Releases what a crash left: pending bindings, and subports no binding names."""
+        """Releases what a crash left (pending bindings, subports no binding names) and pooled
+        subports beyond --network_nested_pool_size (0 drains the pools)."""
         bindings = self.bindings()
+        kept: dict[str, int] = {}
         for key, binding in bindings.items():
-            if binding["state"] == PENDING:
-                log.info("Releasing port %s of an attach that never answered (%s)", binding["port_id"], key)
-                await self._release(binding)
-                self._forget(key)
+            if binding["state"] == POOLED:
+                kept[binding["network_id"]] = kept.get(binding["network_id"], 0) + 1
+                if kept[binding["network_id"]] <= self.pool_size:
+                    continue
+            elif binding["state"] != PENDING:
+                continue
+            log.info("Releasing port %s (%s, %s)", binding["port_id"], key, binding["state"])
+            await self._release(binding)
+            self._forget(key)
         known = {b["port_id"] for b in self.bindings().values()}
         subs = await self.service.call("GET", f"v2.0/trunks/{self.trunk_id}/get_subports")
         for sub in subs.get("sub_ports", []):
@@ -273,32 +301,95 @@ class NestedAgent:
                 return binding
             if binding is not None:
                 await self._release(binding)
-            created = await self.service.call("POST", "v2.0/ports", {"port": {
-                "network_id": network_id, "device_owner": SUBPORT_OWNER,
-                "name": f"mesilla-nested:{key}", "device_id": "",
-            }})  # fmt: skip
-            port = created["port"]
-            binding = {"state": PENDING, "container": container, "ifname": ifname,
-                       "network_id": network_id, "port_id": port["id"]}  # fmt: skip
-            self._record(key, binding)
-            try:
-                trunk = await self.service.call("PUT", f"v2.0/trunks/{self.trunk_id}/add_subports", {
-                    "sub_ports": [{"port_id": port["id"], "segmentation_type": "vlan"}],
-                })  # fmt: skip
-                vlan = next(s["segmentation_id"] for s in trunk["sub_ports"] if s["port_id"] == port["id"])
-                binding.update(
-                    state=ATTACHED, segmentation_id=vlan, mac_address=port["mac_address"],
-                    mtu=await self._mtu(network_id),
-                    addresses=[await self._address(f) for f in port["fixed_ips"]],
+            binding = self._take_pooled(network_id, key, container, ifname)
+            if binding is None:
+                [binding] = await self._make_subports(
+                    network_id, [(key, {"container": container, "ifname": ifname})], ATTACHED
                 )
-            except BaseException:
-                await asyncio.shield(self._release(binding))
-                self._forget(key)
-                raise
-            self._record(key, binding)
-            log.info("Attached port %s (VLAN %d, %s) for %s", port["id"], vlan,
+            self._refill(network_id)
+            log.info("Attached port %s (VLAN %d, %s) for %s", binding["port_id"], binding["segmentation_id"],
                      ", ".join(a["address"] for a in binding["addresses"]), key)  # fmt: skip
             return binding
+
+    async def _make_subports(
+        self, network_id: str, wanted: list[tuple[str, dict[str, Any]]], state: str
+    ) -> list[dict[str, Any]]:
+        """Ports on `network_id` (one bulk create), one atomic add to the trunk, a binding
+        recorded under each key: pending as soon as the ports exist, then `state`."""
+        created = await self.service.call("POST", "v2.0/ports", {"ports": [
+            {"network_id": network_id, "device_owner": SUBPORT_OWNER, "name": f"mesilla-nested:{key}"}
+            for key, _ in wanted
+        ]})  # fmt: skip
+        ports = created["ports"]
+        bindings = []
+        for (key, extra), port in zip(wanted, ports, strict=True):
+            binding = {"state": PENDING, **extra, "network_id": network_id, "port_id": port["id"]}
+            self._record(key, binding)
+            bindings.append((key, binding, port))
+        try:
+            trunk = await self.service.call("PUT", f"v2.0/trunks/{self.trunk_id}/add_subports", {
+                "sub_ports": [{"port_id": port["id"], "segmentation_type": "vlan"} for port in ports],
+            })  # fmt: skip
+            vlans = {s["port_id"]: s["segmentation_id"] for s in trunk["sub_ports"]}
+            mtu = await self._mtu(network_id)
+            for _, binding, port in bindings:
+                binding.update(
+                    state=state, segmentation_id=vlans[port["id"]], mac_address=port["mac_address"],
+                    mtu=mtu, addresses=[await self._address(f) for f in port["fixed_ips"]],
+                )  # fmt: skip
+        except BaseException:
+            for key, binding, _ in bindings:
+                await asyncio.shield(self._release(binding))
+                self._forget(key)
+            raise
+        for key, binding, _ in bindings:
+            self._record(key, binding)
+        return [binding for _, binding, _ in bindings]
+
+    # --- port pools ------------------------------------------------------------------------
+
+    def _pooled(self, network_id: str) -> list[str]:
+        prefix = f"{POOL}/{network_id}/"
+        return [k for k, b in self.bindings().items() if k.startswith(prefix) and b["state"] == POOLED]
+
+    def _take_pooled(self, network_id: str, key: str, container: str, ifname: str) -> dict[str, Any] | None:
+        """A ready subport of the network's pool handed to `key`, with no call to the service."""
+        for pool_key in self._pooled(network_id):
+            pooled = self._binding(pool_key)
+            if pooled is None:
+                continue
+            binding = {**pooled, "state": ATTACHED, "container": container, "ifname": ifname}
+            self._record(key, binding)  # the new owner first: a crash in between leaves it named
+            self._forget(pool_key)
+            return binding
+        return None
+
+    def _refill(self, network_id: str) -> None:
+        """Tops the network's pool up to --network_nested_pool_size, in the background."""
+        running = self._fillers.get(network_id)
+        if self.pool_size <= 0 or (running is not None and not running.done()):
+            return
+        self._fillers[network_id] = asyncio.create_task(self._fill(network_id), name=f"pool {network_id}")
+
+    async def _fill(self, network_id: str) -> None:
+        missing = self.pool_size - len(self._pooled(network_id))
+        if missing <= 0:
+            return
+        wanted: list[tuple[str, dict[str, Any]]] = [
+            (f"{POOL}/{network_id}/{uuid.uuid4().hex}", {}) for _ in range(missing)
+        ]
+        try:
+            await self._make_subports(network_id, wanted, POOLED)
+        except ServiceError as exc:
+            log.warning("Cannot fill the pool of network %s: %s", network_id, exc)
+
+    def pools(self) -> dict[str, int]:
+        """Ready subports per network."""
+        counts: dict[str, int] = {}
+        for key, binding in self.bindings().items():
+            if key.startswith(f"{POOL}/") and binding["state"] == POOLED:
+                counts[binding["network_id"]] = counts.get(binding["network_id"], 0) + 1
+        return counts
 
     async def release(self, container: str, ifname: str) -> None:
         key = f"{container}/{ifname}"

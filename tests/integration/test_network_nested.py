@@ -12,32 +12,24 @@ Everything lives in network namespaces the module creates:
 Networks A and B share the CIDR 10.30.0.0/24. Pods are task groups on the
 default executor whose `network_infos` name `nested-a` or `nested-b`, CNI
 networks of type `mesilla-nested`. The test's own thread runs in the fabric's
-namespace; the pods' namespaces are entered by path.
+namespace; the pods' namespaces are entered by path (`mesilla.testing.nested` builds the site).
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
 import shutil
 import signal
 import subprocess
-import sys
 import time
-import uuid
 from collections.abc import AsyncIterator, Iterator
-from contextlib import ExitStack
-from pathlib import Path
-from typing import Any
 
-import openstack
 import pytest
-from pyroute2 import IPRoute
 
 from mesilla.containerizer.launcher.linux import LinuxLauncher
-from mesilla.network.ovs import OvsInstance
-from mesilla.testing.netns import entered, network_namespace, release_namespace_mounts, run_in
-from mesilla.testing.processes import Cluster, http_json
+from mesilla.testing.nested import NestedSite, nested_site
+from mesilla.testing.netns import entered, run_in
+from mesilla.testing.processes import http_json
 from mesilla.testing.scheduler import Framework, Json
 from tests.integration.faults.workload import pod_executor, task, tid
 
@@ -45,152 +37,23 @@ pytestmark = [
     pytest.mark.integration,
     pytest.mark.root,
     pytest.mark.slow,
-    pytest.mark.filterwarnings("ignore::Warning:openstack"),
     pytest.mark.skipif(shutil.which("ovs-vswitchd") is None, reason="needs openvswitch-switch"),
 ]
 
-MASTER_IP = "10.251.0.1"
-AGENT_IPS = ["10.251.0.10", "10.251.0.11"]
-CIDR = "10.30.0.0/24"
 SUBPORT = "trunk:subport"
 KEEP_RUNNING = "while :; do sleep 1; done"
 
 
-class Site:
-    """The module's namespaces, the networks in the service, and the cluster."""
-
-    def __init__(self, root: Path, fabric: str, hosts: list[str]) -> None:
-        self.root = root
-        self.fabric = fabric
-        self.hosts = hosts
-        self.cluster = Cluster(
-            root / "cluster", num_agents=2, master_ip=MASTER_IP, agent_ips=AGENT_IPS,
-            master_flags=["--network_service", "--fabric_bridge=br-fab",
-                          f"--fabric_ovs_dir={root / 'fabric-ovs'}"],
-            agent_flags=[
-                "--launcher=linux", "--isolation=filesystem/linux,posix/cpu,posix/mem,network/cni",
-                "--resources=cpus:8;mem:8192;disk:8192;ports:[31000-32000]",
-                f"--network_cni_plugins_dir=/usr/lib/cni:{Path(sys.executable).parent}",
-                "--network_trunk_nic=eth0", "--executor_reregistration_timeout=10secs",
-            ],
-        )  # fmt: skip
-        self.networks: dict[str, str] = {}  # "a"/"b" -> network id
-        self.trunks: list[str] = []
-        self.extra: list[list[str]] = []  # each agent's own flags
-
-    @property
-    def service_url(self) -> str:
-        return f"{self.cluster.master_url}/network/"
-
-    def sdk(self) -> Any:
-        return openstack.connection.Connection(auth_type="none", network_endpoint_override=self.service_url)
-
-    def ovs(self, i: int) -> OvsInstance:
-        return OvsInstance(str(self.cluster.runtime_dir(i) / "network/ovs"))
-
-    def fabric_ovs(self) -> OvsInstance:
-        return OvsInstance(str(self.root / "fabric-ovs"))
-
-    def start_agent(self, i: int) -> None:
-        started = time.time()
-        with entered(self.hosts[i]):
-            self.cluster.agents[i].start(*self.extra[i])
-        self.cluster.await_agent_active(i, after=started)
-
-    def stop_everything(self) -> None:
-        self.cluster.cleanup()
-        for ovs in (self.ovs(0), self.ovs(1), self.fabric_ovs()):
-            ovs.stop()
-
-
-def _veth(ns_a: str, name_a: str, ns_b: str, name_b: str) -> None:
-    """A veth pair between two namespaces, made under temporary names (eth0 is the host's own)."""
-    temporary = {ns_a: f"nt{uuid.uuid4().hex[:10]}", ns_b: f"nt{uuid.uuid4().hex[:10]}"}
-    with IPRoute() as ipr:
-        ipr.link("add", ifname=temporary[ns_a], kind="veth", peer=temporary[ns_b])
-        for ns in (ns_a, ns_b):
-            ipr.link("set", index=ipr.link_lookup(ifname=temporary[ns])[0], net_ns_fd=ns)
-    for ns, name in ((ns_a, name_a), (ns_b, name_b)):
-        with IPRoute(netns=ns, flags=0) as ipr:
-            ipr.link("set", index=ipr.link_lookup(ifname=temporary[ns])[0], ifname=name)
-
-
-def _wire(fabric: str, hosts: list[str]) -> None:
-    """Trunk NICs to br-fab's ports, management veths to the fabric's bridge."""
-    with IPRoute(netns=fabric, flags=0) as ipr:
-        ipr.link("add", ifname="mgmt0", kind="bridge")
-        bridge = ipr.link_lookup(ifname="mgmt0")[0]
-        ipr.addr("add", index=bridge, address=MASTER_IP, prefixlen=24)
-        ipr.link("set", index=bridge, state="up")
-    for i, host in enumerate(hosts):
-        _veth(host, "eth0", fabric, f"t-h{i}")
-        _veth(host, "mgmt", fabric, f"m-h{i}")
-        with IPRoute(netns=fabric, flags=0) as ipr:
-            for name in (f"t-h{i}", f"m-h{i}"):
-                ipr.link("set", index=ipr.link_lookup(ifname=name)[0], state="up")
-            ipr.link("set", index=ipr.link_lookup(ifname=f"m-h{i}")[0], master=bridge)
-        with IPRoute(netns=host, flags=0) as ipr:
-            mgmt = ipr.link_lookup(ifname="mgmt")[0]
-            ipr.addr("add", index=mgmt, address=AGENT_IPS[i], prefixlen=24)
-            ipr.link("set", index=mgmt, state="up")
-
-
-def _provision(site: Site) -> None:
-    """What an operator does: networks, each host's trunk and token, the CNI configurations."""
-    conn = site.sdk()
-    for name in ("a", "b"):
-        net = conn.network.create_network(name=f"net-{name}", mtu=1450)
-        conn.network.create_subnet(network_id=net.id, cidr=CIDR, ip_version=4, gateway_ip="10.30.0.1")
-        site.networks[name] = net.id
-    infra = conn.network.create_network(name="hosts")
-    conn.network.create_subnet(network_id=infra.id, cidr="10.252.0.0/24", ip_version=4)
-    for i in range(2):
-        parent = conn.network.create_port(network_id=infra.id, name=f"host-{i}", binding_host_id=f"host-{i}",
-                                          binding_profile={"fabric_port": f"t-h{i}"})  # fmt: skip
-        trunk = conn.network.create_trunk(port_id=parent.id, name=f"trunk-{i}")
-        site.trunks.append(trunk.id)
-        token = http_json(f"{site.service_url}v2.0/mesilla/trunk_tokens", {"trunk_id": trunk.id})["token"]
-        token_file = site.root / f"token-{i}"
-        token_file.write_text(token)
-        token_file.chmod(0o600)
-        config_dir = site.root / f"cni-{i}"
-        config_dir.mkdir()
-        socket = site.cluster.runtime_dir(i) / "nested.sock"
-        for name, net_id in site.networks.items():
-            (config_dir / f"nested-{name}.conf").write_text(json.dumps({
-                "cniVersion": "1.0.0", "name": f"nested-{name}", "type": "mesilla-nested",
-                "network_id": net_id, "agent_socket": str(socket),
-            }))  # fmt: skip
-        site.extra.append([
-            f"--network_service_url={site.service_url}", f"--network_trunk_id={trunk.id}",
-            f"--network_trunk_token={token_file}", f"--network_cni_config_dir={config_dir}",
-        ])  # fmt: skip
-
-
 @pytest.fixture(scope="module")
-def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Site]:
+def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NestedSite]:
     if not LinuxLauncher.available():
         pytest.skip("needs conmon and an OCI runtime that runs containers here")
-    root = tmp_path_factory.mktemp("nested")
-    with ExitStack() as stack:
-        fabric = stack.enter_context(network_namespace("mesilla-fab"))
-        hosts = [stack.enter_context(network_namespace(f"mesilla-h{i}")) for i in range(2)]
-        state = Site(root, fabric, hosts)
-        try:
-            _wire(fabric, hosts)
-            with entered(fabric):
-                state.cluster.start_master()
-                _provision(state)
-                for i in range(2):
-                    state.start_agent(i)
-                yield state
-        finally:
-            state.stop_everything()
-            release_namespace_mounts(str(root))
+    with nested_site(tmp_path_factory.mktemp("nested")) as made:
+        yield made
 
 
 @pytest.fixture
-async def framework(site: Site) -> AsyncIterator[Framework]:
+async def framework(site: NestedSite) -> AsyncIterator[Framework]:
     with entered(site.fabric):
         framework = Framework(site.cluster.master_address)
         await framework.subscribe()
@@ -217,7 +80,7 @@ class Pod:
         return tid(self.task)
 
 
-async def offer_of(framework: Framework, site: Site, host: int) -> Json:
+async def offer_of(framework: Framework, site: NestedSite, host: int) -> Json:
     """An offer of agent `host`'s resources (the others are kept for later)."""
     wanted = site.cluster.agent_in_master(host)
     assert wanted is not None
@@ -232,7 +95,7 @@ async def offer_of(framework: Framework, site: Site, host: int) -> Json:
         framework.offers[:0] = aside
 
 
-async def launch(framework: Framework, site: Site, host: int, network: str) -> Pod:
+async def launch(framework: Framework, site: NestedSite, host: int, network: str) -> Pod:
     executor = {**pod_executor(f"pod-{network}{host}"),
                 "container": {"type": "MESOS", "network_infos": [{"name": f"nested-{network}"}]}}  # fmt: skip
     pod = Pod(host, network, executor, task(f"{network}{host}", KEEP_RUNNING))
@@ -245,7 +108,7 @@ async def launch(framework: Framework, site: Site, host: int, network: str) -> P
     return pod
 
 
-def pod_netns(site: Site, pod: Pod) -> str:
+def pod_netns(site: NestedSite, pod: Pod) -> str:
     """The pod's namespace file, bound under its agent's CNI root by the executor's container id."""
     root = site.cluster.runtime_dir(pod.host) / "isolators/network/cni"
     [found] = [p / "ns" for p in root.iterdir()
@@ -253,27 +116,27 @@ def pod_netns(site: Site, pod: Pod) -> str:
     return str(found)
 
 
-def _container_of(site: Site, pod: Pod) -> str:
+def _container_of(site: NestedSite, pod: Pod) -> str:
     for entry in site.cluster.agent_call({"type": "GET_CONTAINERS"}, pod.host)["get_containers"]["containers"]:
         if entry["executor_id"]["value"] == pod.executor["executor_id"]["value"]:
             return str(entry["container_id"]["value"])
     raise AssertionError(f"no container of {pod.executor['executor_id']}")
 
 
-def ping(site: Site, source: Pod, ip: str, *extra: str) -> bool:
+def ping(site: NestedSite, source: Pod, ip: str, *extra: str) -> bool:
     done = run_in(source.netns, "busybox", "ping", "-c", "2", "-W", "2", *extra, ip, check=False)
     return done.returncode == 0
 
 
-def subports(site: Site, i: int) -> list[Json]:
+def subports(site: NestedSite, i: int) -> list[Json]:
     return http_json(f"{site.service_url}v2.0/trunks/{site.trunks[i]}/get_subports")["sub_ports"]
 
 
-def pod_ports(site: Site) -> list[Json]:
+def pod_ports(site: NestedSite) -> list[Json]:
     return http_json(f"{site.service_url}v2.0/ports?device_owner={SUBPORT}")["ports"]
 
 
-def leftovers(site: Site) -> list[str]:
+def leftovers(site: NestedSite) -> list[str]:
     """What a pod's network leaves if it is not released (the cluster's own leftovers too)."""
     left = [f"subport {s['port_id']} of trunk {i}" for i in range(2) for s in subports(site, i)]
     left += [f"port {p['id']} ({p['fixed_ips']})" for p in pod_ports(site)]
@@ -291,7 +154,7 @@ def leftovers(site: Site) -> list[str]:
     return left
 
 
-async def await_released(site: Site) -> None:
+async def await_released(site: NestedSite) -> None:
     for _ in range(300):
         if not leftovers(site):
             return
@@ -302,7 +165,7 @@ async def await_released(site: Site) -> None:
 # --- the test --------------------------------------------------------------------------
 
 
-async def test_pods_on_nested_networks_across_two_hosts(site: Site, framework: Framework) -> None:
+async def test_pods_on_nested_networks_across_two_hosts(site: NestedSite, framework: Framework) -> None:
     # B first on host 1: VLAN 1 carries A on trunk 0 and B on trunk 1.
     a0 = await launch(framework, site, 0, "a")
     b1 = await launch(framework, site, 1, "b")

@@ -33,7 +33,7 @@ from dataclasses import dataclass
 
 from mesilla.common.flags import Flag, Flags
 from mesilla.network.ovs import OvsError, OvsInstance
-from mesilla.network.store import Book, Doc
+from mesilla.network.store import Book
 
 log = logging.getLogger(__name__)
 

@@ -31,7 +31,7 @@ from mesilla.testing.nested import NestedSite, nested_site
 from mesilla.testing.netns import entered, run_in
 from mesilla.testing.processes import http_json
 from mesilla.testing.scheduler import Framework, Json
-from tests.integration.faults.workload import pod_executor, task, tid
+from tests.integration.faults.workload import executor_sandbox, marked_processes, pod_executor, task, tid
 
 pytestmark = [
     pytest.mark.integration,
@@ -41,7 +41,8 @@ pytestmark = [
 ]
 
 SUBPORT = "trunk:subport"
-KEEP_RUNNING = "while :; do sleep 1; done"
+# Until the file `stop` appears in the pod's (the executor's) sandbox.
+UNTIL_STOPPED = "until [ -e ../../stop ]; do sleep 0.2; done"
 
 
 @pytest.fixture(scope="module")
@@ -98,7 +99,7 @@ async def offer_of(framework: Framework, site: NestedSite, host: int) -> Json:
 async def launch(framework: Framework, site: NestedSite, host: int, network: str) -> Pod:
     executor = {**pod_executor(f"pod-{network}{host}"),
                 "container": {"type": "MESOS", "network_infos": [{"name": f"nested-{network}"}]}}  # fmt: skip
-    pod = Pod(host, network, executor, task(f"{network}{host}", KEEP_RUNNING))
+    pod = Pod(host, network, executor, task(f"{network}{host}", f"{UNTIL_STOPPED} # pod {network}{host}"))
     await framework.launch_group(await offer_of(framework, site, host), executor, [pod.task])
     await framework.until_state([pod.task_id], "TASK_RUNNING", 90)
     running = next(u.status for u in framework.updates if u.task_id == pod.task_id and u.state == "TASK_RUNNING")
@@ -239,12 +240,31 @@ async def test_pods_on_nested_networks_across_two_hosts(site: NestedSite, framew
         run_in(a0.netns, "ip", "neigh", "flush", "all")
     assert ping(site, a1, a0.ip)
 
-    # kill -9 of host 1's agent: its pods keep their network; restarted, it releases them.
+    # kill -9 of host 1's agent: its pods keep their network; one ends while it is down,
+    # and the restarted agent releases that one's subport, the other's once it ends.
     site.cluster.agents[1].kill(signal.SIGKILL)
     assert ping(site, a1, a0.ip)
+    assert marked_processes(site.cluster, "# pod b1")
+    stop(site, framework, b1)
+    for _ in range(300):  # b1's task ends while its agent is down
+        if not marked_processes(site.cluster, "# pod b1"):
+            break
+        await asyncio.sleep(0.1)
+    assert not marked_processes(site.cluster, "# pod b1")
     site.start_agent(1)
+    await framework.until_state([b1.task_id], "TASK_FINISHED", 60)
     assert ping(site, a1, a0.ip)
-    for pod in (a0, b1, a1):
-        await framework.kill(pod.task_id)
-    await framework.until_state([a0.task_id, b1.task_id, a1.task_id], "TERMINAL", 60)
+    for _ in range(300):
+        if len(subports(site, 1)) == 1:
+            break
+        await asyncio.sleep(0.1)
+    assert [s["segmentation_id"] for s in subports(site, 1)] == [2]  # a1's; b1's VLAN 1 is free again
+    for pod in (a0, a1):
+        stop(site, framework, pod)
+    await framework.until_state([a0.task_id, a1.task_id], "TASK_FINISHED", 60)
     await await_released(site)
+
+
+def stop(site: NestedSite, framework: Framework, pod: Pod) -> None:
+    fw_id = framework.framework_id["value"]  # type: ignore[index]
+    (executor_sandbox(site.cluster, fw_id, pod.executor["executor_id"]["value"], pod.host) / "stop").touch()

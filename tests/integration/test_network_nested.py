@@ -37,7 +37,8 @@ pytestmark = [
     pytest.mark.integration,
     pytest.mark.root,
     pytest.mark.slow,
-    pytest.mark.skipif(shutil.which("ovs-vswitchd") is None, reason="needs openvswitch-switch"),
+    pytest.mark.skipif(shutil.which("ovs-vswitchd") is None or shutil.which("tcpdump") is None,
+                       reason="needs openvswitch-switch and tcpdump"),
 ]
 
 SUBPORT = "trunk:subport"

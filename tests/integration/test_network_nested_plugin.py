@@ -24,7 +24,7 @@ from pyroute2 import IPRoute
 
 from mesilla.network.ovs import OvsInstance
 from mesilla.testing.netns import entered, network_namespace, run_in
-from mesilla.testing.processes import Cluster, http_json
+from mesilla.testing.processes import Cluster, Daemon, http_json
 
 pytestmark = [
     pytest.mark.integration,
@@ -277,3 +277,18 @@ def test_a_pool_keeps_ready_subports_that_attach_without_the_service(host: Host,
         host.restart_agent()  # no pool: drained
     assert host.pooled() == set()
     assert host.leftovers() == []
+
+
+def test_an_agent_without_its_trunk_nic_refuses_to_start(host: Host, tmp_path: Path) -> None:
+    agent = Daemon("agent", [
+        "--ip=127.0.0.1", "--port=0", f"--master={host.cluster.master_address}", f"--work_dir={tmp_path / 'w'}",
+        f"--runtime_dir={tmp_path / 'r'}", *host.extra, "--network_trunk_nic=nosuchnic0",
+    ], tmp_path / "agent.log")  # fmt: skip
+    agent.start()
+    try:
+        assert agent.wait_exit(60) != 0
+    finally:
+        agent.stop()
+    log = agent.log_tail()
+    assert "Nested networking cannot start on --network_trunk_nic=nosuchnic0" in log, log
+    assert "Traceback" not in log

@@ -202,7 +202,10 @@ async def run(
     try:
         if nested is not None:
             # Before recovery: the network/cni isolator DELs the orphans it finds through it.
-            await nested.start()
+            try:
+                await nested.start()
+            except FlagError as exc:
+                raise SystemExit(f"mesilla agent: {exc}") from None
         await recover(agent)
         if flags.recover == "cleanup":
             log.info("Cleanup done; exiting")

@@ -48,6 +48,7 @@ import aiohttp
 from aiohttp import web
 
 from mesilla.common.flags import Flag, FlagError, Flags
+from mesilla.network.ovs import OvsError
 
 if TYPE_CHECKING:
     from mesilla.network.nested.plumbing import Plumbing
@@ -177,12 +178,13 @@ class NestedAgent:
         from mesilla.network.nested import plumbing  # pyroute2 takes 0.3 s to import: not for every agent
 
         os.makedirs(self.directory, exist_ok=True)
-        vlan = await asyncio.to_thread(plumbing.probe_vlan, self.trunk_nic)
         try:
+            vlan = await asyncio.to_thread(plumbing.probe_vlan, self.trunk_nic)
             self.backend = plumbing.choose(self.backend_flag, vlan)
-        except ValueError as exc:
-            raise FlagError(f"--network_nested_backend: {exc}") from None
-        await asyncio.to_thread(self.plumbing().setup_host, self.trunk_nic)
+            await asyncio.to_thread(self.plumbing().setup_host, self.trunk_nic)
+        except (ValueError, plumbing.PlumbingError, OvsError) as exc:
+            raise FlagError(f"Nested networking cannot start on --network_trunk_nic={self.trunk_nic} "
+                            f"(--network_nested_backend={self.backend_flag}): {exc}") from None  # fmt: skip
         log.info("Nested networking on trunk %s through %s (%s backend)", self.trunk_id,
                  self.trunk_nic, self.backend)  # fmt: skip
         try:
@@ -238,15 +240,24 @@ class NestedAgent:
             elif binding["state"] != PENDING:
                 continue
             log.info("Releasing port %s (%s, %s)", binding["port_id"], key, binding["state"])
-            await self._release(binding)
-            self._forget(key)
+            if await self._release_logged(binding):
+                self._forget(key)
         known = {b["port_id"] for b in self.bindings().values()}
         subs = await self.service.call("GET", f"v2.0/trunks/{self.trunk_id}/get_subports")
         for sub in subs.get("sub_ports", []):
             if sub["port_id"] not in known:
                 log.info("Releasing subport %s (VLAN %s) that no binding names",
                          sub["port_id"], sub["segmentation_id"])  # fmt: skip
-                await self._release({"port_id": sub["port_id"], "state": ATTACHED})
+                await self._release_logged({"port_id": sub["port_id"], "state": ATTACHED})
+
+    async def _release_logged(self, binding: dict[str, Any]) -> bool:
+        """`_release`, a refusal logged rather than raised (the next start tries again)."""
+        try:
+            await self._release(binding)
+        except ServiceError as exc:
+            log.warning("Cannot release port %s: %s", binding["port_id"], exc)
+            return False
+        return True
 
     # --- the bindings --------------------------------------------------------------------
 

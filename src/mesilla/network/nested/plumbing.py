@@ -13,9 +13,9 @@ the subnet's gateway. They differ in what carries the VLAN ID:
 * `ovs`: for kernels without 802.1Q (this one): a veth whose host end is an
   access port of the host's Open vSwitch bridge tagged with the VLAN ID; the
   bridge's uplink is the trunk NIC in trunk mode, so that the frames on the
-  trunk are real 802.1Q all the same. The pod end's TX checksum offload is
-  turned off: the userspace datapath forwards the partial checksums a veth
-  leaves to its peer, which the receiver then drops (TCP fails, ICMP not).
+  trunk are real 802.1Q all the same. The pods keep their offloads: the
+  switch runs with userspace TSO, which handles the partial checksums veths
+  leave (`mesilla.network.ovs`).
 
 `probe_vlan` tells the two apart: the kernel answers EOPNOTSUPP to a
 ``kind=vlan`` create where 802.1Q is missing. Every netlink operation goes
@@ -25,13 +25,10 @@ through pyroute2.
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import errno
-import fcntl
 import ipaddress
 import os
 import socket
-import struct
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -45,11 +42,6 @@ from mesilla.network.ovs import OvsInstance
 OVS = "ovs"
 VLAN = "vlan"
 BACKENDS = (OVS, VLAN)
-
-_libc = ctypes.CDLL(None, use_errno=True)
-_CLONE_NEWNET = 0x40000000
-_SIOCETHTOOL = 0x8946
-_ETHTOOL_STXCSUM = 0x17
 
 
 class PlumbingError(RuntimeError):
@@ -124,7 +116,7 @@ def _link_attr(ipr: IPRoute, index: int, name: str) -> Any:
     return ipr.link("get", index=index)[0].get(name)
 
 
-def _configure_pod_end(netns: str, temporary: str, ifname: str, vif: Vif, tx_checksum: bool) -> str:
+def _configure_pod_end(netns: str, temporary: str, ifname: str, vif: Vif) -> str:
     """Renames the moved interface and gives it the port's L2 and L3; returns its MAC."""
     with _namespace(netns) as ipr:
         index = _index(ipr, temporary)
@@ -140,32 +132,7 @@ def _configure_pod_end(netns: str, temporary: str, ifname: str, vif: Vif, tx_che
                 family = socket.AF_INET6 if addr.interface.version == 6 else socket.AF_INET
                 dst = "::/0" if family == socket.AF_INET6 else "0.0.0.0/0"
                 ipr.route("replace", dst=dst, gateway=addr.gateway, oif=index, family=family)
-    if not tx_checksum:
-        _disable_tx_checksum(netns, ifname)
     return vif.mac_address
-
-
-def _disable_tx_checksum(netns: str, ifname: str) -> None:
-    """`ethtool -K <ifname> tx off` in `netns` (ETHTOOL_STXCSUM on a socket made there)."""
-    own = os.open("/proc/thread-self/ns/net", os.O_RDONLY)
-    target = _ns_fd(netns)
-    try:
-        if _libc.setns(target, _CLONE_NEWNET) != 0:
-            raise PlumbingError(f"setns into {netns}: {os.strerror(ctypes.get_errno())}")
-        try:
-            sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-        finally:
-            _libc.setns(own, _CLONE_NEWNET)
-    finally:
-        os.close(target)
-        os.close(own)
-    with sock:
-        value = ctypes.create_string_buffer(struct.pack("II", _ETHTOOL_STXCSUM, 0))
-        request = struct.pack("16sP", ifname.encode(), ctypes.addressof(value)).ljust(40, b"\0")
-        try:
-            fcntl.ioctl(sock.fileno(), _SIOCETHTOOL, request)
-        except OSError as exc:
-            raise PlumbingError(f"Cannot turn TX checksum offload off on {ifname}: {exc}") from None
 
 
 def pod_end_ready(netns: str, ifname: str, vif: Vif) -> bool:
@@ -230,7 +197,7 @@ class OvsPlumbing:
         finally:
             os.close(target)
         self.ovs.add_port(self.bridge, host, f"tag={vif.segmentation_id}")
-        return _configure_pod_end(netns, temporary, ifname, vif, tx_checksum=False)
+        return _configure_pod_end(netns, temporary, ifname, vif)
 
     def unplug(self, port_id: str, netns: str | None, ifname: str, mac: str | None) -> None:
         host = host_name(port_id)
@@ -287,7 +254,7 @@ class VlanPlumbing:
             ) from None
         finally:
             os.close(target)
-        return _configure_pod_end(netns, temporary, ifname, vif, tx_checksum=True)
+        return _configure_pod_end(netns, temporary, ifname, vif)
 
     def _clear_stale(self, vlan_id: int) -> bool:
         """Deletes a sub-interface of the trunk NIC with `vlan_id` left in a pod namespace."""

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
+from mesilla.common.flags import FlagError
 from mesilla.network.nested import plugin, plumbing
 
 BINDING = {
@@ -62,3 +64,29 @@ def test_configurations_are_checked() -> None:
         with pytest.raises(plugin.CniFailure) as failure:
             plugin._config(bad)
         assert failure.value.code == code
+
+
+def test_the_vlan_backend_is_told_where_stale_sub_interfaces_may_be(tmp_path: Path) -> None:
+    from mesilla.agent.main import AGENT_FLAGS
+    from mesilla.common.flags import parse
+    from mesilla.network.nested.agent import NestedAgent, enabled
+
+    (tmp_path / "token").write_text("mesilla-trunk-x\n")
+    flags = parse(AGENT_FLAGS, [
+        "--master=127.0.0.1:5050", f"--work_dir={tmp_path / 'work'}", f"--runtime_dir={tmp_path / 'run'}",
+        "--network_service_url=http://127.0.0.1:9696/", "--network_trunk_id=t1",
+        f"--network_trunk_token={tmp_path / 'token'}", "--network_trunk_nic=ens3",
+    ])  # fmt: skip
+    assert enabled(flags)
+    agent = NestedAgent(flags)
+    for pod in ("c1", "c2.child"):
+        (tmp_path / "run/isolators/network/cni" / pod).mkdir(parents=True)
+        (tmp_path / "run/isolators/network/cni" / pod / "ns").touch()
+    agent.backend = "vlan"
+    assert agent.host() == {"backend": "vlan", "trunk_nic": "ens3", "namespaces": [
+        str(tmp_path / "run/isolators/network/cni/c1/ns"), str(tmp_path / "run/isolators/network/cni/c2.child/ns"),
+    ]}  # fmt: skip
+    agent.backend = "ovs"
+    assert agent.host()["ovs_dir"] == str(tmp_path / "run/network/ovs")
+    with pytest.raises(FlagError, match="together"):
+        enabled(parse(AGENT_FLAGS, ["--master=m:1", "--work_dir=/w", "--network_trunk_id=t1"]))

@@ -41,6 +41,7 @@ import logging
 import os
 import urllib.parse
 import uuid
+from pathlib import Path
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
@@ -48,6 +49,7 @@ import aiohttp
 from aiohttp import web
 
 from mesilla.common.flags import Flag, FlagError, Flags
+from mesilla.containerizer.isolators.network.cni import CNI_DIR, NS_FILE
 from mesilla.network.ovs import OvsError
 
 if TYPE_CHECKING:
@@ -162,6 +164,7 @@ class NestedAgent:
         self.trunk_nic: str = flags.network_trunk_nic
         self.bridge: str = flags.network_nested_bridge
         self.ovs_dir = os.path.join(flags.runtime_dir, OVS_DIR)
+        self.cni_roots = [os.path.join(base, CNI_DIR) for base in (flags.runtime_dir, flags.work_dir)]
         self.backend_flag: str = flags.network_nested_backend
         self.backend = ""
         self._locks: dict[str, asyncio.Lock] = {}
@@ -220,6 +223,11 @@ class NestedAgent:
         doc: dict[str, Any] = {"backend": self.backend, "trunk_nic": self.trunk_nic}
         if self.backend == "ovs":
             doc.update(bridge=self.bridge, ovs_dir=self.ovs_dir)
+        else:
+            # Where a sub-interface holding a VLAN ID may outlive its pod: the pods' namespaces.
+            doc["namespaces"] = sorted(
+                str(p) for root in self.cni_roots for p in Path(root).glob(f"*/{NS_FILE}")
+            )
         return doc
 
     def plumbing(self) -> Plumbing:

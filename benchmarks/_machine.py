@@ -194,9 +194,16 @@ def uptime_seconds() -> float:
 
 
 def interrupt_on_sigterm() -> None:
-    """SIGTERM unwinds like Ctrl-C, so that the benchmarks' cleanup runs for both."""
+    """SIGTERM unwinds like Ctrl-C, so that the benchmarks' cleanup runs for both.
+
+    Only in this process: a forked child (pyroute2 forks one to open a socket in
+    another network namespace, and ends it with SIGTERM) must not run our cleanup.
+    """
+    benchmark = os.getpid()
 
     def handler(signum: int, frame: FrameType | None) -> None:
+        if os.getpid() != benchmark:
+            os._exit(128 + signum)
         raise KeyboardInterrupt(f"signal {signum}")
 
     signal.signal(signal.SIGTERM, handler)

@@ -7,8 +7,9 @@ cd "$(dirname "$0")/.."
 
 # runc/crun: OCI runtimes for the linux launcher; conmon: its per-container monitor; tini: pid 1 of containers; busybox-static: test images;
 # docker-registry: the registry image tests pull from; iproute2: network
-# namespaces; gcc + python3-dev: pymesos's http-parser builds from source.
-APT_PACKAGES=(runc crun conmon tini busybox-static docker-registry iproute2 gcc python3-dev python3-venv procps containernetworking-plugins iptables)
+# namespaces; gcc + python3-dev: pymesos's http-parser builds from source;
+# openvswitch-switch: the nested networks' switches (Mesilla starts its own daemons); tcpdump: their tests' captures.
+APT_PACKAGES=(runc crun conmon tini busybox-static docker-registry iproute2 gcc python3-dev python3-venv procps containernetworking-plugins iptables openvswitch-switch tcpdump)
 missing=()
 for pkg in "${APT_PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")

@@ -327,7 +327,7 @@ def test_a_killed_service_restarts_with_everything(service: Service) -> None:
 def test_trunk_tokens_manage_their_trunk_only(service: Service) -> None:
     admin = service.sdk()
     net = admin.network.create_network(name="scoped")
-    admin.network.create_subnet(network_id=net.id, cidr="10.50.0.0/24", ip_version=4)
+    subnet = admin.network.create_subnet(network_id=net.id, cidr="10.50.0.0/24", ip_version=4)
     mine = admin.network.create_trunk(port_id=admin.network.create_port(network_id=net.id).id)
     theirs = admin.network.create_trunk(port_id=admin.network.create_port(network_id=net.id).id)
     vm_port = admin.network.create_port(network_id=net.id, device_owner="compute:nova")
@@ -344,8 +344,13 @@ def test_trunk_tokens_manage_their_trunk_only(service: Service) -> None:
     agent.network.delete_trunk_subports(mine.id, [{"port_id": port.id}])
     pooled = list(agent.network.create_ports([{"network_id": net.id, "device_owner": SUBPORT}] * 2))
     agent.network.delete_port(port)
+    # What it needs to plumb a pod: the network's MTU, the subnet's prefix and gateway.
+    assert agent.network.get_network(net.id).mtu == 1500
+    assert agent.network.get_subnet(subnet.id).gateway_ip == "10.50.0.1"
 
     refused = [
+        lambda: list(agent.network.subnets()),
+        lambda: list(agent.network.networks()),
         lambda: agent.network.get_trunk_subports(theirs.id),
         lambda: agent.network.add_trunk_subports(theirs.id, [{"port_id": pooled[0].id}]),
         lambda: agent.network.add_trunk_subports(mine.id, [{"port_id": vm_port.id}]),

@@ -29,6 +29,7 @@ from mesilla.common.flags import Flag, FlagError, Flags
 from mesilla.common.http import Router, make_app
 from mesilla.containerizer.containerizer import Containerizer
 from mesilla.containerizer.flags import CONTAINERIZER_FLAGS
+from mesilla.network.nested.agent import NESTED_FLAGS, NestedAgent, enabled
 from mesilla.v1.mesos import AgentInfo
 
 log = logging.getLogger(__name__)
@@ -108,6 +109,7 @@ AGENT_FLAGS: list[Flag] = [
     Flag("gc_delay", "How long sandboxes of ended executors are kept.", 7 * 86400.0, "duration"),
     Flag("logging_level", "INFO, WARNING, ERROR or DEBUG.", "INFO"),
     *CONTAINERIZER_FLAGS,
+    *NESTED_FLAGS,
 ]
 
 
@@ -190,6 +192,7 @@ async def run(
     """
     try:
         info = agent_info(flags)
+        nested = NestedAgent(flags) if enabled(flags) else None
     except FlagError as exc:
         # A start-up error, not a crash: the message is all the operator needs.
         raise SystemExit(f"mesilla agent: {exc}") from None
@@ -199,6 +202,12 @@ async def run(
     link_task: asyncio.Task[None] | None = None
     shutdown_on_signal = False
     try:
+        if nested is not None:
+            # Before recovery: the network/cni isolator DELs the orphans it finds through it.
+            try:
+                await nested.start()
+            except FlagError as exc:
+                raise SystemExit(f"mesilla agent: {exc}") from None
         await recover(agent)
         if flags.recover == "cleanup":
             log.info("Cleanup done; exiting")
@@ -225,3 +234,5 @@ async def run(
         await agent.close()
         await containerizer.close()
         await runner.cleanup()
+        if nested is not None:
+            await nested.close()

@@ -21,6 +21,8 @@ from mesilla.master.registry import (
     RegistryError,
     SqliteRegistry,
 )
+from mesilla.network.fabric import FABRIC_FLAGS, start_fabric
+from mesilla.network.ovs import OvsError
 from mesilla.network.service import NetworkService
 from mesilla.network.store import BookError
 
@@ -87,6 +89,7 @@ MASTER_FLAGS: list[Flag] = [
         False,
         "bool",
     ),
+    *FABRIC_FLAGS,
     Flag("quiet", "Disable logging to stderr.", False, "bool"),
     Flag("logging_level", "Log level: INFO, WARNING or ERROR.", "INFO"),
 ]
@@ -148,7 +151,13 @@ async def serve(flags: Flags) -> AsyncIterator[MasterServer]:
         network.install(router)
     runner = web.AppRunner(make_app(router), access_log=None, shutdown_timeout=1.0)
     await runner.setup()
+    fabric = None
     try:
+        if network is not None:
+            try:
+                fabric = await start_fabric(flags, network.book)
+            except OvsError as exc:
+                raise MasterStartError(f"The fabric cannot start: {exc}") from None
         port = await listen(runner, flags.ip, flags.port, MasterStartError)
         advertised = flags.get("advertise_ip") or flags.ip
         if advertised == "0.0.0.0":
@@ -163,6 +172,8 @@ async def serve(flags: Flags) -> AsyncIterator[MasterServer]:
     finally:
         await master.stop()
         await runner.cleanup()
+        if fabric is not None:
+            await fabric.close()
         if network is not None:
             await network.close()
 

@@ -12,7 +12,10 @@ and hands it to the agent of the host that trunk serves. A request whose
 * ``POST /v2.0/ports`` (one or bulk) where every port has ``device_owner``
   ``trunk:subport``;
 * ``DELETE /v2.0/ports/<id>`` of a ``trunk:subport`` port attached to no
-  trunk or to its own (the book refuses the latter with 409 until removed).
+  trunk or to its own (the book refuses the latter with 409 until removed);
+* ``GET /v2.0/networks/<id>`` and ``GET /v2.0/subnets/<id>`` (one, by id: what
+  an agent needs to plumb a pod, the MTU, prefix length and gateway of the
+  port it got; lists stay an admin's).
 
 Anything else answers 403 ``HTTPForbidden``, and so does any request with a
 trunk token that is unknown or was revoked (deleting a trunk revokes its
@@ -81,6 +84,8 @@ def check(principal: Principal, method: str, segments: list[str], body: Any, boo
     own = principal.trunk_id
     allowed = False
     match segments:
+        case ["v2.0", "networks" | "subnets", _] if method == "GET":
+            allowed = True
         case ["v2.0", "trunks", trunk_id, "get_subports"] if method == "GET":
             allowed = trunk_id == own
         case ["v2.0", "trunks", trunk_id, "remove_subports"] if method == "PUT":

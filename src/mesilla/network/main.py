@@ -14,6 +14,8 @@ from aiohttp import web
 
 from mesilla.common.flags import Flag, Flags
 from mesilla.common.http import listen
+from mesilla.network.fabric import FABRIC_FLAGS, start_fabric
+from mesilla.network.ovs import OvsError
 from mesilla.network.service import NetworkService
 from mesilla.network.store import BookError
 
@@ -24,6 +26,7 @@ NETWORK_FLAGS: list[Flag] = [
     Flag("port", "Port to listen on (0 picks a free one).", 9696, "int"),
     Flag("work_dir", "Where the network book (network.db) lives.", required=True),
     Flag("logging_level", "Log level: INFO, WARNING or ERROR.", "INFO"),
+    *FABRIC_FLAGS,
 ]
 
 
@@ -39,13 +42,20 @@ async def serve(flags: Flags) -> AsyncIterator[int]:
     except BookError as exc:
         raise NetworkStartError(str(exc)) from None
     runner = web.AppRunner(service.app(), access_log=None, shutdown_timeout=1.0)
+    fabric = None
     try:
+        try:
+            fabric = await start_fabric(flags, service.book)
+        except OvsError as exc:
+            raise NetworkStartError(f"The fabric cannot start: {exc}") from None
         await runner.setup()
         port = await listen(runner, flags.ip, flags.port, NetworkStartError)
         log.info("network service listening on http://%s:%d/", flags.ip, port)
         yield port
     finally:
         await runner.cleanup()
+        if fabric is not None:
+            await fabric.close()
         await service.close()
 
 

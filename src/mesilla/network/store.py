@@ -114,6 +114,8 @@ class Book:
         self._trunk_of_subport: dict[str, str] = {}
         self._macs: dict[tuple[str, str], str] = {}  # (network, mac) -> port
         self._lock = asyncio.Lock()
+        #: Called after every change is applied (the fabric re-computes its flows).
+        self.listeners: list[Callable[[], None]] = []
 
     @classmethod
     async def open(cls, db: Database) -> Book:
@@ -200,6 +202,8 @@ class Book:
             else:
                 self._index(table, doc)
                 self.tables[table][key] = doc
+        for listener in self.listeners:
+            listener()
 
     async def _mutate(self, plan: Callable[[], tuple[Change, T]]) -> T:
         """Runs `plan` (which raises a NeutronError to refuse) and commits what it planned."""

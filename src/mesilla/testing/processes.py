@@ -175,8 +175,14 @@ class Cluster:
         num_agents: int = 1,
         master_flags: list[str] | None = None,
         agent_flags: list[str] | None = None,
+        master_ip: str = "127.0.0.1",
+        agent_ips: list[str] | None = None,
     ) -> None:
+        """`master_ip` and `agent_ips` (one per agent) are where each listens, for agents
+        started in network namespaces of their own (default: all on 127.0.0.1)."""
         self.root = root
+        self.master_ip = master_ip
+        self.agent_ips = agent_ips or ["127.0.0.1"] * num_agents
         self.cgroups_root = f"mesilla-faults-{uuid.uuid4().hex[:8]}"
         root.mkdir(parents=True, exist_ok=True)
         # Beside `root`, so that the logs outlive `cleanup` for a post-mortem.
@@ -184,7 +190,7 @@ class Cluster:
         self.log_dir.mkdir(parents=True, exist_ok=True)
         self.master_port = free_port()
         self.master = Daemon("master", [
-            "--ip=127.0.0.1", f"--port={self.master_port}", f"--work_dir={root / 'master'}",
+            f"--ip={master_ip}", f"--port={self.master_port}", f"--work_dir={root / 'master'}",
             "--allocation_interval=50ms", *(master_flags or []),
         ], self.log_dir / "master.log")  # fmt: skip
         self.agents: list[Daemon] = []
@@ -193,7 +199,7 @@ class Cluster:
             port = free_port()
             self.agent_ports.append(port)
             self.agents.append(Daemon("agent", [
-                "--ip=127.0.0.1", f"--port={port}", f"--master=127.0.0.1:{self.master_port}",
+                f"--ip={self.agent_ips[i]}", f"--port={port}", f"--master={self.master_address}",
                 f"--work_dir={self.agent_dir(i)}", f"--runtime_dir={self.runtime_dir(i)}",
                 f"--cgroups_root={self.cgroups_root}", f"--docker_store_dir={root / f'store-{i}'}",
                 "--registration_backoff_factor=100ms", *(agent_flags or []),
@@ -203,14 +209,14 @@ class Cluster:
 
     @property
     def master_url(self) -> str:
-        return f"http://127.0.0.1:{self.master_port}"
+        return f"http://{self.master_address}"
 
     @property
     def master_address(self) -> str:
-        return f"127.0.0.1:{self.master_port}"
+        return f"{self.master_ip}:{self.master_port}"
 
     def agent_url(self, i: int = 0) -> str:
-        return f"http://127.0.0.1:{self.agent_ports[i]}"
+        return f"http://{self.agent_ips[i]}:{self.agent_ports[i]}"
 
     def agent_dir(self, i: int = 0) -> Path:
         return self.root / f"agent-{i}"

@@ -28,6 +28,8 @@ import subprocess
 import time
 from collections.abc import Iterable
 
+from mesilla.common import files
+
 SCHEMA = "/usr/share/openvswitch/vswitch.ovsschema"
 DAEMONS = ("ovs-vswitchd", "ovsdb-server")
 START_TIMEOUT = 10.0
@@ -92,7 +94,7 @@ class OvsInstance:
         os.makedirs(self.directory, exist_ok=True)
         conf = self._path("conf.db")
         with contextlib.suppress(FileNotFoundError):
-            os.unlink(conf)  # the switch's state is rebuilt by its owner: start empty
+            files.remove_file(self.directory, conf)  # its owner rebuilds the switch: start empty
         self._run(["ovsdb-tool", "create", conf, SCHEMA])
         self._run(["ovsdb-server", conf, f"--remote=p{self.db}", "--detach", "--no-chdir",
                    f"--pidfile={self._path('ovsdb-server.pid')}",

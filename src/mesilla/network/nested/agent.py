@@ -48,6 +48,7 @@ from typing import TYPE_CHECKING, Any
 import aiohttp
 from aiohttp import web
 
+from mesilla.common import files
 from mesilla.common.flags import Flag, FlagError, Flags
 from mesilla.containerizer.isolators.network.cni import CNI_DIR, NS_FILE
 from mesilla.network.ovs import OvsError
@@ -206,7 +207,7 @@ class NestedAgent:
         await self._runner.setup()
         os.makedirs(os.path.dirname(self.socket), exist_ok=True)
         with contextlib.suppress(FileNotFoundError):
-            os.unlink(self.socket)  # an earlier agent's
+            files.remove_file(os.path.dirname(self.socket), self.socket)  # an earlier agent's
         await web.UnixSite(self._runner, self.socket).start()
         os.chmod(self.socket, 0o600)  # the plugin runs as the agent's user (root)
 
@@ -283,22 +284,11 @@ class NestedAgent:
         return found
 
     def _record(self, key: str, binding: dict[str, Any]) -> None:
-        path = self._file(key)
-        temporary = path + ".tmp"
-        with open(temporary, "w") as f:
-            json.dump(binding, f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(temporary, path)
-        fd = os.open(self.directory, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+        files.write_atomically(self._file(key), json.dumps(binding).encode())
 
     def _forget(self, key: str) -> None:
         with contextlib.suppress(FileNotFoundError):
-            os.unlink(self._file(key))
+            files.remove_file(self.directory, self._file(key))
 
     def _binding(self, key: str) -> dict[str, Any] | None:
         try:

@@ -57,6 +57,7 @@ from mesilla.common.blocking import in_thread
 from mesilla.common.durations import format_duration
 from mesilla.common.files import remove_file
 from mesilla.common.flags import Flags
+from mesilla.common.http import Router
 from mesilla.containerizer.types import ContainerTermination
 from mesilla.v1 import executor as ev
 from mesilla.v1 import internal
@@ -121,6 +122,7 @@ class Agent:
         self.start_time = time.time()
         self.recovery_time: float | None = None
         self.endpoint = f"{flags.ip}:{flags.port}"
+        self.router: Router | None = None  # the HTTP endpoints, once served
         # Set by whoever owns the connection to the master (`MasterLink`).
         self.send_to_master: Callable[[internal.AgentCall], None] = lambda call: None
         self.status_updates = StatusUpdateManager(

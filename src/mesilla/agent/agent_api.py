@@ -477,7 +477,7 @@ def install(router: Router, agent: Agent, files: files_mod.Files) -> AgentApi:
     async def metrics_snapshot(request: web.Request) -> web.StreamResponse:
         return jsonp_response(request, metrics(agent))
 
-    router.add("/api/v1", v1, methods=("POST",), realm="mesos-agent-readonly")
+    router.add("/api/v1", v1, methods=("POST",), realm="mesos-agent-readwrite")
     router.add("/state", state, methods=("GET",), realm="mesos-agent-readonly")
     router.add("/state.json", state, methods=("GET",), realm="mesos-agent-readonly")
     router.add("/health", health, methods=("GET",))

@@ -22,6 +22,7 @@ from typing import Any
 import aiohttp
 
 from mesilla.common import recordio
+from mesilla.common.authentication import basic_authorization
 from mesilla.common.errors import BadRequest
 from mesilla.common.validation import validate_ids
 from mesilla.v1 import codec
@@ -34,8 +35,16 @@ REGISTER_RETRY_INTERVAL_MAX = 60.0
 
 
 class MasterLink:
-    def __init__(self, agent: Any, master: str, backoff_factor: float) -> None:
+    def __init__(
+        self,
+        agent: Any,
+        master: str,
+        backoff_factor: float,
+        credential: tuple[str, str] | None = None,
+    ) -> None:
         self.agent = agent
+        # --credential: sent on every call, for a master with --authenticate_agents.
+        self._headers = {} if credential is None else {"Authorization": basic_authorization(*credential)}
         self.url = f"http://{master.removeprefix('http://').rstrip('/')}/internal/agent"
         self.backoff_factor = backoff_factor
         self.stream_id: str | None = None
@@ -52,7 +61,7 @@ class MasterLink:
 
     async def run(self) -> None:
         timeout = aiohttp.ClientTimeout(total=None, connect=10, sock_read=None)
-        async with aiohttp.ClientSession(timeout=timeout) as session:
+        async with aiohttp.ClientSession(timeout=timeout, headers=self._headers) as session:
             self._session = session
             sender = asyncio.create_task(self._sender(session), name="master sender")
             try:

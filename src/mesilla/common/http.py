@@ -7,7 +7,8 @@
 * Handlers raise `mesilla.common.errors.HttpError`; one middleware turns them
   into plain-text responses. Anything else is a bug and answers 500.
 * Each route names the authentication realm it belongs to (Mesos's
-  ``mesos-master-readonly`` and so on); authentication plugs in there.
+  ``mesos-master-readonly`` and so on); `make_app`'s `Authentication` checks
+  the realms that are switched on before any handler runs.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import msgspec
 from aiohttp import web
 
 from mesilla.common import recordio, secrets
+from mesilla.common.authentication import Authentication
 from mesilla.common.errors import (
     BadRequest,
     HttpError,
@@ -87,11 +89,17 @@ def _error_response(exc: HttpError) -> web.Response:
     return web.Response(status=exc.status, text=exc.reason, headers=exc.headers)
 
 
-def make_app(router: Router) -> web.Application:
+AUTHENTICATION = web.AppKey("authentication", Authentication)
+
+
+def make_app(router: Router, authentication: Authentication | None = None) -> web.Application:
+    authentication = authentication or Authentication()
+
     async def dispatch(request: web.Request) -> web.StreamResponse:
         route = router.resolve(request.path)
         if route is None:
             raise NotFound(f"No endpoint at '{request.path}'")
+        authentication.authenticate(request, route.realm)
         if request.method not in route.methods:
             if request.method == "HEAD" and "GET" in route.methods:
                 return await route.handler(request)
@@ -118,6 +126,7 @@ def make_app(router: Router) -> web.Application:
             return web.Response(status=500, text="Internal server error")
 
     app = web.Application(middlewares=[errors], client_max_size=MAX_BODY_SIZE)
+    app[AUTHENTICATION] = authentication
     app.router.add_route("*", "/{tail:.*}", dispatch)
     return app
 

@@ -99,7 +99,7 @@ def install(router: Router, master: Master) -> None:
     router.add("/roles", view(roles), methods=get, realm=READONLY)
     router.add("/flags", view(lambda master, _q: {"flags": master.flags.as_strings()}), methods=get, realm=READONLY)
     router.add("/version", view(lambda _m, _q: version()), methods=get)
-    router.add("/metrics/snapshot", view(lambda master, _q: metrics.snapshot(master)), methods=get)
+    router.add("/metrics/snapshot", view(lambda master, _q: metrics.snapshot(master)), methods=get, realm=READONLY)
 
     async def health(_request: web.Request) -> web.Response:
         return web.Response(status=200)

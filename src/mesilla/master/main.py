@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 from aiohttp import web
 
+from mesilla.common import authentication
 from mesilla.common.flags import Flag, FlagError, Flags
 from mesilla.common.http import Router, listen, make_app
 from mesilla.master import agent_api, endpoints, operator_api, scheduler_api
@@ -87,6 +88,7 @@ MASTER_FLAGS: list[Flag] = [
         False,
         "bool",
     ),
+    *authentication.MASTER_FLAGS,
     Flag("quiet", "Disable logging to stderr.", False, "bool"),
     Flag("logging_level", "Log level: INFO, WARNING or ERROR.", "INFO"),
 ]
@@ -120,6 +122,7 @@ class MasterServer:
     master: Master
     runner: web.AppRunner
     port: int
+    router: Router
 
     @property
     def address(self) -> str:
@@ -134,6 +137,7 @@ async def serve(flags: Flags) -> AsyncIterator[MasterServer]:
     except ValueError as exc:
         raise FlagError(f"Invalid --weights '{flags.weights}': {exc}") from None
     validate_ping_flags(flags)
+    authenticate = authentication.master_authentication(flags)
     try:
         network = await NetworkService.in_work_dir(flags.work_dir) if flags.get("network_service") else None
     except BookError as exc:
@@ -146,7 +150,7 @@ async def serve(flags: Flags) -> AsyncIterator[MasterServer]:
     endpoints.install(router, master)
     if network is not None:
         network.install(router)
-    runner = web.AppRunner(make_app(router), access_log=None, shutdown_timeout=1.0)
+    runner = web.AppRunner(make_app(router, authenticate), access_log=None, shutdown_timeout=1.0)
     await runner.setup()
     try:
         port = await listen(runner, flags.ip, flags.port, MasterStartError)
@@ -159,7 +163,7 @@ async def serve(flags: Flags) -> AsyncIterator[MasterServer]:
         except RegistryError as exc:
             raise MasterStartError(str(exc)) from None
         log.info("master %s listening on %s:%d", master.id, flags.ip, port)
-        yield MasterServer(master, runner, port)
+        yield MasterServer(master, runner, port, router)
     finally:
         await master.stop()
         await runner.cleanup()

@@ -37,6 +37,7 @@ from mesilla.agent.executors import (
     new_container_id,
     shutdown_grace_period,
 )
+from mesilla.agent.executor_auth import ENV as TOKEN_ENV, ExecutorTokens
 from mesilla.agent.files import Files
 from mesilla.agent.gc import GarbageCollector
 from mesilla.agent.state import (
@@ -123,6 +124,7 @@ class Agent:
         self.recovery_time: float | None = None
         self.endpoint = f"{flags.ip}:{flags.port}"
         self.router: Router | None = None  # the HTTP endpoints, once served
+        self.executor_tokens: ExecutorTokens | None = None  # --authenticate_http_executors
         # Set by whoever owns the connection to the master (`MasterLink`).
         self.send_to_master: Callable[[internal.AgentCall], None] = lambda call: None
         self.status_updates = StatusUpdateManager(
@@ -484,6 +486,21 @@ class Agent:
         log.info("Launching executor %s in container %s", executor, container_id.value)
         return executor
 
+    def executor_alive(self, framework_id: str, executor_id: str, container_id: str) -> bool:
+        """Whether that executor runs in that container (an executor token's test)."""
+        framework = self.frameworks.get(framework_id)
+        executor = framework.executors.get(executor_id) if framework is not None else None
+        return (
+            executor is not None
+            and executor.container_id.value == container_id
+            and executor.state is not ExecutorState.TERMINATED
+        )
+
+    def executor_sandbox(self, framework_id: str, executor_id: str) -> str | None:
+        framework = self.frameworks.get(framework_id)
+        executor = framework.executors.get(executor_id) if framework is not None else None
+        return executor.directory if executor is not None else None
+
     def attach_sandbox(self, executor: Executor) -> None:
         """Serves the sandbox under its real path and under the executor's `runs/latest`."""
         fw, ex = executor.framework_id.value, executor.id
@@ -520,6 +537,10 @@ class Agent:
                 user=executor_user(self.flags, framework.info, executor.info),
                 limits=self._startup_limits(executor),
             )
+            if self.executor_tokens is not None:
+                config.executor_secrets[TOKEN_ENV] = self.executor_tokens.sign(
+                    executor.framework_id.value, executor.id, executor.container_id.value
+                )
             await self.containerizer.launch(executor.container_id, config)
         except asyncio.CancelledError:
             raise

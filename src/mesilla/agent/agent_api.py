@@ -18,6 +18,7 @@ from typing import Any
 from aiohttp import web
 
 from mesilla import MESOS_VERSION
+from mesilla.agent import executor_auth
 from mesilla.agent import files as files_mod
 from mesilla.agent.agent import CAPABILITIES, Agent, AgentStatus
 from mesilla.agent.state import Executor, ExecutorState, Framework, make_task
@@ -437,6 +438,9 @@ class AgentApi:
             raise BadRequest(f"Failed to validate agent::Call: {error}")
         if call.type not in _ANSWERED_WHILE_RECOVERING:
             _require_recovered(self.agent)
+        executor_auth.check_agent_call(
+            request, call, self.agent.executor_sandbox, self.files.resolve
+        )
         handler = self._handlers.get(call.type)
         if handler is None:
             raise NotImplementedCall(f"Call {call.type.value} is not implemented by this agent")

@@ -19,6 +19,7 @@ from aiohttp import web
 
 from mesilla.agent import agent_api, container_api, executor_api
 from mesilla.agent.agent import Agent
+from mesilla.agent.executor_auth import ExecutorTokens
 from mesilla.agent.executors import domain_socket, executor_environment_variables
 from mesilla.agent.host import detect_resources, parse_attributes
 from mesilla.agent.master_link import MasterLink
@@ -192,13 +193,17 @@ async def run(
     """
     try:
         info = agent_info(flags)
-        authenticate = authentication.agent_authentication(flags)
+        tokens = ExecutorTokens.from_flags(flags)
+        authenticate = authentication.agent_authentication(flags, [tokens] if tokens else None)
         credential = authentication.agent_credential(flags)
     except FlagError as exc:
         # A start-up error, not a crash: the message is all the operator needs.
         raise SystemExit(f"mesilla agent: {exc}") from None
     containerizer = await Containerizer.create(flags)
     agent = Agent(flags, containerizer, info, status_update_interval=status_update_interval)
+    if tokens is not None:
+        agent.executor_tokens = tokens
+        tokens.live = agent.executor_alive
     runner = await start_server(agent, authenticate)
     link_task: asyncio.Task[None] | None = None
     shutdown_on_signal = False

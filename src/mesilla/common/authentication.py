@@ -274,6 +274,12 @@ AGENT_FLAGS: list[Flag] = [
     ),
     _switch("authenticate_http_readonly", "Authenticate the read-only HTTP endpoints."),
     _switch("authenticate_http_readwrite", "Authenticate the HTTP endpoints that change state."),
+    _switch(
+        "authenticate_http_executors",
+        "Give each executor a token (MESOS_EXECUTOR_AUTHENTICATION_TOKEN) and require it "
+        "on the executor API; it passes the read-write realm too, confined to its containers.",
+    ),
+    Flag("jwt_secret_key", "The file of the key executors' tokens are signed with (HS256).", None, "path"),
 ]
 
 

@@ -259,6 +259,8 @@ class ExecutorDriver:
         self.recovery_timeout = _duration(env, "MESOS_RECOVERY_TIMEOUT", DEFAULT_RECOVERY_TIMEOUT)
         self.shutdown_grace_period = _duration(env, "MESOS_EXECUTOR_SHUTDOWN_GRACE_PERIOD", 5.0)
         token = env.get("MESOS_EXECUTOR_AUTHENTICATION_TOKEN")
+        # As Mesos: out of the environment, so the tasks started from here never see it.
+        os.environ.pop("MESOS_EXECUTOR_AUTHENTICATION_TOKEN", None)
         self.auth_headers = {"Authorization": f"Bearer {token}"} if token else {}
 
         self._executor = executor

@@ -54,6 +54,7 @@ from mesilla.agent.status_update_manager import (
     StatusUpdateError,
     StatusUpdateManager,
 )
+from mesilla.common.authorization import Authorizer
 from mesilla.common.blocking import in_thread
 from mesilla.common.durations import format_duration
 from mesilla.common.files import remove_file
@@ -125,6 +126,7 @@ class Agent:
         self.endpoint = f"{flags.ip}:{flags.port}"
         self.router: Router | None = None  # the HTTP endpoints, once served
         self.executor_tokens: ExecutorTokens | None = None  # --authenticate_http_executors
+        self.authorizer: Authorizer | None = None  # --acls
         # Set by whoever owns the connection to the master (`MasterLink`).
         self.send_to_master: Callable[[internal.AgentCall], None] = lambda call: None
         self.status_updates = StatusUpdateManager(

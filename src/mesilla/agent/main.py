@@ -25,7 +25,7 @@ from mesilla.agent.host import detect_resources, parse_attributes
 from mesilla.agent.master_link import MasterLink
 from mesilla.agent.recovery import recover
 from mesilla.agent.status_update_manager import RETRY_INTERVAL_MIN
-from mesilla.common import authentication, files
+from mesilla.common import authentication, authorization, files
 from mesilla.common.flags import Flag, FlagError, Flags
 from mesilla.common.http import Router, make_app
 from mesilla.containerizer.containerizer import Containerizer
@@ -109,6 +109,7 @@ AGENT_FLAGS: list[Flag] = [
     Flag("gc_delay", "How long sandboxes of ended executors are kept.", 7 * 86400.0, "duration"),
     Flag("logging_level", "INFO, WARNING, ERROR or DEBUG.", "INFO"),
     *authentication.AGENT_FLAGS,
+    *authorization.AGENT_FLAGS,
     *CONTAINERIZER_FLAGS,
 ]
 
@@ -196,11 +197,13 @@ async def run(
         tokens = ExecutorTokens.from_flags(flags)
         authenticate = authentication.agent_authentication(flags, [tokens] if tokens else None)
         credential = authentication.agent_credential(flags)
+        authorizer = authorization.from_flags(flags)
     except FlagError as exc:
         # A start-up error, not a crash: the message is all the operator needs.
         raise SystemExit(f"mesilla agent: {exc}") from None
     containerizer = await Containerizer.create(flags)
     agent = Agent(flags, containerizer, info, status_update_interval=status_update_interval)
+    agent.authorizer = authorizer
     if tokens is not None:
         agent.executor_tokens = tokens
         tokens.live = agent.executor_alive

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from aiohttp import web
 
-from mesilla.common import authentication
+from mesilla.common import authentication, authorization
 from mesilla.common.flags import Flag, FlagError, Flags
 from mesilla.common.http import Router, listen, make_app
 from mesilla.master import agent_api, endpoints, operator_api, scheduler_api
@@ -89,6 +89,7 @@ MASTER_FLAGS: list[Flag] = [
         "bool",
     ),
     *authentication.MASTER_FLAGS,
+    *authorization.MASTER_FLAGS,
     Flag("quiet", "Disable logging to stderr.", False, "bool"),
     Flag("logging_level", "Log level: INFO, WARNING or ERROR.", "INFO"),
 ]
@@ -138,11 +139,13 @@ async def serve(flags: Flags) -> AsyncIterator[MasterServer]:
         raise FlagError(f"Invalid --weights '{flags.weights}': {exc}") from None
     validate_ping_flags(flags)
     authenticate = authentication.master_authentication(flags)
+    authorizer = authorization.from_flags(flags)
     try:
         network = await NetworkService.in_work_dir(flags.work_dir) if flags.get("network_service") else None
     except BookError as exc:
         raise MasterStartError(str(exc)) from None
     master = Master(flags, make_registry(flags))
+    master.authorizer = authorizer
     router = Router("master")
     scheduler_api.install(router, master)
     agent_api.install(router, master)

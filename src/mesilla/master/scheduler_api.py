@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 from aiohttp import web
 
 from mesilla.common.authentication import MASTER_SCHEDULER, principal_of
+from mesilla.common.authorization import require
 from mesilla.common.errors import BadRequest, Forbidden, ServiceUnavailable
 from mesilla.common.http import EventStream, Router, check_accept, read_message
 from mesilla.master.validation import validate_call
@@ -61,6 +62,8 @@ async def scheduler(request: web.Request, master: Master) -> web.StreamResponse:
                     f"'{principal}' does not match principal '{info.principal}' set in "
                     "`FrameworkInfo`"
                 )
+        for role in info.effective_roles():
+            require(master.authorizer, request, "register_frameworks", role)
         return await _subscribe(request, master, call.subscribe)
     assert call.framework_id is not None
     framework = master.frameworks.get(call.framework_id.value)

@@ -56,6 +56,7 @@ from mesilla.agent.status_update_manager import (
 )
 from mesilla.common.authorization import Authorizer
 from mesilla.common.blocking import in_thread
+from mesilla.common.tls import TlsConfig
 from mesilla.common.durations import format_duration
 from mesilla.common.files import remove_file
 from mesilla.common.flags import Flags
@@ -127,6 +128,7 @@ class Agent:
         self.router: Router | None = None  # the HTTP endpoints, once served
         self.executor_tokens: ExecutorTokens | None = None  # --authenticate_http_executors
         self.authorizer: Authorizer | None = None  # --acls
+        self.tls: TlsConfig | None = None  # TLS on the agent's listener
         # Set by whoever owns the connection to the master (`MasterLink`).
         self.send_to_master: Callable[[internal.AgentCall], None] = lambda call: None
         self.status_updates = StatusUpdateManager(
@@ -529,6 +531,8 @@ class Agent:
             endpoint=self.endpoint,
             checkpoint=executor.checkpoint,
         )
+        if self.tls is not None:
+            env.update(self.tls.environment())
         try:
             config = container_config(
                 executor.info,

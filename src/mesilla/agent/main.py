@@ -25,7 +25,7 @@ from mesilla.agent.host import detect_resources, parse_attributes
 from mesilla.agent.master_link import MasterLink
 from mesilla.agent.recovery import recover
 from mesilla.agent.status_update_manager import RETRY_INTERVAL_MIN
-from mesilla.common import authentication, authorization, files
+from mesilla.common import authentication, authorization, files, tls
 from mesilla.common.flags import Flag, FlagError, Flags
 from mesilla.common.http import Router, make_app
 from mesilla.containerizer.containerizer import Containerizer
@@ -110,6 +110,7 @@ AGENT_FLAGS: list[Flag] = [
     Flag("logging_level", "INFO, WARNING, ERROR or DEBUG.", "INFO"),
     *authentication.AGENT_FLAGS,
     *authorization.AGENT_FLAGS,
+    *tls.FLAGS,
     *CONTAINERIZER_FLAGS,
 ]
 
@@ -144,7 +145,8 @@ async def start_server(agent: Agent, authenticate: authentication.Authentication
     # SUBSCRIBE, a long WAIT): aiohttp's default of 60 s kept a stopped agent alive.
     runner = web.AppRunner(make_app(router, authenticate), handle_signals=False, shutdown_timeout=1.0)
     await runner.setup()
-    site = web.TCPSite(runner, agent.flags.ip, agent.flags.port)
+    ssl_context = agent.tls.server_context() if agent.tls is not None else None
+    site = web.TCPSite(runner, agent.flags.ip, agent.flags.port, ssl_context=ssl_context)
     await site.start()
     port = runner.addresses[0][1]
     agent.info.port = port
@@ -198,12 +200,14 @@ async def run(
         authenticate = authentication.agent_authentication(flags, [tokens] if tokens else None)
         credential = authentication.agent_credential(flags)
         authorizer = authorization.from_flags(flags)
+        tls_config = tls.from_flags(flags)
     except FlagError as exc:
         # A start-up error, not a crash: the message is all the operator needs.
         raise SystemExit(f"mesilla agent: {exc}") from None
     containerizer = await Containerizer.create(flags)
     agent = Agent(flags, containerizer, info, status_update_interval=status_update_interval)
     agent.authorizer = authorizer
+    agent.tls = tls_config
     if tokens is not None:
         agent.executor_tokens = tokens
         tokens.live = agent.executor_alive
@@ -216,7 +220,8 @@ async def run(
             log.info("Cleanup done; exiting")
             return agent
         link = MasterLink(
-            agent, flags.master, float(flags.registration_backoff_factor), credential
+            agent, flags.master, float(flags.registration_backoff_factor), credential,
+            tls_config.client_context() if tls_config is not None else None,
         )
         link_task = asyncio.create_task(link.run(), name="master link")
         if ready is not None and not ready.done():

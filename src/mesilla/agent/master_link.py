@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
+import ssl
 from typing import Any
 
 import aiohttp
@@ -41,11 +42,15 @@ class MasterLink:
         master: str,
         backoff_factor: float,
         credential: tuple[str, str] | None = None,
+        ssl_context: ssl.SSLContext | None = None,
     ) -> None:
         self.agent = agent
+        self._ssl = ssl_context  # TLS to the master, when the agent has it on
         # --credential: sent on every call, for a master with --authenticate_agents.
         self._headers = {} if credential is None else {"Authorization": basic_authorization(*credential)}
-        self.url = f"http://{master.removeprefix('http://').rstrip('/')}/internal/agent"
+        scheme = "https" if ssl_context is not None else "http"
+        address = master.removeprefix("http://").removeprefix("https://").rstrip("/")
+        self.url = f"{scheme}://{address}/internal/agent"
         self.backoff_factor = backoff_factor
         self.stream_id: str | None = None
         self.connected = asyncio.Event()
@@ -61,7 +66,10 @@ class MasterLink:
 
     async def run(self) -> None:
         timeout = aiohttp.ClientTimeout(total=None, connect=10, sock_read=None)
-        async with aiohttp.ClientSession(timeout=timeout, headers=self._headers) as session:
+        connector = aiohttp.TCPConnector(ssl=self._ssl if self._ssl is not None else True)
+        async with aiohttp.ClientSession(
+            timeout=timeout, headers=self._headers, connector=connector
+        ) as session:
             self._session = session
             sender = asyncio.create_task(self._sender(session), name="master sender")
             try:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import ssl
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
@@ -222,11 +223,16 @@ class EventStream:
 
 
 async def listen(
-    runner: web.AppRunner, ip: str, port: int, error: Callable[[str], Exception]
+    runner: web.AppRunner,
+    ip: str,
+    port: int,
+    error: Callable[[str], Exception],
+    ssl_context: ssl.SSLContext | None = None,
 ) -> int:
-    """Serves `runner` on ip:port and returns the port bound (port 0: any); a port that is
-    taken or an address not ours raises `error` with a one-line reason."""
-    site = web.TCPSite(runner, ip, port, reuse_address=True)
+    """Serves `runner` on ip:port (over TLS with `ssl_context`) and returns the port bound
+    (port 0: any); a port that is taken or an address not ours raises `error` with a
+    one-line reason."""
+    site = web.TCPSite(runner, ip, port, reuse_address=True, ssl_context=ssl_context)
     try:
         await site.start()
     except OSError as exc:

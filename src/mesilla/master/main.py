@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from aiohttp import web
 
-from mesilla.common import authentication, authorization
+from mesilla.common import authentication, authorization, tls
 from mesilla.common.flags import Flag, FlagError, Flags
 from mesilla.common.http import Router, listen, make_app
 from mesilla.master import agent_api, endpoints, operator_api, scheduler_api
@@ -90,6 +90,7 @@ MASTER_FLAGS: list[Flag] = [
     ),
     *authentication.MASTER_FLAGS,
     *authorization.MASTER_FLAGS,
+    *tls.FLAGS,
     Flag("quiet", "Disable logging to stderr.", False, "bool"),
     Flag("logging_level", "Log level: INFO, WARNING or ERROR.", "INFO"),
 ]
@@ -140,6 +141,7 @@ async def serve(flags: Flags) -> AsyncIterator[MasterServer]:
     validate_ping_flags(flags)
     authenticate = authentication.master_authentication(flags)
     authorizer = authorization.from_flags(flags)
+    tls_config = tls.from_flags(flags)
     try:
         network = await NetworkService.in_work_dir(flags.work_dir) if flags.get("network_service") else None
     except BookError as exc:
@@ -156,7 +158,8 @@ async def serve(flags: Flags) -> AsyncIterator[MasterServer]:
     runner = web.AppRunner(make_app(router, authenticate), access_log=None, shutdown_timeout=1.0)
     await runner.setup()
     try:
-        port = await listen(runner, flags.ip, flags.port, MasterStartError)
+        ssl_context = tls_config.server_context() if tls_config is not None else None
+        port = await listen(runner, flags.ip, flags.port, MasterStartError, ssl_context)
         advertised = flags.get("advertise_ip") or flags.ip
         if advertised == "0.0.0.0":
             advertised = socket.gethostbyname(socket.gethostname())

@@ -46,7 +46,7 @@ def credentials_file(tmp_path: Path, *extra: tuple[str, str]) -> Path:
     return path
 
 
-async def assert_every_route_refuses(base: str, router: Router, skip: set[str] = frozenset()) -> int:
+async def assert_every_route_refuses(base: str, router: Router, skip: frozenset[str] = frozenset()) -> int:
     checked = 0
     async with aiohttp.ClientSession() as session:
         for path in router.paths():
@@ -193,7 +193,7 @@ async def test_every_agent_route_refuses_missing_and_wrong_credentials(tmp_path:
         assert agent.router is not None
         base = f"http://{agent.endpoint}"
         # The executor realm has its own switch (--authenticate_http_executors).
-        checked = await assert_every_route_refuses(base, agent.router, skip={"mesos-agent-executor"})
+        checked = await assert_every_route_refuses(base, agent.router, skip=frozenset({"mesos-agent-executor"}))
         assert checked >= 8
         async with aiohttp.ClientSession() as session:
             async with session.post(base + "/api/v1", json={"type": "GET_FLAGS"}, headers=basic(PRINCIPAL, SECRET)) as r:

@@ -77,7 +77,7 @@ async def test_master_agent_and_executor_over_tls(tmp_path: Path, certs: Path, s
                 task = command_task("over-tls", offer["agent_id"], command={"value": "true"})
                 assert (await scheduler.launch(offer, task)).status == 202
                 # The command executor subscribed and reported through the agent's TLS listener.
-                states = []
+                states: list[str] = []
                 while not states or states[-1] not in ("TASK_FINISHED", "TASK_FAILED", "TASK_LOST"):
                     status = await scheduler.update("over-tls")
                     states.append(status["state"])

@@ -159,9 +159,12 @@ class Authorizer:
 
     def authorized(self, principal: Principal | None, action: str, obj: str | None = None) -> bool:
         assert action in ACTIONS, action
-        if principal is not None and principal.value is None:
+        if principal is None:
+            subject = ANY
+        elif principal.value is None:
             return True  # an executor's token: confined by its own rules
-        subject = Entity("SOME", (principal.value,)) if principal is not None else ANY
+        else:
+            subject = Entity("SOME", (principal.value,))
         target = Entity("SOME", (obj,)) if obj is not None else ANY
         for acl in self._acls.get(action, ()):
             if acl.principals.matches(subject) and acl.objects.matches(target):

@@ -280,6 +280,7 @@ AGENT_FLAGS: list[Flag] = [
         "on the executor API; it passes the read-write realm too, confined to its containers.",
     ),
     Flag("jwt_secret_key", "The file of the key executors' tokens are signed with (HS256).", None, "path"),
+    _http_authenticators("http_authenticators", ("basic", "jwt")),
 ]
 
 
@@ -330,6 +331,7 @@ def agent_authentication(
 ) -> Authentication:
     """The agent's realms; an executor's token (`executor_authenticators`) also passes
     the read-write realm, where executors call the agent API, as in Mesos."""
+    _check_authenticators(flags, "http_authenticators", ("basic", "jwt"))
     switches = {
         AGENT_READONLY: flags.get("authenticate_http_readonly"),
         AGENT_READWRITE: flags.get("authenticate_http_readwrite"),

@@ -245,3 +245,52 @@ async def test_the_default_executor_runs_a_pod_with_its_token(cluster: tuple[Fak
     )
     finished = await master.wait_update("p1", "TASK_FINISHED")
     assert finished.status.container_status.container_id.parent is not None
+
+
+@pytest.mark.parametrize("principal", ["pod-p", None], ids=["with-principal", "without"])
+async def test_an_executor_principal_gets_its_credentials(tmp_path: Path, principal: str | None) -> None:
+    """The pods design's ExecutorInfo.principal: its --http_credentials reach the default
+    executor, whose agent API calls then pass the read-write realm; without, they are 401."""
+    secret = "pod-secret-value"
+    creds = tmp_path / "creds.json"
+    creds.write_text(json.dumps({"credentials": [{"principal": "pod-p", "secret": secret}]}))
+    master = FakeMaster()
+    await master.start()
+    proc = AgentProcess(
+        master, str(tmp_path / "work"), str(tmp_path / "run"),
+        "--authenticate_http_readwrite", f"--http_credentials={creds}",
+    )
+    try:
+        await proc.start()
+        await master.wait_for(lambda: master.registers)
+        executor = ExecutorInfo(
+            executor_id=ExecutorID(value="pod"), type="DEFAULT", principal=principal,
+            resources=Resources.parse("cpus:0.1;mem:32").to_list(),
+        )
+        task = TaskInfo(
+            name="p1", task_id=TaskID(value="p1"), agent_id=AgentID(value=master.agent_id or ""),
+            executor=executor, command=CommandInfo(value="true"),
+            resources=Resources.parse("cpus:0.1;mem:16").to_list(),
+        )
+        framework = FrameworkInfo(user="root", name="f", id=FrameworkID(value="fw-p"), checkpoint=True)
+        await master.send(
+            AgentEvent(
+                type=AgentEventType.RUN_TASK_GROUP,
+                run_task_group=RunTaskGroup(framework_info=framework, executor_info=executor, task_group=TaskGroupInfo(tasks=[task])),
+            )
+        )
+        if principal is not None:
+            await master.wait_update("p1", "TASK_FINISHED")
+        else:
+            failed = await master.wait_update("p1", "TASK_FAILED")
+            assert "401" in (failed.status.message or ""), failed.status.message
+        for root in (tmp_path / "work", tmp_path / "run"):
+            for dirpath, _, names in os.walk(root):
+                for name in names:
+                    path = os.path.join(dirpath, name)
+                    if os.path.isfile(path) and not os.path.islink(path):
+                        with open(path, "rb") as f:
+                            assert secret.encode() not in f.read(), path
+    finally:
+        await proc.stop()
+        await master.stop()

@@ -37,7 +37,8 @@ from mesilla.agent.executors import (
     new_container_id,
     shutdown_grace_period,
 )
-from mesilla.agent.executor_auth import ENV as TOKEN_ENV, ExecutorTokens
+from mesilla.agent.executor_auth import ENV as TOKEN_ENV
+from mesilla.agent.executor_auth import ExecutorTokens, executor_credentials
 from mesilla.agent.files import Files
 from mesilla.agent.gc import GarbageCollector
 from mesilla.agent.state import (
@@ -127,6 +128,8 @@ class Agent:
         self.endpoint = f"{flags.ip}:{flags.port}"
         self.router: Router | None = None  # the HTTP endpoints, once served
         self.executor_tokens: ExecutorTokens | None = None  # --authenticate_http_executors
+        # --http_credentials, for executors that name their principal (ExecutorInfo.principal).
+        self.http_credentials: dict[str, str] = {}
         self.authorizer: Authorizer | None = None  # --acls
         self.tls: TlsConfig | None = None  # TLS on the agent's listener
         # Set by whoever owns the connection to the master (`MasterLink`).
@@ -542,6 +545,9 @@ class Agent:
                 resources=executor.allocated_resources(),
                 user=executor_user(self.flags, framework.info, executor.info),
                 limits=self._startup_limits(executor),
+            )
+            config.executor_secrets.update(
+                executor_credentials(executor.info.principal, self.http_credentials)
             )
             if self.executor_tokens is not None:
                 config.executor_secrets[TOKEN_ENV] = self.executor_tokens.sign(

@@ -9,6 +9,13 @@ checkpoint or the runtime directory, nor inherited by debug containers
 Bearer <token>``; it passes the ``mesos-agent-executor`` realm, and the
 ``mesos-agent-readwrite`` one where the agent API is authenticated.
 
+The pods design's alternative (its 6.3.4.2) is there too: an executor whose
+``ExecutorInfo.principal`` is in the agent's ``--http_credentials`` gets that
+principal and its secret as ``MESOS_EXECUTOR_PRINCIPAL`` and
+``MESOS_EXECUTOR_SECRET``, in its environment only, and Mesilla's executors
+then send them as Basic credentials (an ordinary principal, judged by the
+ACLs). A token, where there is one, goes first.
+
 A token authenticates while its executor lives: the executor its claims name
 must be known to the agent, not terminated, and in the container ``cid``.
 What it may do is confined, as Mesos's implicit executor rules, and also when
@@ -37,6 +44,8 @@ from mesilla.v1 import agent as api
 from mesilla.v1.mesos import ContainerID
 
 ENV = "MESOS_EXECUTOR_AUTHENTICATION_TOKEN"
+#: The pods design's executor principal (`ExecutorInfo.principal`): its credentials.
+PRINCIPAL_ENV, SECRET_ENV = "MESOS_EXECUTOR_PRINCIPAL", "MESOS_EXECUTOR_SECRET"
 CLAIMS = ("fid", "eid", "cid")
 
 #: The calls a token may make on the agent API, and the field naming their container.
@@ -100,6 +109,15 @@ class ExecutorTokens:
         if not self.live(claims["fid"], claims["eid"], claims["cid"]):
             return "The executor of this token has ended"
         return Principal(None, {name: claims[name] for name in CLAIMS})
+
+
+def executor_credentials(
+    principal: str | None, credentials: dict[str, str]
+) -> dict[str, str]:
+    """The environment that carries `principal`'s credentials to its executor."""
+    if principal is None or principal not in credentials:
+        return {}
+    return {PRINCIPAL_ENV: principal, SECRET_ENV: credentials[principal]}
 
 
 def _claims(request: web.Request) -> dict[str, str] | None:

@@ -199,6 +199,7 @@ async def run(
         tokens = ExecutorTokens.from_flags(flags)
         authenticate = authentication.agent_authentication(flags, [tokens] if tokens else None)
         credential = authentication.agent_credential(flags)
+        http_credentials = authentication.agent_http_credentials(flags)
         authorizer = authorization.from_flags(flags)
         tls_config = tls.from_flags(flags)
     except FlagError as exc:
@@ -207,6 +208,7 @@ async def run(
     containerizer = await Containerizer.create(flags)
     agent = Agent(flags, containerizer, info, status_update_interval=status_update_interval)
     agent.authorizer = authorizer
+    agent.http_credentials = http_credentials
     agent.tls = tls_config
     if tokens is not None:
         agent.executor_tokens = tokens

@@ -346,6 +346,12 @@ def agent_authentication(
     return Authentication(realms)
 
 
+def agent_http_credentials(flags: Flags) -> dict[str, str]:
+    """--http_credentials by principal (empty without it)."""
+    value = flags.get("http_credentials")
+    return {} if value is None else read_credentials(value, "http_credentials")
+
+
 def agent_credential(flags: Flags) -> tuple[str, str] | None:
     """The agent's principal and secret to the master, when it has --credential."""
     value = flags.get("credential")

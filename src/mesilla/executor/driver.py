@@ -277,9 +277,16 @@ class ExecutorDriver:
         self.recovery_timeout = _duration(env, "MESOS_RECOVERY_TIMEOUT", DEFAULT_RECOVERY_TIMEOUT)
         self.shutdown_grace_period = _duration(env, "MESOS_EXECUTOR_SHUTDOWN_GRACE_PERIOD", 5.0)
         token = env.get("MESOS_EXECUTOR_AUTHENTICATION_TOKEN")
-        # As Mesos: out of the environment, so the tasks started from here never see it.
-        os.environ.pop("MESOS_EXECUTOR_AUTHENTICATION_TOKEN", None)
-        self.auth_headers = {"Authorization": f"Bearer {token}"} if token else {}
+        principal, secret = env.get("MESOS_EXECUTOR_PRINCIPAL"), env.get("MESOS_EXECUTOR_SECRET")
+        # As Mesos: out of the environment, so the tasks started from here never see them.
+        for name in ("MESOS_EXECUTOR_AUTHENTICATION_TOKEN", "MESOS_EXECUTOR_SECRET"):
+            os.environ.pop(name, None)
+        self.auth_headers = {}
+        if token:
+            self.auth_headers["Authorization"] = f"Bearer {token}"
+        elif principal and secret is not None:
+            basic = base64.b64encode(f"{principal}:{secret}".encode()).decode()
+            self.auth_headers["Authorization"] = f"Basic {basic}"
 
         self._executor = executor
         self._calls = HttpConnection(self.host, self.port, self.auth_headers, self.unix_socket)

@@ -37,6 +37,8 @@ from mesilla.agent.executors import (
     new_container_id,
     shutdown_grace_period,
 )
+from mesilla.agent.executor_auth import ENV as TOKEN_ENV
+from mesilla.agent.executor_auth import ExecutorTokens, executor_credentials
 from mesilla.agent.files import Files
 from mesilla.agent.gc import GarbageCollector
 from mesilla.agent.state import (
@@ -53,10 +55,13 @@ from mesilla.agent.status_update_manager import (
     StatusUpdateError,
     StatusUpdateManager,
 )
+from mesilla.common.authorization import Authorizer
 from mesilla.common.blocking import in_thread
+from mesilla.common.tls import TlsConfig
 from mesilla.common.durations import format_duration
 from mesilla.common.files import remove_file
 from mesilla.common.flags import Flags
+from mesilla.common.http import Router
 from mesilla.containerizer.types import ContainerTermination
 from mesilla.v1 import executor as ev
 from mesilla.v1 import internal
@@ -121,6 +126,12 @@ class Agent:
         self.start_time = time.time()
         self.recovery_time: float | None = None
         self.endpoint = f"{flags.ip}:{flags.port}"
+        self.router: Router | None = None  # the HTTP endpoints, once served
+        self.executor_tokens: ExecutorTokens | None = None  # --authenticate_http_executors
+        # --http_credentials, for executors that name their principal (ExecutorInfo.principal).
+        self.http_credentials: dict[str, str] = {}
+        self.authorizer: Authorizer | None = None  # --acls
+        self.tls: TlsConfig | None = None  # TLS on the agent's listener
         # Set by whoever owns the connection to the master (`MasterLink`).
         self.send_to_master: Callable[[internal.AgentCall], None] = lambda call: None
         self.status_updates = StatusUpdateManager(
@@ -482,6 +493,21 @@ class Agent:
         log.info("Launching executor %s in container %s", executor, container_id.value)
         return executor
 
+    def executor_alive(self, framework_id: str, executor_id: str, container_id: str) -> bool:
+        """Whether that executor runs in that container (an executor token's test)."""
+        framework = self.frameworks.get(framework_id)
+        executor = framework.executors.get(executor_id) if framework is not None else None
+        return (
+            executor is not None
+            and executor.container_id.value == container_id
+            and executor.state is not ExecutorState.TERMINATED
+        )
+
+    def executor_sandbox(self, framework_id: str, executor_id: str) -> str | None:
+        framework = self.frameworks.get(framework_id)
+        executor = framework.executors.get(executor_id) if framework is not None else None
+        return executor.directory if executor is not None else None
+
     def attach_sandbox(self, executor: Executor) -> None:
         """Serves the sandbox under its real path and under the executor's `runs/latest`."""
         fw, ex = executor.framework_id.value, executor.id
@@ -508,6 +534,8 @@ class Agent:
             endpoint=self.endpoint,
             checkpoint=executor.checkpoint,
         )
+        if self.tls is not None:
+            env.update(self.tls.environment())
         try:
             config = container_config(
                 executor.info,
@@ -518,6 +546,13 @@ class Agent:
                 user=executor_user(self.flags, framework.info, executor.info),
                 limits=self._startup_limits(executor),
             )
+            config.executor_secrets.update(
+                executor_credentials(executor.info.principal, self.http_credentials)
+            )
+            if self.executor_tokens is not None:
+                config.executor_secrets[TOKEN_ENV] = self.executor_tokens.sign(
+                    executor.framework_id.value, executor.id, executor.container_id.value
+                )
             await self.containerizer.launch(executor.container_id, config)
         except asyncio.CancelledError:
             raise

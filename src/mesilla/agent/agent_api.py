@@ -15,14 +15,18 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+import msgspec
 from aiohttp import web
 
 from mesilla import MESOS_VERSION
+from mesilla.agent import authorize, executor_auth
 from mesilla.agent import files as files_mod
 from mesilla.agent.agent import CAPABILITIES, Agent, AgentStatus
 from mesilla.agent.state import Executor, ExecutorState, Framework, make_task
+from mesilla.common.authorization import require
 from mesilla.common.errors import BadRequest, HttpError, ServiceUnavailable
 from mesilla.common.http import (
+    JSON,
     RECORDIO,
     Router,
     check_accept,
@@ -437,10 +441,28 @@ class AgentApi:
             raise BadRequest(f"Failed to validate agent::Call: {error}")
         if call.type not in _ANSWERED_WHILE_RECOVERING:
             _require_recovered(self.agent)
+        executor_auth.check_agent_call(
+            request, call, self.agent.executor_sandbox, self.files.resolve
+        )
+        authorize.check_call(self.agent, request, call)
         handler = self._handlers.get(call.type)
         if handler is None:
             raise NotImplementedCall(f"Call {call.type.value} is not implemented by this agent")
-        return await handler(call, request)
+        response = await handler(call, request)
+        seen = authorize.viewer(self.agent, request) if call.type in _FILTERED else None
+        if seen is not None and isinstance(response, web.Response) and response.body:
+            assert isinstance(response.body, bytes)
+            return web.Response(
+                body=seen.encode(msgspec.json.decode(response.body)), content_type=JSON
+            )
+        return response
+
+
+#: Read calls whose answer leaves out what the principal may not see (--acls).
+_FILTERED = frozenset({
+    api.CallType.GET_STATE, api.CallType.GET_TASKS, api.CallType.GET_FRAMEWORKS,
+    api.CallType.GET_EXECUTORS, api.CallType.GET_CONTAINERS,
+})
 
 
 class NotImplementedCall(HttpError):
@@ -455,7 +477,9 @@ def install(router: Router, agent: Agent, files: files_mod.Files) -> AgentApi:
 
     async def state(request: web.Request) -> web.StreamResponse:
         _require_recovered(agent)
-        return jsonp_response(request, state_json(agent))
+        seen = authorize.viewer(agent, request)
+        body = state_json(agent)
+        return jsonp_response(request, msgspec.json.decode(seen.encode(body)) if seen else body)
 
     async def health(request: web.Request) -> web.StreamResponse:
         return web.Response(status=200)
@@ -472,12 +496,13 @@ def install(router: Router, agent: Agent, files: files_mod.Files) -> AgentApi:
         )
 
     async def flags(request: web.Request) -> web.StreamResponse:
+        require(agent.authorizer, request, "view_flags")
         return jsonp_response(request, {"flags": agent.flags.as_strings()})
 
     async def metrics_snapshot(request: web.Request) -> web.StreamResponse:
         return jsonp_response(request, metrics(agent))
 
-    router.add("/api/v1", v1, methods=("POST",), realm="mesos-agent-readonly")
+    router.add("/api/v1", v1, methods=("POST",), realm="mesos-agent-readwrite")
     router.add("/state", state, methods=("GET",), realm="mesos-agent-readonly")
     router.add("/state.json", state, methods=("GET",), realm="mesos-agent-readonly")
     router.add("/health", health, methods=("GET",))
@@ -486,5 +511,5 @@ def install(router: Router, agent: Agent, files: files_mod.Files) -> AgentApi:
     router.add(
         "/metrics/snapshot", metrics_snapshot, methods=("GET",), realm="mesos-agent-readonly"
     )
-    files_mod.install(router, files)
+    files_mod.install(router, files, lambda request, path: authorize.check_sandbox(agent, request, path))
     return agent_api

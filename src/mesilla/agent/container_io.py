@@ -45,7 +45,7 @@ from typing import Any, Protocol
 
 from aiohttp import web
 
-from mesilla.agent import io_switchboard_server
+from mesilla.agent import authorize, executor_auth, io_switchboard_server
 from mesilla.agent.agent import Agent
 from mesilla.agent.io_switchboard import (
     InputBusy,
@@ -406,6 +406,8 @@ class Sessions:
                 "Expecting the first record to be 'attach_container_input' of type "
                 "CONTAINER_ID with its 'container_id'"
             )
+        executor_auth.check_container(request, attach.container_id)
+        authorize.check_container(self.agent, request, "attach_containers_input", attach.container_id)
         board = self._boards.get(attach.container_id)
         if board is None:
             _, writer = await self._connect(attach.container_id, io_switchboard_server.INPUT)

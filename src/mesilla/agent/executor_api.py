@@ -16,9 +16,10 @@ import uuid
 
 from aiohttp import web
 
-from mesilla.agent import executor_link
+from mesilla.agent import executor_auth, executor_link
 from mesilla.agent.agent import Agent, AgentStatus
 from mesilla.agent.state import ExecutorState
+from mesilla.common.authentication import AGENT_EXECUTOR
 from mesilla.common.errors import BadRequest, Forbidden, ServiceUnavailable
 from mesilla.common.http import EventStream, Router, check_accept, read_message
 from mesilla.common.validation import validate_ids
@@ -93,6 +94,9 @@ def install(router: Router, agent: Agent) -> None:
         executor = framework.executors.get(call.executor_id.value)
         if executor is None:
             raise BadRequest("Executor cannot be found")
+        executor_auth.check_executor_call(
+            request, framework.id.value, executor.id, executor.container_id.value
+        )
         if executor.state is ExecutorState.REGISTERING and call.type is not ev.CallType.SUBSCRIBE:
             raise Forbidden("Executor is not subscribed")
 
@@ -113,7 +117,7 @@ def install(router: Router, agent: Agent) -> None:
             agent.executor_message(framework, executor, call.message.data)
         return web.Response(status=202)
 
-    router.add("/api/v1/executor", executor_api, methods=("POST",), realm="mesos-agent-executor")
+    router.add("/api/v1/executor", executor_api, methods=("POST",), realm=AGENT_EXECUTOR)
 
 
 async def _serve_stream(request: web.Request, stream: EventStream) -> None:

@@ -20,6 +20,7 @@ import pwd
 import stat
 import unicodedata
 import urllib.parse
+from collections.abc import Callable
 from typing import BinaryIO
 
 from aiohttp import web
@@ -96,7 +97,7 @@ def _normalize(path: str) -> str:
     return "/" + "/".join(parts)
 
 
-def _query_path(request: web.Request) -> str:
+def _requested_path(request: web.Request) -> str:
     path = request.query.get("path")
     if not path:
         raise BadRequest("Expecting 'path=value' in query.")
@@ -183,7 +184,17 @@ def read(files: Files, path: str, offset: int, length: int | None) -> tuple[int,
         return size, f.read(length)
 
 
-def install(router: Router, files: Files) -> None:
+def install(
+    router: Router, files: Files, authorize: Callable[[web.Request, str], None] | None = None
+) -> None:
+    """`authorize(request, path)` raises where the request may not read `path` (--acls)."""
+
+    def _query_path(request: web.Request) -> str:
+        path = _requested_path(request)
+        if authorize is not None:
+            authorize(request, path)
+        return path
+
     async def browse_handler(request: web.Request) -> web.StreamResponse:
         return jsonp_response(request, browse(files, _query_path(request)))
 

@@ -19,12 +19,13 @@ from aiohttp import web
 
 from mesilla.agent import agent_api, container_api, executor_api
 from mesilla.agent.agent import Agent
+from mesilla.agent.executor_auth import ExecutorTokens
 from mesilla.agent.executors import domain_socket, executor_environment_variables
 from mesilla.agent.host import detect_resources, parse_attributes
 from mesilla.agent.master_link import MasterLink
 from mesilla.agent.recovery import recover
 from mesilla.agent.status_update_manager import RETRY_INTERVAL_MIN
-from mesilla.common import files
+from mesilla.common import authentication, authorization, files, tls
 from mesilla.common.flags import Flag, FlagError, Flags
 from mesilla.common.http import Router, make_app
 from mesilla.containerizer.containerizer import Containerizer
@@ -108,6 +109,9 @@ AGENT_FLAGS: list[Flag] = [
     ),
     Flag("gc_delay", "How long sandboxes of ended executors are kept.", 7 * 86400.0, "duration"),
     Flag("logging_level", "INFO, WARNING, ERROR or DEBUG.", "INFO"),
+    *authentication.AGENT_FLAGS,
+    *authorization.AGENT_FLAGS,
+    *tls.FLAGS,
     *CONTAINERIZER_FLAGS,
     *NESTED_FLAGS,
 ]
@@ -132,17 +136,19 @@ def agent_info(flags: Flags) -> AgentInfo:
     )
 
 
-async def start_server(agent: Agent) -> web.AppRunner:
+async def start_server(agent: Agent, authenticate: authentication.Authentication) -> web.AppRunner:
     """Serves the agent's endpoints; with --port=0 records the port actually bound."""
     router = Router("slave(1)")
     executor_api.install(router, agent)
     api = agent_api.install(router, agent, agent.files)
     container_api.install(api, agent)
+    agent.router = router
     # Stopping waits at most a second for requests still open (a held executor
     # SUBSCRIBE, a long WAIT): aiohttp's default of 60 s kept a stopped agent alive.
-    runner = web.AppRunner(make_app(router), handle_signals=False, shutdown_timeout=1.0)
+    runner = web.AppRunner(make_app(router, authenticate), handle_signals=False, shutdown_timeout=1.0)
     await runner.setup()
-    site = web.TCPSite(runner, agent.flags.ip, agent.flags.port)
+    ssl_context = agent.tls.server_context() if agent.tls is not None else None
+    site = web.TCPSite(runner, agent.flags.ip, agent.flags.port, ssl_context=ssl_context)
     await site.start()
     port = runner.addresses[0][1]
     agent.info.port = port
@@ -193,12 +199,24 @@ async def run(
     try:
         info = agent_info(flags)
         nested = NestedAgent(flags) if enabled(flags) else None
+        tokens = ExecutorTokens.from_flags(flags)
+        authenticate = authentication.agent_authentication(flags, [tokens] if tokens else None)
+        credential = authentication.agent_credential(flags)
+        http_credentials = authentication.agent_http_credentials(flags)
+        authorizer = authorization.from_flags(flags)
+        tls_config = tls.from_flags(flags)
     except FlagError as exc:
         # A start-up error, not a crash: the message is all the operator needs.
         raise SystemExit(f"mesilla agent: {exc}") from None
     containerizer = await Containerizer.create(flags)
     agent = Agent(flags, containerizer, info, status_update_interval=status_update_interval)
-    runner = await start_server(agent)
+    agent.authorizer = authorizer
+    agent.http_credentials = http_credentials
+    agent.tls = tls_config
+    if tokens is not None:
+        agent.executor_tokens = tokens
+        tokens.live = agent.executor_alive
+    runner = await start_server(agent, authenticate)
     link_task: asyncio.Task[None] | None = None
     shutdown_on_signal = False
     try:
@@ -212,7 +230,10 @@ async def run(
         if flags.recover == "cleanup":
             log.info("Cleanup done; exiting")
             return agent
-        link = MasterLink(agent, flags.master, float(flags.registration_backoff_factor))
+        link = MasterLink(
+            agent, flags.master, float(flags.registration_backoff_factor), credential,
+            tls_config.client_context() if tls_config is not None else None,
+        )
         link_task = asyncio.create_task(link.run(), name="master link")
         if ready is not None and not ready.done():
             ready.set_result(agent)

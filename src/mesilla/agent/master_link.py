@@ -17,11 +17,13 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
+import ssl
 from typing import Any
 
 import aiohttp
 
 from mesilla.common import recordio
+from mesilla.common.authentication import basic_authorization
 from mesilla.common.errors import BadRequest
 from mesilla.common.validation import validate_ids
 from mesilla.v1 import codec
@@ -34,9 +36,21 @@ REGISTER_RETRY_INTERVAL_MAX = 60.0
 
 
 class MasterLink:
-    def __init__(self, agent: Any, master: str, backoff_factor: float) -> None:
+    def __init__(
+        self,
+        agent: Any,
+        master: str,
+        backoff_factor: float,
+        credential: tuple[str, str] | None = None,
+        ssl_context: ssl.SSLContext | None = None,
+    ) -> None:
         self.agent = agent
-        self.url = f"http://{master.removeprefix('http://').rstrip('/')}/internal/agent"
+        self._ssl = ssl_context  # TLS to the master, when the agent has it on
+        # --credential: sent on every call, for a master with --authenticate_agents.
+        self._headers = {} if credential is None else {"Authorization": basic_authorization(*credential)}
+        scheme = "https" if ssl_context is not None else "http"
+        address = master.removeprefix("http://").removeprefix("https://").rstrip("/")
+        self.url = f"{scheme}://{address}/internal/agent"
         self.backoff_factor = backoff_factor
         self.stream_id: str | None = None
         self.connected = asyncio.Event()
@@ -52,7 +66,10 @@ class MasterLink:
 
     async def run(self) -> None:
         timeout = aiohttp.ClientTimeout(total=None, connect=10, sock_read=None)
-        async with aiohttp.ClientSession(timeout=timeout) as session:
+        connector = aiohttp.TCPConnector(ssl=self._ssl if self._ssl is not None else True)
+        async with aiohttp.ClientSession(
+            timeout=timeout, headers=self._headers, connector=connector
+        ) as session:
             self._session = session
             sender = asyncio.create_task(self._sender(session), name="master sender")
             try:

@@ -31,10 +31,13 @@ class Flag:
     name: str
     help: str
     default: Any = None
-    kind: str = "str"  # str | int | float | bool | duration | list
+    kind: str = "str"  # str | int | float | bool | duration | list | path
     required: bool = False
 
     def parse(self, text: str) -> Any:
+        if self.kind == "path":
+            # A file the daemon reads itself (credentials, keys): /flags shows its path.
+            return text[len("file://") :] if text.startswith("file://") else text
         if text.startswith("file://"):
             with open(text[len("file://") :]) as f:
                 text = f.read().strip()
@@ -52,6 +55,8 @@ class Flag:
             return "true" if value else "false"
         if self.kind == "list":
             return ",".join(value)
+        if self.kind == "path" and str(value).lstrip().startswith("{"):
+            return "(inline, not shown)"  # it may hold secrets
         return str(value)
 
 

@@ -7,13 +7,15 @@
 * Handlers raise `mesilla.common.errors.HttpError`; one middleware turns them
   into plain-text responses. Anything else is a bug and answers 500.
 * Each route names the authentication realm it belongs to (Mesos's
-  ``mesos-master-readonly`` and so on); authentication plugs in there.
+  ``mesos-master-readonly`` and so on); `make_app`'s `Authentication` checks
+  the realms that are switched on before any handler runs.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import ssl
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
@@ -22,6 +24,7 @@ import msgspec
 from aiohttp import web
 
 from mesilla.common import recordio, secrets
+from mesilla.common.authentication import Authentication
 from mesilla.common.errors import (
     BadRequest,
     HttpError,
@@ -87,11 +90,17 @@ def _error_response(exc: HttpError) -> web.Response:
     return web.Response(status=exc.status, text=exc.reason, headers=exc.headers)
 
 
-def make_app(router: Router) -> web.Application:
+AUTHENTICATION = web.AppKey("authentication", Authentication)
+
+
+def make_app(router: Router, authentication: Authentication | None = None) -> web.Application:
+    authentication = authentication or Authentication()
+
     async def dispatch(request: web.Request) -> web.StreamResponse:
         route = router.resolve(request.path)
         if route is None:
             raise NotFound(f"No endpoint at '{request.path}'")
+        authentication.authenticate(request, route.realm)
         if request.method not in route.methods:
             if request.method == "HEAD" and "GET" in route.methods:
                 return await route.handler(request)
@@ -118,6 +127,7 @@ def make_app(router: Router) -> web.Application:
             return web.Response(status=500, text="Internal server error")
 
     app = web.Application(middlewares=[errors], client_max_size=MAX_BODY_SIZE)
+    app[AUTHENTICATION] = authentication
     app.router.add_route("*", "/{tail:.*}", dispatch)
     return app
 
@@ -213,11 +223,16 @@ class EventStream:
 
 
 async def listen(
-    runner: web.AppRunner, ip: str, port: int, error: Callable[[str], Exception]
+    runner: web.AppRunner,
+    ip: str,
+    port: int,
+    error: Callable[[str], Exception],
+    ssl_context: ssl.SSLContext | None = None,
 ) -> int:
-    """Serves `runner` on ip:port and returns the port bound (port 0: any); a port that is
-    taken or an address not ours raises `error` with a one-line reason."""
-    site = web.TCPSite(runner, ip, port, reuse_address=True)
+    """Serves `runner` on ip:port (over TLS with `ssl_context`) and returns the port bound
+    (port 0: any); a port that is taken or an address not ours raises `error` with a
+    one-line reason."""
+    site = web.TCPSite(runner, ip, port, reuse_address=True, ssl_context=ssl_context)
     try:
         await site.start()
     except OSError as exc:

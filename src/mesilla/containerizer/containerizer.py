@@ -260,6 +260,10 @@ class Containerizer:
         parent = self._containers.get(container.id.parent)
         return None if parent is None else parent.launch_info
 
+    def _parent_executor_secrets(self, container: _Container) -> set[str]:
+        parent = self._containers.get(container.id.parent) if container.id.parent else None
+        return set(parent.config.executor_secrets) if parent is not None else set()
+
     async def _launch(self, container: _Container) -> None:
         container_id, config = container.id, container.config
         try:
@@ -284,8 +288,12 @@ class Containerizer:
                     infos.append(info)
             launch_info = merge_launch_infos(infos)
             container.launch_info = launch_info
+            launch_info.environment.update(config.executor_secrets)
+            launch_info.secret_names |= set(config.executor_secrets)
             parent_info = self._inherited(container)
             inherited = dict(parent_info.environment) if parent_info else {}
+            for name in self._parent_executor_secrets(container):
+                inherited.pop(name, None)
             if parent_info is not None:
                 launch_info.secret_names |= parent_info.secret_names
             sandbox_dir = inherited.get("MESOS_SANDBOX") or (

@@ -99,7 +99,8 @@ class RuntimeDir:
         return read_int(self.path(container_id, STATUS_FILE))
 
     def write_config(self, container_id: ContainerID, config: ContainerConfig) -> None:
-        _write(self.path(container_id, CONFIG_FILE), secrets.redact(msgspec.json.encode(config)))
+        public = dataclasses.replace(config, executor_secrets={})
+        _write(self.path(container_id, CONFIG_FILE), secrets.redact(msgspec.json.encode(public)))
 
     def read_config(self, container_id: ContainerID) -> ContainerConfig | None:
         return self._decode(self.path(container_id, CONFIG_FILE), ContainerConfig)

@@ -49,6 +49,9 @@ class ContainerConfig:
     resources: list[Resource] = field(default_factory=list)
     limits: dict[str, float] = field(default_factory=dict)
     environment: dict[str, str] = field(default_factory=dict)
+    # Only the container's own process gets these (an executor's token): never
+    # written down, nor inherited by its debug containers.
+    executor_secrets: dict[str, str] = field(default_factory=dict)
     user: str | None = None
     # Mesilla's own executors run as root (their interpreter need not be readable
     # by `user`), while `user` owns the sandbox and runs the tasks they start.

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import functools
 import json
 import logging
 import os
@@ -33,10 +34,13 @@ import random
 import time
 import uuid
 from collections.abc import AsyncIterator, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from mesilla.common.durations import parse_duration
 from mesilla.common.recordio import Decoder
+
+if TYPE_CHECKING:
+    import ssl
 
 log = logging.getLogger(__name__)
 
@@ -134,7 +138,21 @@ async def _connect(
     """To the agent: over its unix socket when given one (MESOS_DOMAIN_SOCKET), else TCP."""
     if unix_socket:
         return await asyncio.open_unix_connection(unix_socket, limit=_MAX_HEADER_BYTES)
-    return await asyncio.open_connection(host, port, limit=_MAX_HEADER_BYTES)
+    context = _tls()
+    return await asyncio.open_connection(
+        host, port, limit=_MAX_HEADER_BYTES, ssl=context, server_hostname=host if context else None
+    )
+
+
+@functools.cache
+def _tls() -> ssl.SSLContext | None:
+    """TLS to the agent when it handed us LIBPROCESS_SSL_ENABLED (read once; `ssl` is
+    loaded only then, see `mesilla.executor`)."""
+    if os.environ.get("LIBPROCESS_SSL_ENABLED", "").lower() not in ("1", "true", "yes"):
+        return None
+    from mesilla.common.tls import client_from_environ
+
+    return client_from_environ()
 
 
 class HttpConnection:
@@ -259,7 +277,16 @@ class ExecutorDriver:
         self.recovery_timeout = _duration(env, "MESOS_RECOVERY_TIMEOUT", DEFAULT_RECOVERY_TIMEOUT)
         self.shutdown_grace_period = _duration(env, "MESOS_EXECUTOR_SHUTDOWN_GRACE_PERIOD", 5.0)
         token = env.get("MESOS_EXECUTOR_AUTHENTICATION_TOKEN")
-        self.auth_headers = {"Authorization": f"Bearer {token}"} if token else {}
+        principal, secret = env.get("MESOS_EXECUTOR_PRINCIPAL"), env.get("MESOS_EXECUTOR_SECRET")
+        # As Mesos: out of the environment, so the tasks started from here never see them.
+        for name in ("MESOS_EXECUTOR_AUTHENTICATION_TOKEN", "MESOS_EXECUTOR_SECRET"):
+            os.environ.pop(name, None)
+        self.auth_headers = {}
+        if token:
+            self.auth_headers["Authorization"] = f"Bearer {token}"
+        elif principal and secret is not None:
+            basic = base64.b64encode(f"{principal}:{secret}".encode()).decode()
+            self.auth_headers["Authorization"] = f"Basic {basic}"
 
         self._executor = executor
         self._calls = HttpConnection(self.host, self.port, self.auth_headers, self.unix_socket)

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 
 from aiohttp import web
 
+from mesilla.common.authentication import MASTER_AGENT
 from mesilla.common.errors import BadRequest, Forbidden, ServiceUnavailable
 from mesilla.common.http import EventStream, Router, read_message
 from mesilla.common.resources import Resources, ResourcesError
@@ -34,7 +35,7 @@ def install(router: Router, master: Master) -> None:
     async def handler(request: web.Request) -> web.StreamResponse:
         return await agent_call(request, master)
 
-    router.add("/internal/agent", handler, methods=("POST",))
+    router.add("/internal/agent", handler, methods=("POST",), realm=MASTER_AGENT)
 
 
 def _validate(call: internal.AgentCall) -> None:

@@ -11,6 +11,7 @@ from collections import Counter, deque
 from collections.abc import Coroutine
 from typing import Any
 
+from mesilla.common.authorization import Authorizer
 from mesilla.common.flags import Flags
 from mesilla.common.resources import Resources
 from mesilla.master.agent import Agent
@@ -29,6 +30,7 @@ from mesilla.v1.mesos import (
 
 class MasterBase:
     flags: Flags
+    authorizer: Authorizer | None
     registry: Registry
     id: str
     master_info: MasterInfo

@@ -23,6 +23,7 @@ from aiohttp import web
 
 import mesilla
 from mesilla import MESOS_VERSION
+from mesilla.common.authorization import require
 from mesilla.common.errors import BadRequest
 from mesilla.common.http import Router, jsonp_response
 from mesilla.common.models import (
@@ -32,7 +33,7 @@ from mesilla.common.models import (
     task_json,
 )
 from mesilla.common.resources import Resources
-from mesilla.master import metrics
+from mesilla.master import authorize, metrics
 from mesilla.master.agent import Agent
 from mesilla.master.framework import Framework
 from mesilla.v1 import master as m
@@ -81,11 +82,18 @@ def install(router: Router, master: Master) -> None:
     # Mesos's read-only endpoints do not look at the method; GET and POST are what clients use.
     get = ("GET", "POST")
 
-    def view(render: Any) -> Any:
+    def view(render: Any, action: str | None = None, obj: str | None = None) -> Any:
+        """`action`: what the principal must be authorized for (view_flags, get_endpoints)."""
+
         async def handler(request: web.Request) -> web.Response:
+            if action is not None:
+                require(master.authorizer, request, action, obj)
             body = render(master, request.query)
             if inspect.isawaitable(body):
                 body = await body
+            seen = authorize.viewer(master, request)
+            if seen is not None:
+                body = msgspec.json.decode(seen.encode(body))
             return jsonp_response(request, body)
 
         return handler
@@ -97,9 +105,14 @@ def install(router: Router, master: Master) -> None:
     router.add("/tasks", view(tasks), methods=get, realm=READONLY)
     router.add("/state-summary", view(state_summary), methods=get, realm=READONLY)
     router.add("/roles", view(roles), methods=get, realm=READONLY)
-    router.add("/flags", view(lambda master, _q: {"flags": master.flags.as_strings()}), methods=get, realm=READONLY)
+    router.add("/flags", view(lambda master, _q: {"flags": master.flags.as_strings()}, "view_flags"), methods=get, realm=READONLY)
     router.add("/version", view(lambda _m, _q: version()), methods=get)
-    router.add("/metrics/snapshot", view(lambda master, _q: metrics.snapshot(master)), methods=get)
+    router.add(
+        "/metrics/snapshot",
+        view(lambda master, _q: metrics.snapshot(master), "get_endpoints", "/metrics/snapshot"),
+        methods=get,
+        realm=READONLY,
+    )
 
     async def health(_request: web.Request) -> web.Response:
         return web.Response(status=200)

@@ -14,9 +14,11 @@ import logging
 
 import msgspec
 
+from mesilla.common.authentication import Principal
 from mesilla.common.errors import BadRequest
 from mesilla.common.resources import Resources, with_default_executor_resources
 from mesilla.master.agent import Agent
+from mesilla.master.authorize import task_user
 from mesilla.master.base import MasterBase
 from mesilla.master.framework import Framework
 from mesilla.master.status_updates import master_status, task_state_metric
@@ -208,6 +210,20 @@ class LaunchMixin(MasterBase):
         ctx.task_ids.add(task.task_id.value)
         self.notify("TASK_ADDED", record)
 
+    def _may_run(self, framework: Framework, task: TaskInfo) -> bool:
+        """The run_tasks ACL, for the user the task would run as."""
+        if self.authorizer is None:
+            return True
+        principal = Principal(framework.info.principal) if framework.info.principal else None
+        return self.authorizer.authorized(principal, "run_tasks", task_user(task, framework.info))
+
+    def _unauthorized(self, framework: Framework, task: TaskInfo) -> str:
+        return (
+            f"Task {task.task_id.value} is not authorized to launch: principal "
+            f"'{framework.info.principal or ''}' may not run tasks as user "
+            f"'{task_user(task, framework.info)}'"
+        )
+
     async def _launch_task(
         self, framework: Framework, agent: Agent, task: TaskInfo, ctx: LaunchContext
     ) -> None:
@@ -216,6 +232,9 @@ class LaunchMixin(MasterBase):
                 task.executor, framework_id=FrameworkID(value=framework.id)
             )
             task = msgspec.structs.replace(task, executor=executor)
+        if not self._may_run(framework, task):
+            await self._task_error(framework, task, Reason.REASON_TASK_UNAUTHORIZED, self._unauthorized(framework, task))
+            return
         try:
             needed = check_task(task, ctx)
         except InvalidTask as exc:
@@ -248,6 +267,12 @@ class LaunchMixin(MasterBase):
         )
         if executor.type == "DEFAULT":
             executor.resources = with_default_executor_resources(executor.resources, ctx.role)
+        refused = next((t for t in op.task_group.tasks if not self._may_run(framework, msgspec.structs.replace(t, executor=executor))), None)
+        if refused is not None:
+            reason = self._unauthorized(framework, msgspec.structs.replace(refused, executor=executor))
+            for task in op.task_group.tasks:
+                await self._task_error(framework, task, Reason.REASON_TASK_GROUP_UNAUTHORIZED, reason)
+            return
         try:
             needed = check_task_group(executor, op.task_group, ctx)
         except InvalidTask as exc:

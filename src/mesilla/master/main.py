@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 from aiohttp import web
 
+from mesilla.common import authentication, authorization, tls
 from mesilla.common.flags import Flag, FlagError, Flags
 from mesilla.common.http import Router, listen, make_app
 from mesilla.master import agent_api, endpoints, operator_api, scheduler_api
@@ -90,6 +91,9 @@ MASTER_FLAGS: list[Flag] = [
         "bool",
     ),
     *FABRIC_FLAGS,
+    *authentication.MASTER_FLAGS,
+    *authorization.MASTER_FLAGS,
+    *tls.FLAGS,
     Flag("quiet", "Disable logging to stderr.", False, "bool"),
     Flag("logging_level", "Log level: INFO, WARNING or ERROR.", "INFO"),
 ]
@@ -123,6 +127,7 @@ class MasterServer:
     master: Master
     runner: web.AppRunner
     port: int
+    router: Router
 
     @property
     def address(self) -> str:
@@ -137,11 +142,15 @@ async def serve(flags: Flags) -> AsyncIterator[MasterServer]:
     except ValueError as exc:
         raise FlagError(f"Invalid --weights '{flags.weights}': {exc}") from None
     validate_ping_flags(flags)
+    authenticate = authentication.master_authentication(flags)
+    authorizer = authorization.from_flags(flags)
+    tls_config = tls.from_flags(flags)
     try:
         network = await NetworkService.in_work_dir(flags.work_dir) if flags.get("network_service") else None
     except BookError as exc:
         raise MasterStartError(str(exc)) from None
     master = Master(flags, make_registry(flags))
+    master.authorizer = authorizer
     router = Router("master")
     scheduler_api.install(router, master)
     agent_api.install(router, master)
@@ -149,7 +158,7 @@ async def serve(flags: Flags) -> AsyncIterator[MasterServer]:
     endpoints.install(router, master)
     if network is not None:
         network.install(router)
-    runner = web.AppRunner(make_app(router), access_log=None, shutdown_timeout=1.0)
+    runner = web.AppRunner(make_app(router, authenticate), access_log=None, shutdown_timeout=1.0)
     await runner.setup()
     fabric = None
     try:
@@ -158,7 +167,8 @@ async def serve(flags: Flags) -> AsyncIterator[MasterServer]:
                 fabric = await start_fabric(flags, network.book)
             except OvsError as exc:
                 raise MasterStartError(f"The fabric cannot start: {exc}") from None
-        port = await listen(runner, flags.ip, flags.port, MasterStartError)
+        ssl_context = tls_config.server_context() if tls_config is not None else None
+        port = await listen(runner, flags.ip, flags.port, MasterStartError, ssl_context)
         advertised = flags.get("advertise_ip") or flags.ip
         if advertised == "0.0.0.0":
             advertised = socket.gethostbyname(socket.gethostname())
@@ -168,7 +178,7 @@ async def serve(flags: Flags) -> AsyncIterator[MasterServer]:
         except RegistryError as exc:
             raise MasterStartError(str(exc)) from None
         log.info("master %s listening on %s:%d", master.id, flags.ip, port)
-        yield MasterServer(master, runner, port)
+        yield MasterServer(master, runner, port, router)
     finally:
         await master.stop()
         await runner.cleanup()

@@ -32,6 +32,7 @@ from collections.abc import Callable, Coroutine, Iterator
 from typing import Any
 
 from mesilla import MESOS_VERSION
+from mesilla.common.authorization import Authorizer
 from mesilla.common.flags import Flags
 from mesilla.common.resources import Resources
 from mesilla.master.agent import Agent
@@ -65,6 +66,7 @@ class Master(
 ):
     def __init__(self, flags: Flags, registry: Registry) -> None:
         self.flags = flags
+        self.authorizer: Authorizer | None = None  # --acls
         self.registry = registry
         self.id = str(uuid.uuid4())
         #: Filled in by `set_address` once the HTTP server is bound.

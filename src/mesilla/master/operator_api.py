@@ -32,7 +32,8 @@ from mesilla.common.http import (
     read_message,
 )
 from mesilla.common.resources import Resources
-from mesilla.master import metrics
+from mesilla.master import authorize, metrics
+from mesilla.common.authorization import require
 from mesilla.master.agent import Agent
 from mesilla.master.endpoints import known_roles, rendered, version_info
 from mesilla.master.framework import Framework
@@ -270,10 +271,32 @@ class OperatorApi:
             check_accept(request, streaming=True)
             return await self._subscribe(request)
         check_accept(request)
+        self._authorize(request, call)
         response = await self._answer(call)
         if response is None:
             return web.Response(status=200)
+        seen = authorize.viewer(self.master, request)
+        if seen is not None:
+            return web.Response(body=secrets.redact(seen.encode(response)), content_type="application/json")
         return json_response(response)
+
+    def _authorize(self, request: web.Request, call: m.Call) -> None:
+        """The calls with an ACL action of their own; the read calls filter instead."""
+        authorizer = self.master.authorizer
+        if authorizer is None:
+            return
+        t = call.type
+        if t is m.CallType.GET_FLAGS:
+            require(authorizer, request, "view_flags")
+        elif t is m.CallType.UPDATE_WEIGHTS and call.update_weights is not None:
+            for info in call.update_weights.weight_infos:
+                require(authorizer, request, "update_weights", info.role)
+        elif t is m.CallType.TEARDOWN and call.teardown is not None:
+            framework = self.master.frameworks.get(call.teardown.framework_id.value)
+            principal = framework.info.principal if framework is not None else None
+            require(authorizer, request, "teardown_frameworks", principal)
+        elif t is m.CallType.MARK_AGENT_GONE:
+            require(authorizer, request, "mark_agents_gone")
 
     async def _answer(self, call: m.Call) -> m.Response | None:
         render = _READ_ONLY.get(call.type)
@@ -330,11 +353,20 @@ class OperatorApi:
         master = self.master
         queue: asyncio.Queue[msgspec.Raw] = asyncio.Queue()
 
+        seen = authorize.viewer(master, request)
+
         def observe(kind: str, payload: Any) -> None:
             event = event_for(kind, payload)
+            if event is None:
+                return
             # Encoded now: the objects change after the notification.
-            if event is not None:
-                queue.put_nowait(msgspec.Raw(secrets.redact(codec.encode(event))))
+            encoded = codec.encode(event)
+            if seen is not None:
+                document = msgspec.json.decode(encoded)
+                if not seen.event(document):
+                    return
+                encoded = msgspec.json.encode(seen.filter(document))
+            queue.put_nowait(msgspec.Raw(secrets.redact(encoded)))
 
         stream = await EventStream.open(request)
         master.add_observer(observe)
@@ -346,7 +378,8 @@ class OperatorApi:
                     get_state=await get_state(master), heartbeat_interval_seconds=self.heartbeat_interval
                 ),
             )
-            if not await stream.send(msgspec.Raw(secrets.redact(codec.encode(subscribed)))):
+            encoded = seen.encode(subscribed) if seen is not None else codec.encode(subscribed)
+            if not await stream.send(msgspec.Raw(secrets.redact(encoded))):
                 return stream.response
             heartbeat = m.Event(type=m.EventType.HEARTBEAT)
             if not await stream.send(heartbeat):

@@ -15,6 +15,8 @@ from typing import TYPE_CHECKING
 
 from aiohttp import web
 
+from mesilla.common.authentication import MASTER_SCHEDULER, principal_of
+from mesilla.common.authorization import require
 from mesilla.common.errors import BadRequest, Forbidden, ServiceUnavailable
 from mesilla.common.http import EventStream, Router, check_accept, read_message
 from mesilla.master.validation import validate_call
@@ -34,7 +36,7 @@ def install(router: Router, master: Master) -> None:
         return await scheduler(request, master)
 
     router.add(
-        "/api/v1/scheduler", handler, methods=("POST",), realm="mesos-master-scheduler"
+        "/api/v1/scheduler", handler, methods=("POST",), realm=MASTER_SCHEDULER
     )
 
 
@@ -46,13 +48,32 @@ async def scheduler(request: web.Request, master: Master) -> web.StreamResponse:
     if error is not None:
         master.counters["master/invalid_scheduler_calls"] += 1
         raise BadRequest(f"Failed to validate scheduler::Call: {error}")
+    principal = principal_of(request)
     if call.type is sched.CallType.SUBSCRIBE:
         assert call.subscribe is not None
+        info = call.subscribe.framework_info
+        if principal is not None:
+            if info.principal is None:
+                # As Mesos: an authenticated framework is its principal's.
+                info.principal = principal.value
+            elif info.principal != principal.value:
+                raise BadRequest(
+                    f"Failed to validate scheduler::Call: Authenticated principal "
+                    f"'{principal}' does not match principal '{info.principal}' set in "
+                    "`FrameworkInfo`"
+                )
+        for role in info.effective_roles():
+            require(master.authorizer, request, "register_frameworks", role)
         return await _subscribe(request, master, call.subscribe)
     assert call.framework_id is not None
     framework = master.frameworks.get(call.framework_id.value)
     if framework is None:
         raise BadRequest(f"Framework {call.framework_id.value} cannot be found")
+    if principal is not None and principal.value != framework.info.principal:
+        raise BadRequest(
+            f"Authenticated principal '{principal}' does not match principal "
+            f"'{framework.info.principal or ''}' set in `FrameworkInfo`"
+        )
     if not framework.connected:
         raise Forbidden(
             f"Framework {framework.id} is not subscribed: send SUBSCRIBE first"

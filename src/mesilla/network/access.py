@@ -31,6 +31,8 @@ from typing import Any
 
 from aiohttp import web
 
+from mesilla.common.authentication import MASTER_READWRITE
+from mesilla.common.http import AUTHENTICATION
 from mesilla.network import errors
 from mesilla.network.store import SUBPORT_OWNER, TOKEN_PREFIX, Book
 
@@ -51,12 +53,16 @@ ADMIN = Principal()
 def is_admin(request: web.Request) -> bool:
     """Whether a request without a scoped token is an admin's.
 
-    The seam for HTTP authentication: while Mesilla's is off every such request
-    is (openstacksdk's ``auth_type=none`` sends ``X-Auth-Token: notused`` or
-    nothing); once the master authenticates requests, this decides from the
-    authenticated principal.
+    While the master does not authenticate its read-write realm every such
+    request is (openstacksdk's ``auth_type=none`` sends ``X-Auth-Token: notused``
+    or nothing); with ``--authenticate_http_readwrite`` an admin is a request
+    with a principal's valid Basic credentials. The standalone service (no
+    master) has no authentication.
     """
-    return True
+    authentication = request.app.get(AUTHENTICATION)
+    if authentication is None or not authentication.enabled(MASTER_READWRITE):
+        return True
+    return authentication.try_authenticate(request, MASTER_READWRITE) is not None
 
 
 def principal_of(request: web.Request, book: Book) -> Principal:

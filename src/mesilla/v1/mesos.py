@@ -359,6 +359,8 @@ class ExecutorInfo(Message):
     discovery: Json | None = None
     shutdown_grace_period: DurationInfo | None = None
     labels: Labels | None = None
+    # The pods design (6.3.4.2): whose --http_credentials the agent hands the executor.
+    principal: str | None = None
 
 
 class RestartPolicy(Message):

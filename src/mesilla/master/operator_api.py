@@ -31,6 +31,7 @@ from mesilla.common.http import (
     json_response,
     read_message,
 )
+from mesilla.common.negotiation import RECORDIO, message_encoding, wants_recordio
 from mesilla.common.resources import Resources
 from mesilla.master import metrics
 from mesilla.master.agent import Agent
@@ -267,13 +268,12 @@ class OperatorApi:
         if not self.master.recovered and call.type not in _BEFORE_RECOVERY:
             raise ServiceUnavailable("Master has not finished recovery")
         if call.type is m.CallType.SUBSCRIBE:
-            check_accept(request, streaming=True)
             return await self._subscribe(request)
-        check_accept(request)
+        encoding = check_accept(request, m.Response)
         response = await self._answer(call)
         if response is None:
             return web.Response(status=200)
-        return json_response(response)
+        return json_response(response, encoding=encoding)
 
     async def _answer(self, call: m.Call) -> m.Response | None:
         render = _READ_ONLY.get(call.type)
@@ -336,7 +336,20 @@ class OperatorApi:
             if event is not None:
                 queue.put_nowait(msgspec.Raw(secrets.redact(codec.encode(event))))
 
-        stream = await EventStream.open(request)
+        # Mesos's operator streams: RecordIO of Message-Accept's encoding, or (the
+        # older form) a stream named by its messages' encoding, Accept's.
+        if wants_recordio(request):
+            encoding = message_encoding(request, m.Event)
+            stream = await EventStream.open(
+                request,
+                headers={"Message-Content-Type": encoding.content_type},
+                encoding=encoding,
+                event_type=m.Event,
+                content_type=RECORDIO,
+            )
+        else:
+            encoding = check_accept(request, m.Event, streaming=True)
+            stream = await EventStream.open(request, encoding=encoding, event_type=m.Event)
         master.add_observer(observe)
         master.counters[SUBSCRIBERS_METRIC] += 1
         try:

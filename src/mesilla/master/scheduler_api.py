@@ -68,7 +68,7 @@ async def scheduler(request: web.Request, master: Master) -> web.StreamResponse:
             f"currently associated with framework ID {framework.id}"
         )
     master.counters["master/valid_scheduler_calls"] += 1
-    return await _dispatch(master, framework, call)
+    return await dispatch(master, framework, call)
 
 
 async def _subscribe(
@@ -90,7 +90,7 @@ async def _subscribe(
     return stream.response
 
 
-async def _dispatch(
+async def dispatch(
     master: Master, framework: Framework, call: sched.Call
 ) -> web.StreamResponse:
     accepted = web.Response(status=202)

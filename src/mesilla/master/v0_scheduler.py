@@ -1,0 +1,320 @@
+"""The master's libprocess endpoint for v0 schedulers (Mesos's `MesosSchedulerDriver`).
+
+A v0 framework is a framework like the v1 ones: its messages become v1 scheduler
+calls handled by the same code as ``/api/v1/scheduler`` (`scheduler_api.dispatch`),
+and the master's v1 events for it go through a `V0Stream`, which has the
+interface of a SUBSCRIBE stream and POSTs each event as its v0 message to the
+framework's UPID (`common.libprocess.Link`). Messages (``/master/<name>``):
+
+* ``mesos.internal.RegisterFrameworkMessage``, ``ReregisterFrameworkMessage``
+  (SUBSCRIBE; a retry from the registered UPID is answered again),
+  ``UnregisterFrameworkMessage`` (TEARDOWN), ``DeactivateFrameworkMessage`` (the
+  framework disconnects: its failover timeout runs), ``LaunchTasksMessage``
+  (ACCEPT with LAUNCH; no tasks: a decline), ``ReviveOffersMessage``,
+  ``KillTaskMessage``, ``StatusUpdateAcknowledgementMessage``,
+  ``FrameworkToExecutorMessage``, ``ReconcileTasksMessage``, ``ResourceRequestMessage``;
+* ``mesos.scheduler.Call``, the v0 form of the v1 call (today's libmesos driver).
+
+Events: FrameworkRegistered/Reregistered, ResourceOffers (with each offer's
+agent UPID), RescindResourceOffer, StatusUpdate (with the agent's UPID when it
+must be acknowledged), ExecutorToFramework, LostSlave, ExitedExecutor,
+FrameworkError. A message that does not decode, names no known framework or
+is not one of these is answered 202 and dropped, logged once per sender and
+kind, as libprocess drops what no handler takes.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from typing import Any
+
+from aiohttp import web
+
+from mesilla.common import libprocess
+from mesilla.common.errors import BadRequest, HttpError
+from mesilla.common.http import EventStream, Router
+from mesilla.master.framework import Framework
+from mesilla.master.master import Master
+from mesilla.master.scheduler_api import dispatch
+from mesilla.master.validation import validate_call
+from mesilla.v1 import codec, proto
+from mesilla.v1 import scheduler as sched
+from mesilla.v1.mesos import FrameworkID
+
+log = logging.getLogger(__name__)
+
+INTERNAL = "mesos.internal."
+CALL = "mesos.scheduler.Call"
+_V0 = "mesosproto."  # mesos-go's package for Mesos's `mesos.internal` and `mesos`
+
+
+def _renamed(obj: Any, old: str, new: str) -> Any:
+    """`obj` with v0's 'slave' and v1's 'agent' swapped in member names and in the
+    names of reasons and sources (`slave_id`, `REASON_SLAVE_REMOVED`, `SOURCE_SLAVE`)."""
+    if isinstance(obj, dict):
+        return {k.replace(old, new): _renamed(v, old, new) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [_renamed(v, old, new) for v in obj]
+    if isinstance(obj, str) and obj.startswith(("REASON_", "SOURCE_")):
+        return obj.replace(old.upper(), new.upper())
+    return obj
+
+
+def decode_v0(name: str, body: bytes) -> dict[str, Any]:
+    """A v0 message as v1's JSON form (names renamed); BadRequest if it does not decode."""
+    cls = proto.message_class(_V0 + name, "v0")
+    return _renamed(proto.to_dict(proto.parse(body, cls)), "slave", "agent")
+
+
+def encode_v0(name: str, message: dict[str, Any]) -> bytes:
+    cls = proto.message_class(_V0 + name, "v0")
+    return proto.from_dict(_renamed(message, "agent", "slave"), cls).SerializePartialToString()
+
+
+class V0Stream(EventStream):
+    """The SUBSCRIBE stream of a v0 framework: v1 events out as v0 messages."""
+
+    def __init__(self, master: Master, pid: libprocess.UPID, reregister: bool) -> None:
+        super().__init__(web.StreamResponse())  # never prepared: nothing is written to it
+        self.pid = pid
+        self.reregister = reregister
+        self._master = master
+        self._link = libprocess.Link(master.master_info.pid or "", pid, master.spawn)
+        master.spawn(self._watch())
+
+    async def _watch(self) -> None:
+        await self._link.broken.wait()
+        self.closed.set()
+
+    async def send(self, event: Any) -> bool:
+        if self.closed.is_set():
+            return False
+        message = self._v0(event)
+        if message is None:
+            return True
+        name, body = message
+        return self._link.send(INTERNAL + name, encode_v0(name, body))
+
+    def close(self) -> None:
+        self._link.close()
+        self.closed.set()
+
+    def _agent_pid(self, agent_id: str) -> str:
+        agent = self._master.agents.get(agent_id)
+        return agent.pid if agent is not None else ""
+
+    def _v0(self, event: sched.Event) -> tuple[str, dict[str, Any]] | None:
+        e = codec.to_builtins(event)
+        kind = event.type
+        if kind is sched.EventType.SUBSCRIBED:
+            subscribed = e["subscribed"]
+            name = "FrameworkReregisteredMessage" if self.reregister else "FrameworkRegisteredMessage"
+            return name, {"framework_id": subscribed["framework_id"], "master_info": subscribed.get("master_info", {})}
+        if kind is sched.EventType.OFFERS:
+            offers = e["offers"].get("offers", [])
+            return "ResourceOffersMessage", {
+                "offers": offers,
+                "pids": [self._agent_pid(o["agent_id"]["value"]) for o in offers],
+            }
+        if kind is sched.EventType.RESCIND:
+            return "RescindResourceOfferMessage", {"offer_id": e["rescind"]["offer_id"]}
+        if kind is sched.EventType.UPDATE:
+            status = e["update"]["status"]
+            update: dict[str, Any] = {
+                "framework_id": {"value": self._framework_id()},
+                "status": status,
+                "timestamp": status.get("timestamp", 0.0),
+            }
+            for key in ("executor_id", "agent_id", "uuid"):
+                if key in status:
+                    update[key] = status[key]
+            # The UPID set (the agent's) tells the driver to acknowledge the update.
+            pid = self._agent_pid(status["agent_id"]["value"]) if "uuid" in status and "agent_id" in status else ""
+            return "StatusUpdateMessage", {"update": update, "pid": pid}
+        if kind is sched.EventType.MESSAGE:
+            return "ExecutorToFrameworkMessage", {"framework_id": {"value": self._framework_id()}, **e["message"]}
+        if kind is sched.EventType.FAILURE:
+            failure = e["failure"]
+            if "executor_id" in failure:
+                return "ExitedExecutorMessage", {
+                    "framework_id": {"value": self._framework_id()},
+                    "status": failure.get("status", -1),
+                    **failure,
+                }
+            return "LostSlaveMessage", {"agent_id": failure.get("agent_id", {"value": ""})}
+        if kind is sched.EventType.ERROR:
+            return "FrameworkErrorMessage", {"message": e["error"]["message"]}
+        return None  # HEARTBEAT and what v0 has no message for
+
+    def _framework_id(self) -> str:
+        for framework in self._master.frameworks.values():
+            if framework.stream is self:
+                return framework.id
+        return ""
+
+
+class V0Schedulers:
+    """The v0 frameworks by their UPID, and what their messages do."""
+
+    def __init__(self, master: Master) -> None:
+        self.master = master
+        self._by_pid: dict[libprocess.UPID, str] = {}
+        self._logged: set[tuple[libprocess.UPID, str, str]] = set()
+
+    async def receive(self, request: web.Request, name: str) -> web.Response:
+        pid = libprocess.sender(request)
+        if pid is None:
+            raise BadRequest("Expecting a libprocess message: 'Libprocess-From' or 'User-Agent: libprocess/<pid>'")
+        body = await request.read()
+        try:
+            await self._handle(pid, name, body)
+        except HttpError as exc:
+            self._drop(pid, name, exc.reason)
+        except (KeyError, TypeError, ValueError) as exc:
+            self._drop(pid, name, f"malformed: {exc!r}")
+        return web.Response(status=202)
+
+    def _drop(self, pid: libprocess.UPID, name: str, reason: str) -> None:
+        key = (pid, name, reason.split(":")[0])
+        level = logging.WARNING if key not in self._logged else logging.DEBUG
+        self._logged.add(key)
+        log.log(level, "dropping %s from %s: %s", name, pid, reason)
+
+    async def _handle(self, pid: libprocess.UPID, name: str, body: bytes) -> None:
+        if name == CALL:
+            call = proto.to_dict(proto.parse(body, proto.message_class(CALL)))
+            if call.get("type") == "SUBSCRIBE":
+                info = call.get("subscribe", {}).get("framework_info", {})
+                await self._subscribe(pid, info, reregister="id" in info)
+            else:
+                await self._call(pid, call)
+            return
+        short = name[len(INTERNAL) :] if name.startswith(INTERNAL) else ""
+        if short not in _MESSAGES:
+            raise BadRequest("no handler for this message")
+        message = decode_v0(short, body)
+        if short in ("RegisterFrameworkMessage", "ReregisterFrameworkMessage"):
+            await self._subscribe(pid, message["framework"], reregister=short == "ReregisterFrameworkMessage")
+            return
+        if short == "DeactivateFrameworkMessage":
+            framework = self._framework(pid, message.get("framework_id"))
+            if framework.stream is not None:
+                framework.stream.close()
+            return
+        await self._call(pid, _MESSAGES[short](message))
+
+    def _framework(self, pid: libprocess.UPID, framework_id: dict[str, Any] | None) -> Framework:
+        known = self._by_pid.get(pid)
+        framework = self.master.frameworks.get(known) if known is not None else None
+        if framework is None or (framework_id is not None and framework_id.get("value") != framework.id):
+            raise BadRequest("no framework registered from this UPID")
+        if not isinstance(framework.stream, V0Stream) or framework.stream.pid != pid:
+            raise BadRequest(f"framework {framework.id} is not connected from this UPID")
+        return framework
+
+    async def _subscribe(self, pid: libprocess.UPID, info: dict[str, Any], *, reregister: bool) -> None:
+        master = self.master
+        known = self._by_pid.get(pid)
+        framework = master.frameworks.get(known) if known is not None else None
+        if (
+            framework is not None
+            and isinstance(framework.stream, V0Stream)
+            and framework.stream.pid == pid
+            and not framework.stream.closed.is_set()
+        ):
+            # The driver retries until it hears back: answer again, register once.
+            await framework.stream.send(
+                sched.Event(
+                    type=sched.EventType.SUBSCRIBED,
+                    subscribed=sched.Subscribed(
+                        framework_id=FrameworkID(value=framework.id), master_info=master.master_info
+                    ),
+                )
+            )
+            return
+        call = codec.convert({"type": "SUBSCRIBE", "subscribe": {"framework_info": info}}, sched.Call)
+        error = validate_call(call)
+        if error is not None:
+            raise BadRequest(f"Failed to validate scheduler::Call: {error}")
+        assert call.subscribe is not None
+        stream = V0Stream(master, pid, reregister)
+        stream_id = str(uuid.uuid4())
+        framework = await master.subscribe(stream, stream_id, call.subscribe)
+        if framework is None:
+            return
+        self._by_pid[pid] = framework.id
+        master.spawn(self._disconnected(framework, stream, stream_id))
+
+    async def _disconnected(self, framework: Framework, stream: V0Stream, stream_id: str) -> None:
+        await stream.closed.wait()
+        if self._by_pid.get(stream.pid) == framework.id and framework.stream is stream:
+            self.master.framework_disconnected(framework, stream_id)
+
+    async def _call(self, pid: libprocess.UPID, body: dict[str, Any]) -> None:
+        framework = self._framework(pid, body.get("framework_id"))
+        body = {**body, "framework_id": {"value": framework.id}}
+        call = codec.convert(body, sched.Call)
+        error = validate_call(call)
+        if error is not None:
+            raise BadRequest(f"Failed to validate scheduler::Call: {error}")
+        self.master.counters["master/valid_scheduler_calls"] += 1
+        await dispatch(self.master, framework, call)
+
+
+def _call(type_: str, **fields: Any) -> dict[str, Any]:
+    return {"type": type_, **({type_.lower(): fields} if fields else {})}
+
+
+# The old scheduler messages, as the v1 calls they are (v1 names already).
+_MESSAGES: dict[str, Any] = {
+    "RegisterFrameworkMessage": None,
+    "ReregisterFrameworkMessage": None,
+    "DeactivateFrameworkMessage": None,
+    "UnregisterFrameworkMessage": lambda m: {**_call("TEARDOWN"), "framework_id": m.get("framework_id")},
+    "LaunchTasksMessage": lambda m: {
+        **_call(
+            "ACCEPT",
+            offer_ids=m.get("offer_ids", []),
+            operations=[{"type": "LAUNCH", "launch": {"task_infos": m["tasks"]}}] if m.get("tasks") else [],
+            filters=m.get("filters", {}),
+        ),
+        "framework_id": m.get("framework_id"),
+    },
+    "ReviveOffersMessage": lambda m: {**_call("REVIVE", roles=m.get("roles", [])), "framework_id": m.get("framework_id")},
+    "KillTaskMessage": lambda m: {
+        **_call("KILL", task_id=m["task_id"], **({"agent_id": m["agent_id"]} if "agent_id" in m else {})),
+        "framework_id": m.get("framework_id"),
+    },
+    "StatusUpdateAcknowledgementMessage": lambda m: {
+        **_call("ACKNOWLEDGE", agent_id=m["agent_id"], task_id=m["task_id"], uuid=m["uuid"]),
+        "framework_id": m.get("framework_id"),
+    },
+    "FrameworkToExecutorMessage": lambda m: {
+        **_call("MESSAGE", agent_id=m["agent_id"], executor_id=m["executor_id"], data=m["data"]),
+        "framework_id": m.get("framework_id"),
+    },
+    "ReconcileTasksMessage": lambda m: {
+        **_call(
+            "RECONCILE",
+            tasks=[{k: s[k] for k in ("task_id", "agent_id") if k in s} for s in m.get("statuses", [])],
+        ),
+        "framework_id": m.get("framework_id"),
+    },
+    "ResourceRequestMessage": lambda m: {
+        **_call("REQUEST", requests=m.get("requests", [])),
+        "framework_id": m.get("framework_id"),
+    },
+}
+
+
+def install(router: Router, master: Master) -> V0Schedulers:
+    schedulers = V0Schedulers(master)
+    names = [INTERNAL + name for name in _MESSAGES] + [CALL]
+    for name in names:
+
+        async def handler(request: web.Request, name: str = name) -> web.StreamResponse:
+            return await schedulers.receive(request, name)
+
+        router.add(f"/{name}", handler, methods=("POST",))
+    return schedulers

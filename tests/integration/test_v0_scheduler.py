@@ -14,7 +14,8 @@ import aiohttp
 import pytest
 from aiohttp import web
 
-from mesilla.master.v0_scheduler import decode_v0, encode_v0
+from mesilla.v1.proto.v0 import decode as decode_v0
+from mesilla.v1.proto.v0 import encode as encode_v0
 from tests.integration.master_harness import command_task
 from tests.integration.operator_cluster import Cluster, cluster
 

@@ -13,11 +13,13 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
-from collections.abc import Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any
 
 from aiohttp import web
+
+from mesilla.common.errors import BadRequest, HttpError
 
 log = logging.getLogger(__name__)
 
@@ -132,3 +134,42 @@ class Link:
         """Ends the link once what is queued has been sent."""
         if not self.broken.is_set():
             self._queue.put_nowait(None)
+
+
+class Receiver:
+    """The receiving side: a process's message routes (``/<process id>/<name>``). Each
+    message is handled before its 202 (so one sender's messages are handled in
+    order); one its handler refuses (an `HttpError`, or a field missing) is dropped,
+    logged once per sender, message and reason, as libprocess drops what no
+    handler takes."""
+
+    def __init__(self, handle: Callable[[UPID, str, bytes], Awaitable[None]]) -> None:
+        self._handle = handle
+        self._logged: set[tuple[UPID, str, str]] = set()
+
+    def install(self, router: Any, names: list[str]) -> None:
+        for name in names:
+
+            async def handler(request: web.Request, name: str = name) -> web.StreamResponse:
+                return await self.receive(request, name)
+
+            router.add(f"/{name}", handler, methods=("POST",))
+
+    async def receive(self, request: web.Request, name: str) -> web.Response:
+        pid = sender(request)
+        if pid is None:
+            raise BadRequest("Expecting a libprocess message: 'Libprocess-From' or 'User-Agent: libprocess/<pid>'")
+        body = await request.read()
+        try:
+            await self._handle(pid, name, body)
+        except HttpError as exc:
+            self._drop(pid, name, exc.reason)
+        except (KeyError, TypeError, ValueError) as exc:
+            self._drop(pid, name, f"malformed: {exc!r}")
+        return web.Response(status=202)
+
+    def _drop(self, pid: UPID, name: str, reason: str) -> None:
+        key = (pid, name, reason.split(":")[0])
+        level = logging.WARNING if key not in self._logged else logging.DEBUG
+        self._logged.add(key)
+        log.log(level, "dropping %s from %s: %s", name, pid, reason)

@@ -32,44 +32,21 @@ from typing import Any
 from aiohttp import web
 
 from mesilla.common import libprocess
-from mesilla.common.errors import BadRequest, HttpError
+from mesilla.common.errors import BadRequest
 from mesilla.common.http import EventStream, Router
 from mesilla.master.framework import Framework
 from mesilla.master.master import Master
 from mesilla.master.scheduler_api import dispatch
 from mesilla.master.validation import validate_call
 from mesilla.v1 import codec, proto
+from mesilla.v1.proto import v0
+from mesilla.v1.proto.v0 import INTERNAL
 from mesilla.v1 import scheduler as sched
 from mesilla.v1.mesos import FrameworkID
 
 log = logging.getLogger(__name__)
 
-INTERNAL = "mesos.internal."
 CALL = "mesos.scheduler.Call"
-_V0 = "mesosproto."  # mesos-go's package for Mesos's `mesos.internal` and `mesos`
-
-
-def _renamed(obj: Any, old: str, new: str) -> Any:
-    """`obj` with v0's 'slave' and v1's 'agent' swapped in member names and in the
-    names of reasons and sources (`slave_id`, `REASON_SLAVE_REMOVED`, `SOURCE_SLAVE`)."""
-    if isinstance(obj, dict):
-        return {k.replace(old, new): _renamed(v, old, new) for k, v in obj.items()}
-    if isinstance(obj, list):
-        return [_renamed(v, old, new) for v in obj]
-    if isinstance(obj, str) and obj.startswith(("REASON_", "SOURCE_")):
-        return obj.replace(old.upper(), new.upper())
-    return obj
-
-
-def decode_v0(name: str, body: bytes) -> dict[str, Any]:
-    """A v0 message as v1's JSON form (names renamed); BadRequest if it does not decode."""
-    cls = proto.message_class(_V0 + name, "v0")
-    return _renamed(proto.to_dict(proto.parse(body, cls)), "slave", "agent")
-
-
-def encode_v0(name: str, message: dict[str, Any]) -> bytes:
-    cls = proto.message_class(_V0 + name, "v0")
-    return proto.from_dict(_renamed(message, "agent", "slave"), cls).SerializePartialToString()
 
 
 class V0Stream(EventStream):
@@ -94,7 +71,7 @@ class V0Stream(EventStream):
         if message is None:
             return True
         name, body = message
-        return self._link.send(INTERNAL + name, encode_v0(name, body))
+        return self._link.send(INTERNAL + name, v0.encode(name, body))
 
     def close(self) -> None:
         self._link.close()
@@ -160,28 +137,8 @@ class V0Schedulers:
     def __init__(self, master: Master) -> None:
         self.master = master
         self._by_pid: dict[libprocess.UPID, str] = {}
-        self._logged: set[tuple[libprocess.UPID, str, str]] = set()
 
-    async def receive(self, request: web.Request, name: str) -> web.Response:
-        pid = libprocess.sender(request)
-        if pid is None:
-            raise BadRequest("Expecting a libprocess message: 'Libprocess-From' or 'User-Agent: libprocess/<pid>'")
-        body = await request.read()
-        try:
-            await self._handle(pid, name, body)
-        except HttpError as exc:
-            self._drop(pid, name, exc.reason)
-        except (KeyError, TypeError, ValueError) as exc:
-            self._drop(pid, name, f"malformed: {exc!r}")
-        return web.Response(status=202)
-
-    def _drop(self, pid: libprocess.UPID, name: str, reason: str) -> None:
-        key = (pid, name, reason.split(":")[0])
-        level = logging.WARNING if key not in self._logged else logging.DEBUG
-        self._logged.add(key)
-        log.log(level, "dropping %s from %s: %s", name, pid, reason)
-
-    async def _handle(self, pid: libprocess.UPID, name: str, body: bytes) -> None:
+    async def handle(self, pid: libprocess.UPID, name: str, body: bytes) -> None:
         if name == CALL:
             call = proto.to_dict(proto.parse(body, proto.message_class(CALL)))
             if call.get("type") == "SUBSCRIBE":
@@ -193,7 +150,7 @@ class V0Schedulers:
         short = name[len(INTERNAL) :] if name.startswith(INTERNAL) else ""
         if short not in _MESSAGES:
             raise BadRequest("no handler for this message")
-        message = decode_v0(short, body)
+        message = v0.decode(short, body)
         if short in ("RegisterFrameworkMessage", "ReregisterFrameworkMessage"):
             await self._subscribe(pid, message["framework"], reregister=short == "ReregisterFrameworkMessage")
             return
@@ -310,11 +267,5 @@ _MESSAGES: dict[str, Any] = {
 
 def install(router: Router, master: Master) -> V0Schedulers:
     schedulers = V0Schedulers(master)
-    names = [INTERNAL + name for name in _MESSAGES] + [CALL]
-    for name in names:
-
-        async def handler(request: web.Request, name: str = name) -> web.StreamResponse:
-            return await schedulers.receive(request, name)
-
-        router.add(f"/{name}", handler, methods=("POST",))
+    libprocess.Receiver(schedulers.handle).install(router, [INTERNAL + name for name in _MESSAGES] + [CALL])
     return schedulers

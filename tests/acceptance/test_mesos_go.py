@@ -1,9 +1,8 @@
 """The shared mesos-go acceptance checks (Debian's mesos-go 0.0.6), run against a real `mesilla local`.
 
 The v1 scheduler and operator clients in both encodings (JSON and protobuf,
-mesos-go's default), and the v0 scheduler driver over libprocess. The v0
-custom executor (`-executor=mesos-go-v0-exec`) needs the agent's v0 executor
-endpoint, not there yet.
+mesos-go's default), and the v0 scheduler driver over libprocess, also with
+mesos-go's v0 custom executor on the agent's libprocess endpoint.
 """
 
 from __future__ import annotations
@@ -50,3 +49,7 @@ def test_mesos_go_v1_operator(cluster: LocalCluster, codec: str) -> None:
 @pytest.mark.parametrize("mode", ["launch", "kill", "reconcile"])
 def test_mesos_go_v0_scheduler(cluster: LocalCluster, mode: str) -> None:
     run_check(cluster, "mesos-go-v0-sched", f"-mode={mode}")
+
+
+def test_mesos_go_v0_scheduler_with_the_v0_executor(cluster: LocalCluster) -> None:
+    run_check(cluster, "mesos-go-v0-sched", "-mode=launch", f"-executor={MESOS_GO_BIN / 'mesos-go-v0-exec'}")

@@ -25,7 +25,6 @@ kind, as libprocess drops what no handler takes.
 
 from __future__ import annotations
 
-import logging
 import uuid
 from typing import Any
 
@@ -44,7 +43,6 @@ from mesilla.v1.proto.v0 import INTERNAL
 from mesilla.v1 import scheduler as sched
 from mesilla.v1.mesos import FrameworkID
 
-log = logging.getLogger(__name__)
 
 CALL = "mesos.scheduler.Call"
 

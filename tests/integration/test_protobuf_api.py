@@ -68,7 +68,9 @@ def projected(type_: type, answer: Json) -> Json:
 
 async def test_every_operator_query_answers_in_protobuf_as_in_json(cluster: Cluster) -> None:
     await running_task(cluster)
-    known = set(proto.descriptor("mesos.master.Call").fields_by_name["type"].enum_type.values_by_name)
+    call_types = proto.descriptor("mesos.master.Call").fields_by_name["type"].enum_type
+    assert call_types is not None
+    known = set(call_types.values_by_name)
     queries = [t.value for t in _READ_ONLY if t.value in known]
     assert "GET_STATE" in queries and "GET_TASKS" in queries
     for name in queries:

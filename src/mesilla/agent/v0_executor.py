@@ -20,7 +20,7 @@ from aiohttp import web
 from mesilla.agent import executor_link
 from mesilla.agent.agent import Agent, AgentStatus
 from mesilla.agent.executor_api import validate
-from mesilla.agent.state import Executor, ExecutorState, Framework
+from mesilla.agent.state import Executor, Framework
 from mesilla.common import libprocess
 from mesilla.common.errors import BadRequest
 from mesilla.common.http import EventStream, Router
@@ -170,8 +170,6 @@ class V0Executors:
         if agent.status is AgentStatus.RECOVERING:
             await agent.executors_recovered.wait()
         framework, executor = self._lookup(call)
-        if executor.state is ExecutorState.REGISTERING and reregister:
-            reregister = False
         assert call.subscribe is not None
         stream = V0ExecutorStream(agent, pid, framework, reregister)
         await executor_link.subscribe(agent, framework, executor, call.subscribe, stream)

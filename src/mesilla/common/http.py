@@ -117,8 +117,9 @@ def make_app(router: Router) -> web.Application:
 # --- request helpers -------------------------------------------------------------
 
 
-def check_accept(request: web.Request, type_: type, *, streaming: bool = False) -> Encoding:
-    """The encoding the answer (a `type_`, or a stream of them) must have: 406 if none."""
+def check_accept(request: web.Request, type_: type | None = None, *, streaming: bool = False) -> Encoding:
+    """The encoding the answer (a `type_`, or a stream of them; None: JSON only) must
+    have: 406 if none."""
     return negotiation.response_encoding(request, type_, streaming=streaming)
 
 

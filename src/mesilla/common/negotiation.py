@@ -91,17 +91,17 @@ def accepts(header: str | None, media_type: str) -> bool:
     return False
 
 
-def _choose(header: str | None, name: str, type_: type) -> Encoding:
+def _choose(header: str | None, name: str, type_: type | None) -> Encoding:
     if accepts(header, JSON):
         return JSON_ENCODING
     if accepts(header, PROTOBUF):
-        if not proto.supports(type_):
+        if type_ is None or not proto.supports(type_):
             raise NotAcceptable(f"Expecting '{name}' to allow '{JSON}'")
         return PROTOBUF_ENCODING
     raise NotAcceptable(f"Expecting '{name}' to allow '{JSON}' or '{PROTOBUF}'")
 
 
-def response_encoding(request: web.Request, type_: type, *, streaming: bool = False) -> Encoding:
+def response_encoding(request: web.Request, type_: type | None, *, streaming: bool = False) -> Encoding:
     """The encoding of the answer, a `type_` (or a stream of them); a stream asked for
     as RecordIO alone is JSON."""
     header = request.headers.get("Accept")

@@ -1,16 +1,19 @@
 """A v0 custom executor (libprocess, `tests/integration/v0_executor_program.py`) on the
 agent's `slave(1)` endpoint: registered, given its task, its updates acknowledged and
-forwarded, its framework message forwarded, shut down with the framework."""
+forwarded, its framework message forwarded, shut down with the framework; after an
+agent restart, asked to reconnect and re-registered with its running task."""
 
 from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 
-from mesilla.v1.internal import AgentCallType, AgentEvent, AgentEventType, ShutdownFramework
+from mesilla.v1.internal import AgentCallType, AgentEvent, AgentEventType, KillTask, ShutdownFramework
 from mesilla.v1.mesos import AgentID, CommandInfo, ExecutorID, ExecutorInfo, FrameworkID, TaskID, TaskInfo
+from tests.conftest import free_port
 from tests.integration.agent_fake_master import AgentProcess, FakeMaster
 from tests.integration.test_agent_tasks import agent_proc, master, run_task
 
@@ -57,3 +60,43 @@ async def test_a_v0_executor_runs_its_task(master: FakeMaster, agent_proc: Agent
     )
     exited = await master.wait_for(lambda: [c for c in master.calls if c.type is AgentCallType.EXITED_EXECUTOR])
     assert exited[0].exited_executor.status == 0  # type: ignore[index]
+
+
+async def test_a_v0_executor_survives_an_agent_restart(master: FakeMaster, tmp_path: Any) -> None:
+    port = free_port()
+    first, second = (
+        AgentProcess(master, str(tmp_path / "work"), str(tmp_path / "run"), f"--port={port}",
+                     "--executor_reregistration_timeout=20secs")
+        for _ in range(2)
+    )  # fmt: skip
+    try:
+        await first.start()
+        await master.wait_for(lambda: master.registers)
+        executor = ExecutorInfo(
+            executor_id=ExecutorID(value="v0-exec"),
+            type="CUSTOM",
+            command=CommandInfo(value=f"{sys.executable} {PROGRAM}"),
+        )
+        task = TaskInfo(
+            name="hold", task_id=TaskID(value="t-hold"), agent_id=AgentID(value=master.agent_id or ""),
+            executor=executor,
+        )  # fmt: skip
+        await run_task(master, task)
+        await master.wait_update("t-hold", "TASK_RUNNING")
+        await first.stop(destroy=False)  # the executor keeps running without its agent
+        master.drop_stream()
+
+        agent = await second.start()
+        await master.wait_for(lambda: master.registers[1:])
+        recovered = agent.frameworks["fw-1"].executors["v0-exec"]
+        await master.wait_for(lambda: recovered.stream is not None)  # it re-registered
+        await master.send(
+            AgentEvent(
+                type=AgentEventType.KILL_TASK,
+                kill_task=KillTask(framework_id=FrameworkID(value="fw-1"), task_id=TaskID(value="t-hold")),
+            )
+        )
+        await master.wait_update("t-hold", "TASK_KILLED")
+    finally:
+        await second.stop()
+        await first.stop()

@@ -1,7 +1,10 @@
 """A v0 custom executor, as Mesos's `MesosExecutorDriver` speaks to the agent: started
 by the agent, it serves `executor(1)@127.0.0.1:<port>`, registers at MESOS_SLAVE_PID,
 and for each task sends TASK_RUNNING, a framework message and TASK_FINISHED
-(each update carries a uuid the agent acknowledges); it exits 0 on ShutdownExecutor."""
+(each update carries a uuid the agent acknowledges), except a task named `hold`,
+which runs until KillTask (TASK_KILLED). A restarted agent's ReconnectExecutor
+is answered with ReregisterExecutor (its running tasks). It exits 0 on
+ShutdownExecutor."""
 
 from __future__ import annotations
 
@@ -25,6 +28,7 @@ EXECUTOR_ID = {"value": ENV["MESOS_EXECUTOR_ID"]}
 async def main() -> None:
     done = asyncio.Event()
     acked: list[str] = []
+    running: dict[str, Any] = {}
     session = aiohttp.ClientSession()
     agent_id = {"value": ENV["MESOS_SLAVE_ID"]}
     pid = ""
@@ -51,10 +55,19 @@ async def main() -> None:
         if name == "RunTaskMessage":
             task_id = message["task"]["task_id"]
             await update(task_id, "TASK_RUNNING")
+            if message["task"]["name"] == "hold":
+                running[task_id["value"]] = message["task"]
+                return web.Response(status=202)
             data = {"agent_id": agent_id, "framework_id": FRAMEWORK_ID, "executor_id": EXECUTOR_ID,
                     "data": _b64(b"hello from v0")}  # fmt: skip
             await send("ExecutorToFrameworkMessage", data)
             await update(task_id, "TASK_FINISHED")
+        elif name == "KillTaskMessage":
+            if running.pop(message["task_id"]["value"], None) is not None:
+                await update(message["task_id"], "TASK_KILLED")
+        elif name == "ReconnectExecutorMessage":
+            reregister = {"framework_id": FRAMEWORK_ID, "executor_id": EXECUTOR_ID, "tasks": list(running.values())}
+            await send("ReregisterExecutorMessage", reregister)
         elif name == "StatusUpdateAcknowledgementMessage":
             acked.append(message["task_id"]["value"])
         elif name == "ShutdownExecutorMessage":
@@ -69,7 +82,7 @@ async def main() -> None:
     await site.start()
     pid = f"executor(1)@127.0.0.1:{site._server.sockets[0].getsockname()[1]}"  # type: ignore[union-attr]
     await send("RegisterExecutorMessage", {"framework_id": FRAMEWORK_ID, "executor_id": EXECUTOR_ID})
-    await asyncio.wait_for(done.wait(), 60)
+    await asyncio.wait_for(done.wait(), 120)
     print(f"acknowledged {len(acked)}", flush=True)
     await session.close()
     await runner.cleanup()

@@ -23,6 +23,7 @@ from mesilla.agent.executor_api import validate
 from mesilla.agent.state import Executor, Framework
 from mesilla.common import libprocess
 from mesilla.common.errors import BadRequest
+from mesilla.common.blocking import in_thread
 from mesilla.common.http import EventStream, Router
 from mesilla.v1 import codec
 from mesilla.v1 import executor as ev
@@ -172,6 +173,10 @@ class V0Executors:
         framework, executor = self._lookup(call)
         assert call.subscribe is not None
         stream = V0ExecutorStream(agent, pid, framework, reregister)
+        if executor.checkpoint:
+            # Where a restarted agent finds it again (Mesos's `libprocess.pid`).
+            run = (framework.id.value, executor.id, executor.container_id.value, str(pid))
+            agent.in_order(executor, lambda: in_thread(agent.meta.libprocess_pid, *run), f"pid of {executor}")
         await executor_link.subscribe(agent, framework, executor, call.subscribe, stream)
         agent.spawn(self._disconnected(executor, stream), f"v0 executor {executor}")
 
@@ -180,6 +185,18 @@ class V0Executors:
         await stream.closed.wait()
         if executor.stream is stream:
             executor.stream = None
+
+
+def reconnect(agent: Agent, pid: str) -> None:
+    """After an agent restart: asks the v0 executor at `pid` to re-register
+    (ReconnectExecutorMessage), as Mesos's `--recover=reconnect` does."""
+    upid = libprocess.UPID.parse(pid)
+    if upid is None or agent.info.id is None:
+        return
+    link = libprocess.Link(agent.pid, upid, lambda coro: agent.spawn(coro, f"reconnect {upid}"))
+    body = v0.encode("ReconnectExecutorMessage", {"agent_id": codec.to_builtins(agent.info.id)})
+    link.send(INTERNAL + "ReconnectExecutorMessage", body)
+    link.close()
 
 
 def install(router: Router, agent: Agent) -> V0Executors:

@@ -26,6 +26,7 @@ kind, as libprocess drops what no handler takes.
 from __future__ import annotations
 
 import uuid
+from collections.abc import Callable
 from typing import Any
 
 from aiohttp import web
@@ -146,7 +147,7 @@ class V0Schedulers:
                 await self._call(pid, call)
             return
         short = name[len(INTERNAL) :] if name.startswith(INTERNAL) else ""
-        if short not in _MESSAGES:
+        if short not in _SESSION and short not in _CALLS:
             raise BadRequest("no handler for this message")
         message = v0.decode(short, body)
         if short in ("RegisterFrameworkMessage", "ReregisterFrameworkMessage"):
@@ -157,7 +158,7 @@ class V0Schedulers:
             if framework.stream is not None:
                 framework.stream.close()
             return
-        await self._call(pid, _MESSAGES[short](message))
+        await self._call(pid, _CALLS[short](message))
 
     def _framework(self, pid: libprocess.UPID, framework_id: dict[str, Any] | None) -> Framework:
         known = self._by_pid.get(pid)
@@ -217,53 +218,42 @@ class V0Schedulers:
         await dispatch(self.master, framework, call)
 
 
-def _call(type_: str, **fields: Any) -> dict[str, Any]:
-    return {"type": type_, **({type_.lower(): fields} if fields else {})}
+def _call(type_: str, message: dict[str, Any], **fields: Any) -> dict[str, Any]:
+    """The v1 call of `type_` with `fields`, for the framework `message` names."""
+    return {"type": type_, "framework_id": message.get("framework_id"), **({type_.lower(): fields} if fields else {})}
 
 
-# The old scheduler messages, as the v1 calls they are (v1 names already).
-_MESSAGES: dict[str, Any] = {
-    "RegisterFrameworkMessage": None,
-    "ReregisterFrameworkMessage": None,
-    "DeactivateFrameworkMessage": None,
-    "UnregisterFrameworkMessage": lambda m: {**_call("TEARDOWN"), "framework_id": m.get("framework_id")},
-    "LaunchTasksMessage": lambda m: {
-        **_call(
-            "ACCEPT",
-            offer_ids=m.get("offer_ids", []),
-            operations=[{"type": "LAUNCH", "launch": {"task_infos": m["tasks"]}}] if m.get("tasks") else [],
-            filters=m.get("filters", {}),
-        ),
-        "framework_id": m.get("framework_id"),
-    },
-    "ReviveOffersMessage": lambda m: {**_call("REVIVE", roles=m.get("roles", [])), "framework_id": m.get("framework_id")},
-    "KillTaskMessage": lambda m: {
-        **_call("KILL", task_id=m["task_id"], **({"agent_id": m["agent_id"]} if "agent_id" in m else {})),
-        "framework_id": m.get("framework_id"),
-    },
-    "StatusUpdateAcknowledgementMessage": lambda m: {
-        **_call("ACKNOWLEDGE", agent_id=m["agent_id"], task_id=m["task_id"], uuid=m["uuid"]),
-        "framework_id": m.get("framework_id"),
-    },
-    "FrameworkToExecutorMessage": lambda m: {
-        **_call("MESSAGE", agent_id=m["agent_id"], executor_id=m["executor_id"], data=m["data"]),
-        "framework_id": m.get("framework_id"),
-    },
-    "ReconcileTasksMessage": lambda m: {
-        **_call(
-            "RECONCILE",
-            tasks=[{k: s[k] for k in ("task_id", "agent_id") if k in s} for s in m.get("statuses", [])],
-        ),
-        "framework_id": m.get("framework_id"),
-    },
-    "ResourceRequestMessage": lambda m: {
-        **_call("REQUEST", requests=m.get("requests", [])),
-        "framework_id": m.get("framework_id"),
-    },
+# Registration and deactivation: the framework's connection itself.
+_SESSION = ("RegisterFrameworkMessage", "ReregisterFrameworkMessage", "DeactivateFrameworkMessage")
+# The other old scheduler messages, as the v1 calls they are (names already v1's).
+_CALLS: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {
+    "UnregisterFrameworkMessage": lambda m: _call("TEARDOWN", m),
+    "LaunchTasksMessage": lambda m: _call(
+        "ACCEPT",
+        m,
+        offer_ids=m.get("offer_ids", []),
+        operations=[{"type": "LAUNCH", "launch": {"task_infos": m["tasks"]}}] if m.get("tasks") else [],
+        filters=m.get("filters", {}),
+    ),
+    "ReviveOffersMessage": lambda m: _call("REVIVE", m, roles=m.get("roles", [])),
+    "KillTaskMessage": lambda m: _call(
+        "KILL", m, task_id=m["task_id"], **({"agent_id": m["agent_id"]} if "agent_id" in m else {})
+    ),
+    "StatusUpdateAcknowledgementMessage": lambda m: _call(
+        "ACKNOWLEDGE", m, agent_id=m["agent_id"], task_id=m["task_id"], uuid=m["uuid"]
+    ),
+    "FrameworkToExecutorMessage": lambda m: _call(
+        "MESSAGE", m, agent_id=m["agent_id"], executor_id=m["executor_id"], data=m["data"]
+    ),
+    "ReconcileTasksMessage": lambda m: _call(
+        "RECONCILE", m, tasks=[{k: s[k] for k in ("task_id", "agent_id") if k in s} for s in m.get("statuses", [])]
+    ),
+    "ResourceRequestMessage": lambda m: _call("REQUEST", m, requests=m.get("requests", [])),
 }
 
 
 def install(router: Router, master: Master) -> V0Schedulers:
     schedulers = V0Schedulers(master)
-    libprocess.Receiver(schedulers.handle).install(router, [INTERNAL + name for name in _MESSAGES] + [CALL])
+    names = [INTERNAL + name for name in (*_SESSION, *_CALLS)] + [CALL]
+    libprocess.Receiver(schedulers.handle).install(router, names)
     return schedulers

@@ -14,6 +14,7 @@ import aiohttp
 import pytest
 from aiohttp import web
 
+from mesilla.v1 import proto
 from mesilla.v1.proto.v0 import decode as decode_v0
 from mesilla.v1.proto.v0 import encode as encode_v0
 from tests.integration.master_harness import command_task
@@ -84,6 +85,16 @@ async def driver(cluster: Cluster) -> AsyncIterator[V0Driver]:
 INFO = {"user": "root", "name": "v0-fw", "hostname": "h"}
 
 
+async def removed(cluster: Cluster, framework_id: Json) -> None:
+    """Waits (bounded) for the framework to be among /state's completed ones."""
+    for _ in range(100):
+        state = await cluster.get("/state")
+        if any(f["id"] == framework_id["value"] for f in state.get("completed_frameworks", [])):
+            return
+        await asyncio.sleep(0.1)
+    raise AssertionError(f"framework {framework_id['value']} was not removed")
+
+
 async def test_a_v0_framework_runs_a_task_beside_a_v1_framework(cluster: Cluster, driver: V0Driver) -> None:
     agent = cluster.agent()
     await agent.register()
@@ -134,13 +145,7 @@ async def test_a_v0_framework_runs_a_task_beside_a_v1_framework(cluster: Cluster
     assert await driver.send("KillTaskMessage", {"framework_id": framework_id, "task_id": {"value": "v0-t1"}}) == 202
     await agent.next_event("KILL_TASK", skip=("*",))
     assert await driver.send("UnregisterFrameworkMessage", {"framework_id": framework_id}) == 202
-    for _ in range(100):
-        state = await cluster.get("/state")
-        if any(f["id"] == framework_id["value"] for f in state.get("completed_frameworks", [])):
-            break
-        await asyncio.sleep(0.1)
-    else:
-        raise AssertionError("the v0 framework was not removed")
+    await removed(cluster, framework_id)
 
 
 async def test_malformed_or_stray_messages_are_dropped_and_the_master_stays_healthy(
@@ -164,3 +169,21 @@ async def test_malformed_or_stray_messages_are_dropped_and_the_master_stays_heal
     # It still registers afterwards.
     assert await driver.send("RegisterFrameworkMessage", {"framework": INFO}) == 202
     await driver.next("FrameworkRegisteredMessage")
+
+
+async def test_scheduler_calls_over_libprocess(cluster: Cluster, driver: V0Driver) -> None:
+    """`mesos.scheduler.Call`, what today's libmesos driver sends, on the same endpoint."""
+    call_class = proto.message_class("mesos.scheduler.Call")
+
+    async def call(body: Json) -> None:
+        async with cluster.session.post(
+            f"{cluster.base}/master/mesos.scheduler.Call",
+            data=proto.from_dict(body, call_class).SerializeToString(),
+            headers={"Libprocess-From": driver.pid},
+        ) as r:
+            assert r.status == 202
+
+    await call({"type": "SUBSCRIBE", "subscribe": {"framework_info": INFO}})
+    framework_id = (await driver.next("FrameworkRegisteredMessage"))["framework_id"]
+    await call({"type": "TEARDOWN", "framework_id": framework_id})
+    await removed(cluster, framework_id)

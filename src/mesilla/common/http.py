@@ -197,9 +197,7 @@ class EventStream:
             return False
         async with self._lock:
             try:
-                data = codec.encode(event)
-                if self._encoding.protobuf:
-                    data = self._encoding.encode(data, self._event_type or type(event))
+                data = self._encoding.encode(codec.encode(event), self._event_type or type(event))
                 await self._response.write(recordio.encode(data))
             except (ConnectionError, RuntimeError):
                 self.closed.set()

@@ -3,6 +3,8 @@ with one command task (`tests.integration.test_agent_endpoints`'s `running`)."""
 
 from __future__ import annotations
 
+import base64
+import uuid
 from typing import Any
 
 import aiohttp
@@ -75,6 +77,9 @@ async def test_executor_calls_in_protobuf(running: tuple[FakeMaster, AgentProces
     async with aiohttp.ClientSession() as s:
         for call, status in [
             ({"type": "MESSAGE", **ids, "message": {"data": "AGhp"}}, 202),
+            ({"type": "UPDATE", **ids, "update": {"status": {
+                "task_id": {"value": "t-ep"}, "state": "TASK_RUNNING", "source": "SOURCE_EXECUTOR",
+                "uuid": base64.b64encode(uuid.uuid4().bytes).decode(), "message": "again, in protobuf"}}}, 202),
             ({"type": "SUBSCRIBE", "framework_id": {"value": "fw-ep"}, "executor_id": {"value": "nope"},
               "subscribe": {}}, 400),
         ]:  # fmt: skip
@@ -87,3 +92,4 @@ async def test_executor_calls_in_protobuf(running: tuple[FakeMaster, AgentProces
     await master.wait_for(
         lambda: any(c.executor_message is not None and c.executor_message.data == b"\x00hi" for c in master.calls)
     )
+    await master.wait_for(lambda: [u for u in master.updates("t-ep") if u.status.message == "again, in protobuf"])

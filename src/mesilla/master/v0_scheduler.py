@@ -55,6 +55,7 @@ class V0Stream(EventStream):
         super().__init__(web.StreamResponse())  # never prepared: nothing is written to it
         self.pid = pid
         self.reregister = reregister
+        self.framework_id: str | None = None
         self._master = master
         self._link = libprocess.Link(master.master_info.pid or "", pid, master.spawn)
         master.spawn(self._watch())
@@ -85,6 +86,7 @@ class V0Stream(EventStream):
         kind = event.type
         if kind is sched.EventType.SUBSCRIBED:
             subscribed = e["subscribed"]
+            self.framework_id = subscribed["framework_id"]["value"]  # the first event sent
             name = "FrameworkReregisteredMessage" if self.reregister else "FrameworkRegisteredMessage"
             return name, {"framework_id": subscribed["framework_id"], "master_info": subscribed.get("master_info", {})}
         if kind is sched.EventType.OFFERS:
@@ -124,10 +126,7 @@ class V0Stream(EventStream):
         return None  # HEARTBEAT and what v0 has no message for
 
     def _framework_id(self) -> str:
-        for framework in self._master.frameworks.values():
-            if framework.stream is self:
-                return framework.id
-        return ""
+        return self.framework_id or ""
 
 
 class V0Schedulers:

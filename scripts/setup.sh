@@ -8,8 +8,11 @@ cd "$(dirname "$0")/.."
 # runc/crun: OCI runtimes for the linux launcher; conmon: its per-container monitor; tini: pid 1 of containers; busybox-static: test images;
 # docker-registry: the registry image tests pull from; iproute2: network
 # namespaces; gcc + python3-dev: pymesos's http-parser builds from source;
-# openvswitch-switch: the nested networks' switches (Mesilla starts its own daemons); tcpdump: their tests' captures.
-APT_PACKAGES=(runc crun conmon tini busybox-static docker-registry iproute2 gcc python3-dev python3-venv procps containernetworking-plugins iptables openvswitch-switch tcpdump)
+# openvswitch-switch: the nested networks' switches (Mesilla starts its own daemons); tcpdump: their tests' captures;
+# protobuf-compiler + libprotobuf-dev + the mesos-go and gogo sources: protoc
+# compiles Mesos's .proto files (as mesos-go ships them) for the protobuf encoding.
+APT_PACKAGES=(runc crun conmon tini busybox-static docker-registry iproute2 gcc python3-dev python3-venv procps containernetworking-plugins iptables
+  openvswitch-switch tcpdump protobuf-compiler libprotobuf-dev golang-github-mesos-mesos-go-dev golang-github-gogo-protobuf-dev)
 missing=()
 for pkg in "${APT_PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")
@@ -26,6 +29,9 @@ PYTHON="${PYTHON:-python3}"
 [ -x .venv/bin/python ] || "$PYTHON" -m venv .venv
 .venv/bin/python -m pip install -q --upgrade pip >/dev/null
 .venv/bin/python -m pip install -q -e '.[test]'
+# Mesos's messages for the protobuf encoding: descriptor sets compiled by protoc,
+# not committed (src/mesilla/v1/proto/build.py; the package builds them when missing).
+.venv/bin/python -m mesilla.v1.proto.build
 # An editable install leaves the package uncompiled, and with PYTHONDONTWRITEBYTECODE
 # set (as on some CI hosts) every process would compile it again: each pod's
 # executor paid ~30-100 ms for that. Bytecode as a wheel install has it; Python

@@ -105,9 +105,9 @@ async def test_heartbeats_keep_coming(
         ),
         (
             b'{"type": "TEARDOWN"}',
-            {"Content-Type": "application/x-protobuf"},
+            {"Content-Type": "text/plain"},
             415,
-            "JSON",
+            "application/x-protobuf",
         ),
     ],
 )

@@ -26,7 +26,6 @@ from mesilla.agent.state import Executor, ExecutorState, Framework, make_task
 from mesilla.common.authorization import require
 from mesilla.common.errors import BadRequest, HttpError, ServiceUnavailable
 from mesilla.common.http import (
-    JSON,
     RECORDIO,
     Router,
     check_accept,
@@ -269,31 +268,36 @@ class AgentApi:
     def register(self, call_type: api.CallType, handler: CallHandler) -> None:
         self._handlers[call_type] = handler
 
-    def respond(self, **fields: Any) -> web.Response:
+    def respond(self, request: web.Request, **fields: Any) -> web.Response:
+        """The answer to a call, in the encoding its Accept chose (checked by `handle`)."""
         (name,) = fields
-        return json_response(api.Response(type=api.CallType(name.upper()), **fields))
+        encoding = check_accept(request, api.Response, streaming=True)
+        return json_response(api.Response(type=api.CallType(name.upper()), **fields), encoding=encoding)
 
     def _install_defaults(self) -> None:
         agent = self.agent
         t = api.CallType
 
         async def health(call: api.Call, request: web.Request) -> web.StreamResponse:
-            return self.respond(get_health=api.GetHealth(healthy=True))
+            return self.respond(request, get_health=api.GetHealth(healthy=True))
 
         async def version(call: api.Call, request: web.Request) -> web.StreamResponse:
             return self.respond(
+                request,
                 get_version=api.GetVersion(version_info=api.VersionInfo(version=MESOS_VERSION))
             )
 
         async def flags(call: api.Call, request: web.Request) -> web.StreamResponse:
             values = agent.flags.as_strings()
             return self.respond(
+                request,
                 get_flags=api.GetFlags(flags=[api.Flag(name=k, value=v) for k, v in values.items()])
             )
 
         async def get_metrics(call: api.Call, request: web.Request) -> web.StreamResponse:
             values = metrics(agent)
             return self.respond(
+                request,
                 get_metrics=api.GetMetrics(
                     metrics=[api.Metric(name=k, value=v) for k, v in sorted(values.items())]
                 )
@@ -303,11 +307,13 @@ class AgentApi:
             level = logging.getLogger().getEffectiveLevel()
             # Mesos reports glog verbosity: 0 unless verbose logging is on.
             return self.respond(
+                request,
                 get_logging_level=api.GetLoggingLevel(level=1 if level <= logging.DEBUG else 0)
             )
 
         async def state(call: api.Call, request: web.Request) -> web.StreamResponse:
             return self.respond(
+                request,
                 get_state=api.GetState(
                     get_tasks=get_tasks(agent),
                     get_executors=get_executors(agent),
@@ -316,19 +322,20 @@ class AgentApi:
             )
 
         async def frameworks(call: api.Call, request: web.Request) -> web.StreamResponse:
-            return self.respond(get_frameworks=get_frameworks(agent))
+            return self.respond(request, get_frameworks=get_frameworks(agent))
 
         async def executors(call: api.Call, request: web.Request) -> web.StreamResponse:
-            return self.respond(get_executors=get_executors(agent))
+            return self.respond(request, get_executors=get_executors(agent))
 
         async def tasks(call: api.Call, request: web.Request) -> web.StreamResponse:
-            return self.respond(get_tasks=get_tasks(agent))
+            return self.respond(request, get_tasks=get_tasks(agent))
 
         async def agent_info(call: api.Call, request: web.Request) -> web.StreamResponse:
-            return self.respond(get_agent=api.GetAgent(agent_info=agent.info))
+            return self.respond(request, get_agent=api.GetAgent(agent_info=agent.info))
 
         async def containers(call: api.Call, request: web.Request) -> web.StreamResponse:
             return self.respond(
+                request,
                 get_containers=await get_containers(
                     agent, call.get_containers or api.GetContainersCall()
                 )
@@ -350,7 +357,7 @@ class AgentApi:
                 )
                 for path, st in listing
             ]
-            return self.respond(list_files=api.ListFiles(file_infos=infos))
+            return self.respond(request, list_files=api.ListFiles(file_infos=infos))
 
         async def read_file(call: api.Call, request: web.Request) -> web.StreamResponse:
             if call.read_file is None:
@@ -359,14 +366,14 @@ class AgentApi:
             if rf.offset < 0 or (rf.length is not None and rf.length < 0):
                 raise BadRequest("'read_file.offset' and 'read_file.length' may not be negative")
             size, data = files_mod.read(self.files, rf.path, rf.offset, rf.length)
-            return self.respond(read_file=api.ReadFile(size=size, data=data))
+            return self.respond(request, read_file=api.ReadFile(size=size, data=data))
 
         async def operations(call: api.Call, request: web.Request) -> web.StreamResponse:
             # Operations come with resource providers, which this agent does not have.
-            return self.respond(get_operations=api.GetOperations())
+            return self.respond(request, get_operations=api.GetOperations())
 
         async def resource_providers(call: api.Call, request: web.Request) -> web.StreamResponse:
-            return self.respond(get_resource_providers=api.GetResourceProviders())
+            return self.respond(request, get_resource_providers=api.GetResourceProviders())
 
         async def no_resource_providers(call: api.Call, request: web.Request) -> web.StreamResponse:
             raise BadRequest(
@@ -433,7 +440,7 @@ class AgentApi:
             _require_recovered(self.agent)
             return await self._streaming(request)
         call = await read_message(request, api.Call)
-        check_accept(request, streaming=True)
+        check_accept(request, api.Response, streaming=True)
         if call.type is api.CallType.UNKNOWN:
             raise BadRequest("Expecting 'type' to be present")
         error = validate_ids(call)
@@ -452,9 +459,11 @@ class AgentApi:
         seen = authorize.viewer(self.agent, request) if call.type in _FILTERED else None
         if seen is not None and isinstance(response, web.Response) and response.body:
             assert isinstance(response.body, bytes)
-            return web.Response(
-                body=seen.encode(msgspec.json.decode(response.body)), content_type=JSON
-            )
+            # Filtered in JSON, answered in the encoding the call's Accept chose.
+            encoding = check_accept(request, api.Response, streaming=True)
+            document = encoding.decode(response.body, api.Response)
+            body = encoding.encode(seen.encode(document), api.Response)
+            return web.Response(body=body, content_type=encoding.content_type)
         return response
 
 

@@ -165,6 +165,7 @@ class TaskCheckpoint:
 class RunCheckpoint:
     container_id: str
     forked_pid: int | None = None
+    libprocess_pid: str | None = None  # a v0 executor's UPID
     http: bool = False
     completed: bool = False
     tasks: dict[str, TaskCheckpoint] = field(default_factory=dict)
@@ -282,6 +283,9 @@ class _Reader:
         pid_path = paths.forked_pid_path(*args)
         if os.path.exists(pid_path):
             state.forked_pid = self.guarded(_read_pid, pid_path)
+        libprocess_path = paths.libprocess_pid_path(*args)
+        if os.path.exists(libprocess_path):
+            state.libprocess_pid = self.guarded(_read_text, libprocess_path)
         state.http = os.path.exists(paths.http_marker_path(*args))
         state.completed = os.path.exists(paths.executor_sentinel_path(*args))
         tasks_dir = os.path.join(paths.run_meta_dir(*args), "tasks")
@@ -340,6 +344,14 @@ def _read_pid(path: str) -> int:
             return int(f.read().strip())
     except (OSError, ValueError) as exc:
         raise CheckpointError(path, f"expecting a process id: {exc}") from None
+
+
+def _read_text(path: str) -> str:
+    try:
+        with open(path) as f:
+            return f.read().strip()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise CheckpointError(path, f"unreadable: {exc}") from None
 
 
 def recover_agent(work_dir: str, strict: bool) -> AgentCheckpoint | None:
@@ -478,6 +490,10 @@ class MetaDir:
     def forked_pid(self, framework_id: str, executor_id: str, container_id: str, pid: int) -> None:
         path = paths.forked_pid_path(*self._run(framework_id, executor_id, container_id))
         files.write_atomically(path, str(pid).encode())
+
+    def libprocess_pid(self, framework_id: str, executor_id: str, container_id: str, pid: str) -> None:
+        path = paths.libprocess_pid_path(*self._run(framework_id, executor_id, container_id))
+        files.write_atomically(path, pid.encode())
 
     def http_marker(self, framework_id: str, executor_id: str, container_id: str) -> None:
         touch(paths.http_marker_path(*self._run(framework_id, executor_id, container_id)))

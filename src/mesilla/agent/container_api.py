@@ -276,7 +276,7 @@ def install(agent_api: AgentApi, agent: Agent) -> None:
         async def handler(call: api.Call, request: web.Request) -> web.StreamResponse:
             part = _targeted_part(call, field, api.ContainerCall, nested)
             result = await calls.wait(part.container_id)
-            return agent_api.respond(**{field: result})
+            return agent_api.respond(request, **{field: result})
 
         return handler
 

@@ -22,6 +22,7 @@ from mesilla.agent.state import ExecutorState
 from mesilla.common.authentication import AGENT_EXECUTOR
 from mesilla.common.errors import BadRequest, Forbidden, ServiceUnavailable
 from mesilla.common.http import EventStream, Router, check_accept, read_message
+from mesilla.common.negotiation import JSON_ENCODING
 from mesilla.common.validation import validate_ids
 from mesilla.v1 import executor as ev
 from mesilla.v1.mesos import StatusSource, TaskState
@@ -78,8 +79,9 @@ def install(router: Router, agent: Agent) -> None:
     async def executor_api(request: web.Request) -> web.StreamResponse:
         call = await read_message(request, ev.Call)
         validate(call)
+        encoding = JSON_ENCODING
         if call.type is ev.CallType.SUBSCRIBE:
-            check_accept(request, streaming=True)
+            encoding = check_accept(request, ev.Event, streaming=True)
         elif call.type is ev.CallType.HEARTBEAT:
             return web.Response(status=202)
         if agent.status is AgentStatus.RECOVERING:
@@ -102,7 +104,7 @@ def install(router: Router, agent: Agent) -> None:
 
         if call.type is ev.CallType.SUBSCRIBE:
             assert call.subscribe is not None
-            stream = await EventStream.open(request)
+            stream = await EventStream.open(request, encoding=encoding, event_type=ev.Event)
             await executor_link.subscribe(agent, framework, executor, call.subscribe, stream)
             await _serve_stream(request, stream)
             if executor.stream is stream:

@@ -17,7 +17,7 @@ import socket
 
 from aiohttp import web
 
-from mesilla.agent import agent_api, container_api, executor_api
+from mesilla.agent import agent_api, container_api, executor_api, v0_executor
 from mesilla.agent.agent import Agent
 from mesilla.agent.executor_auth import ExecutorTokens
 from mesilla.agent.executors import domain_socket, executor_environment_variables
@@ -140,6 +140,7 @@ async def start_server(agent: Agent, authenticate: authentication.Authentication
     """Serves the agent's endpoints; with --port=0 records the port actually bound."""
     router = Router("slave(1)")
     executor_api.install(router, agent)
+    v0_executor.install(router, agent)
     api = agent_api.install(router, agent, agent.files)
     container_api.install(api, agent)
     agent.router = router

@@ -84,6 +84,17 @@ def forked_pid_path(
     )
 
 
+def libprocess_pid_path(
+    work_dir: str, agent_id: str, framework_id: str, executor_id: str, container_id: str
+) -> str:
+    """The UPID of a v0 (libprocess) executor, which a restarted agent reconnects to."""
+    return os.path.join(
+        run_meta_dir(work_dir, agent_id, framework_id, executor_id, container_id),
+        "pids",
+        "libprocess.pid",
+    )
+
+
 def http_marker_path(
     work_dir: str, agent_id: str, framework_id: str, executor_id: str, container_id: str
 ) -> str:

@@ -16,7 +16,7 @@ import asyncio
 import logging
 import time
 
-from mesilla.agent import checkpoints, paths
+from mesilla.agent import checkpoints, paths, v0_executor
 from mesilla.agent.agent import Agent, AgentStatus
 from mesilla.agent.container_api import recover_standalone
 from mesilla.agent.executors import COMMAND_EXECUTOR_MODULE
@@ -93,6 +93,7 @@ async def recover(agent: Agent) -> None:
             await agent.containerizer.destroy(container_id)
         return
     executors: list[Executor] = []
+    libprocess_pids: dict[str, str] = {}  # container id -> a v0 executor's UPID
     if state is not None:
         agent.metrics["recovery_errors"] = state.errors
         agent.info.id = state.agent_info.id
@@ -108,6 +109,9 @@ async def recover(agent: Agent) -> None:
                             fw_state.framework_id, ex_state.executor_id, run.container_id
                         )
                 executor = _rebuild_executor(agent, framework, ex_state)
+                latest = ex_state.runs.get(ex_state.latest or "")
+                if executor is not None and latest is not None and latest.libprocess_pid:
+                    libprocess_pids[executor.container_id.value] = latest.libprocess_pid
                 if executor is not None:
                     framework.executors[executor.id] = executor
                     executors.append(executor)
@@ -121,6 +125,10 @@ async def recover(agent: Agent) -> None:
         agent.spawn(_watch(agent, executor), f"wait {executor}")
     agent.executors_recovered.set()
     waiting = [e for e in executors if e.container_id in live]
+    for executor in waiting:
+        pid = libprocess_pids.get(executor.container_id.value)
+        if pid is not None:
+            v0_executor.reconnect(agent, pid)
     if waiting:
         await _await_reregistration(agent, waiting)
     agent.recovery_time = time.monotonic() - started

@@ -23,24 +23,16 @@ from typing import Any
 import msgspec
 from aiohttp import web
 
-from mesilla.common import recordio, secrets
+from mesilla.common import negotiation, recordio, secrets
 from mesilla.common.authentication import Authentication
-from mesilla.common.errors import (
-    BadRequest,
-    HttpError,
-    NotAcceptable,
-    NotFound,
-    UnsupportedMediaType,
-)
+from mesilla.common.errors import BadRequest, HttpError, NotFound
+from mesilla.common.negotiation import JSON, JSON_ENCODING, RECORDIO, Encoding
 from mesilla.v1 import codec
 
 log = logging.getLogger(__name__)
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
-JSON = "application/json"
-PROTOBUF = "application/x-protobuf"
-RECORDIO = "application/recordio"
 MAX_BODY_SIZE = 16 * 1024 * 1024
 
 
@@ -135,45 +127,33 @@ def make_app(router: Router, authentication: Authentication | None = None) -> we
 # --- request helpers -------------------------------------------------------------
 
 
-def check_content_type(request: web.Request) -> None:
-    ctype = request.content_type
-    if ctype == PROTOBUF:
-        raise UnsupportedMediaType(
-            "Mesilla speaks the JSON form of the v1 API only: "
-            "send 'Content-Type: application/json'"
-        )
-    if ctype not in (JSON, "application/octet-stream") and request.headers.get("Content-Type"):
-        raise UnsupportedMediaType(
-            f"Expecting 'Content-Type' of {JSON}, got '{request.headers['Content-Type']}'"
-        )
-
-
-def check_accept(request: web.Request, *, streaming: bool = False) -> None:
-    """A missing Accept header, or one allowing JSON (or RecordIO for streams), is fine."""
-    accept = request.headers.get("Accept", "").strip()
-    if not accept:
-        return
-    acceptable = {JSON, "*/*", "application/*"}
-    if streaming:
-        acceptable.add(RECORDIO)
-    offered = {part.split(";")[0].strip() for part in accept.split(",")}
-    if not offered & acceptable:
-        raise NotAcceptable(f"Expecting 'Accept' to allow '{JSON}'")
+def check_accept(request: web.Request, type_: type | None = None, *, streaming: bool = False) -> Encoding:
+    """The encoding the answer (a `type_`, or a stream of them; None: JSON only) must
+    have: 406 if none."""
+    return negotiation.response_encoding(request, type_, streaming=streaming)
 
 
 async def read_message(request: web.Request, type_: type[Any]) -> Any:
-    """Parses the body as a v1 message; every failure is a 400 naming the problem."""
-    check_content_type(request)
+    """Parses the body as a v1 message in its Content-Type's encoding; every failure
+    is a 4xx naming the problem."""
+    encoding = negotiation.request_encoding(request, type_)
     body = await request.read()
-    if not body.strip():
-        raise BadRequest(f"Expecting a JSON {type_.__name__} in the request body")
-    return codec.decode(body, type_)
+    if not body or not (encoding.protobuf or body.strip()):
+        kind = "protobuf" if encoding.protobuf else "JSON"
+        raise BadRequest(f"Expecting a {kind} {type_.__name__} in the request body")
+    return encoding.decode(body, type_)
 
 
-def json_response(msg: Any, *, status: int = 200, headers: dict[str, str] | None = None) -> web.Response:
-    return web.Response(
-        status=status, body=secrets.redact(codec.encode(msg)), content_type=JSON, headers=headers
-    )
+def json_response(
+    msg: Any,
+    *,
+    status: int = 200,
+    headers: dict[str, str] | None = None,
+    encoding: Encoding = JSON_ENCODING,
+) -> web.Response:
+    """A v1 message as the answer, in `encoding` (JSON unless negotiated otherwise)."""
+    body = encoding.encode(secrets.redact(codec.encode(msg)), type(msg))
+    return web.Response(status=status, body=body, content_type=encoding.content_type, headers=headers)
 
 
 def jsonp_response(request: web.Request, obj: Any) -> web.Response:
@@ -188,20 +168,35 @@ def jsonp_response(request: web.Request, obj: Any) -> web.Response:
 
 
 class EventStream:
-    """A chunked RecordIO response of JSON events; `closed` is set when the peer goes away."""
+    """A chunked RecordIO response of events (`event_type`, in `encoding`); `closed`
+    is set when the peer goes away."""
 
-    def __init__(self, response: web.StreamResponse) -> None:
+    def __init__(
+        self, response: web.StreamResponse, encoding: Encoding = JSON_ENCODING, event_type: type | None = None
+    ) -> None:
         self._response = response
+        self._encoding = encoding
+        self._event_type = event_type
         self._lock = asyncio.Lock()
         self.closed = asyncio.Event()
 
     @classmethod
-    async def open(cls, request: web.Request, headers: dict[str, str] | None = None) -> EventStream:
+    async def open(
+        cls,
+        request: web.Request,
+        headers: dict[str, str] | None = None,
+        *,
+        encoding: Encoding = JSON_ENCODING,
+        event_type: type | None = None,
+        content_type: str | None = None,
+    ) -> EventStream:
+        """`content_type`: the stream's own (RecordIO for operator streams), when it is
+        not its messages' encoding."""
         response = web.StreamResponse(status=200, headers=headers or {})
-        response.content_type = JSON
+        response.content_type = content_type or encoding.content_type
         response.enable_chunked_encoding()
         await response.prepare(request)
-        return cls(response)
+        return cls(response, encoding, event_type)
 
     @property
     def response(self) -> web.StreamResponse:
@@ -212,7 +207,8 @@ class EventStream:
             return False
         async with self._lock:
             try:
-                await self._response.write(recordio.encode(codec.encode(event)))
+                data = self._encoding.encode(codec.encode(event), self._event_type or type(event))
+                await self._response.write(recordio.encode(data))
             except (ConnectionError, RuntimeError):
                 self.closed.set()
                 return False

@@ -14,7 +14,7 @@ from aiohttp import web
 from mesilla.common import authentication, authorization, tls
 from mesilla.common.flags import Flag, FlagError, Flags
 from mesilla.common.http import Router, listen, make_app
-from mesilla.master import agent_api, endpoints, operator_api, scheduler_api
+from mesilla.master import agent_api, endpoints, operator_api, scheduler_api, v0_scheduler
 from mesilla.master.master import Master, parse_weights
 from mesilla.master.registry import (
     InMemoryRegistry,
@@ -153,6 +153,7 @@ async def serve(flags: Flags) -> AsyncIterator[MasterServer]:
     master.authorizer = authorizer
     router = Router("master")
     scheduler_api.install(router, master)
+    v0_scheduler.install(router, master)
     agent_api.install(router, master)
     operator_api.install(router, master)
     endpoints.install(router, master)

@@ -31,6 +31,7 @@ from mesilla.common.http import (
     json_response,
     read_message,
 )
+from mesilla.common.negotiation import RECORDIO, message_encoding, wants_recordio
 from mesilla.common.resources import Resources
 from mesilla.master import authorize, metrics
 from mesilla.common.authorization import require
@@ -268,17 +269,17 @@ class OperatorApi:
         if not self.master.recovered and call.type not in _BEFORE_RECOVERY:
             raise ServiceUnavailable("Master has not finished recovery")
         if call.type is m.CallType.SUBSCRIBE:
-            check_accept(request, streaming=True)
             return await self._subscribe(request)
-        check_accept(request)
+        encoding = check_accept(request, m.Response)
         self._authorize(request, call)
         response = await self._answer(call)
         if response is None:
             return web.Response(status=200)
         seen = authorize.viewer(self.master, request)
         if seen is not None:
-            return web.Response(body=secrets.redact(seen.encode(response)), content_type="application/json")
-        return json_response(response)
+            body = encoding.encode(secrets.redact(seen.encode(response)), m.Response)
+            return web.Response(body=body, content_type=encoding.content_type)
+        return json_response(response, encoding=encoding)
 
     def _authorize(self, request: web.Request, call: m.Call) -> None:
         """The calls with an ACL action of their own; the read calls filter instead."""
@@ -368,7 +369,20 @@ class OperatorApi:
                 encoded = msgspec.json.encode(seen.filter(document))
             queue.put_nowait(msgspec.Raw(secrets.redact(encoded)))
 
-        stream = await EventStream.open(request)
+        # Mesos's operator streams: RecordIO of Message-Accept's encoding, or (the
+        # older form) a stream named by its messages' encoding, Accept's.
+        if wants_recordio(request):
+            encoding = message_encoding(request, m.Event)
+            stream = await EventStream.open(
+                request,
+                headers={"Message-Content-Type": encoding.content_type},
+                encoding=encoding,
+                event_type=m.Event,
+                content_type=RECORDIO,
+            )
+        else:
+            encoding = check_accept(request, m.Event, streaming=True)
+            stream = await EventStream.open(request, encoding=encoding, event_type=m.Event)
         master.add_observer(observe)
         master.counters[SUBSCRIBERS_METRIC] += 1
         try:

@@ -89,19 +89,21 @@ async def scheduler(request: web.Request, master: Master) -> web.StreamResponse:
             f"currently associated with framework ID {framework.id}"
         )
     master.counters["master/valid_scheduler_calls"] += 1
-    return await _dispatch(master, framework, call)
+    return await dispatch(master, framework, call)
 
 
 async def _subscribe(
     request: web.Request, master: Master, call: sched.Subscribe
 ) -> web.StreamResponse:
-    check_accept(request, streaming=True)
+    encoding = check_accept(request, sched.Event, streaming=True)
     if STREAM_ID_HEADER in request.headers:
         raise BadRequest(
             f"Subscribe calls should not include the '{STREAM_ID_HEADER}' header"
         )
     stream_id = str(uuid.uuid4())
-    stream = await EventStream.open(request, headers={STREAM_ID_HEADER: stream_id})
+    stream = await EventStream.open(
+        request, headers={STREAM_ID_HEADER: stream_id}, encoding=encoding, event_type=sched.Event
+    )
     framework = await master.subscribe(stream, stream_id, call)
     if framework is not None:
         await master.streams.hold(request, stream)
@@ -109,7 +111,7 @@ async def _subscribe(
     return stream.response
 
 
-async def _dispatch(
+async def dispatch(
     master: Master, framework: Framework, call: sched.Call
 ) -> web.StreamResponse:
     accepted = web.Response(status=202)

@@ -49,5 +49,9 @@ async def test_errors_become_plain_text_4xx() -> None:
         assert resp.status == 405
         resp = await client.post("/nowhere")
         assert resp.status == 404
-        resp = await client.post("/api/v1/scheduler", data=b"x", headers={"Content-Type": "application/x-protobuf"})
+        # Protobuf is spoken (Mesos's encodings); a truncated body is a 400, other types 415.
+        resp = await client.post("/api/v1/scheduler", data=b"\x08", headers={"Content-Type": "application/x-protobuf"})
+        assert resp.status == 400
+        assert "Failed to parse body into Call" in await resp.text()
+        resp = await client.post("/api/v1/scheduler", data=b"x", headers={"Content-Type": "text/plain"})
         assert resp.status == 415

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from aiohttp import web
 
 from mesilla.agent import executor_link
 from mesilla.agent.agent import Agent, AgentStatus
@@ -24,7 +23,7 @@ from mesilla.agent.state import Executor, Framework
 from mesilla.common import libprocess
 from mesilla.common.errors import BadRequest
 from mesilla.common.blocking import in_thread
-from mesilla.common.http import EventStream, Router
+from mesilla.common.http import Router
 from mesilla.v1 import codec
 from mesilla.v1 import executor as ev
 from mesilla.v1.proto import v0
@@ -33,36 +32,20 @@ from mesilla.v1.proto.v0 import INTERNAL
 MESSAGES = ["RegisterExecutorMessage", "ReregisterExecutorMessage", "StatusUpdateMessage", "ExecutorToFrameworkMessage"]
 
 
-class V0ExecutorStream(EventStream):
+class V0ExecutorStream(libprocess.MessageStream):
     """The SUBSCRIBE stream of a v0 executor: v1 executor events out as v0 messages."""
 
     def __init__(self, agent: Agent, pid: libprocess.UPID, framework: Framework, reregister: bool) -> None:
-        super().__init__(web.StreamResponse())  # never prepared: nothing is written to it
+        super().__init__(
+            libprocess.Link(agent.pid, pid, lambda coro: agent.spawn(coro, f"link to {pid}")),
+            lambda coro: agent.spawn(coro, f"watch {pid}"),
+        )
         self.pid = pid
         self._agent = agent
         self._framework = framework
         self._reregister = reregister
-        self._link = libprocess.Link(agent.pid, pid, lambda coro: agent.spawn(coro, f"link to {pid}"))
-        agent.spawn(self._watch(), f"watch {pid}")
 
-    async def _watch(self) -> None:
-        await self._link.broken.wait()
-        self.closed.set()
-
-    async def send(self, event: Any) -> bool:
-        if self.closed.is_set():
-            return False
-        message = self._v0(event)
-        if message is None:
-            return True
-        name, body = message
-        return self._link.send(INTERNAL + name, v0.encode(name, body))
-
-    def close(self) -> None:
-        self._link.close()
-        self.closed.set()
-
-    def _v0(self, event: ev.Event) -> tuple[str, dict[str, Any]] | None:
+    def to_v0(self, event: ev.Event) -> tuple[str, dict[str, Any]] | None:
         e = codec.to_builtins(event)
         agent_id = codec.to_builtins(self._agent.info.id)
         framework_id = codec.to_builtins(self._framework.id)

@@ -20,6 +20,8 @@ from typing import Any
 from aiohttp import web
 
 from mesilla.common.errors import BadRequest, HttpError
+from mesilla.common.http import EventStream
+from mesilla.v1.proto import v0
 
 log = logging.getLogger(__name__)
 
@@ -173,3 +175,33 @@ class Receiver:
         level = logging.WARNING if key not in self._logged else logging.DEBUG
         self._logged.add(key)
         log.log(level, "dropping %s from %s: %s", name, pid, reason)
+
+
+class MessageStream(EventStream):
+    """The event stream of a v0 peer: each v1 event goes out over a `Link` as the v0
+    message `to_v0` makes of it (None: it has no v0 form); closed once the link breaks."""
+
+    def __init__(self, link: Link, spawn: Callable[[Coroutine[Any, Any, None]], Any]) -> None:
+        super().__init__(web.StreamResponse())  # never prepared: nothing is written to it
+        self._link = link
+        spawn(self._watch())
+
+    async def _watch(self) -> None:
+        await self._link.broken.wait()
+        self.closed.set()
+
+    async def send(self, event: Any) -> bool:
+        if self.closed.is_set():
+            return False
+        message = self.to_v0(event)
+        if message is None:
+            return True
+        name, body = message
+        return self._link.send(v0.INTERNAL + name, v0.encode(name, body))
+
+    def close(self) -> None:
+        self._link.close()
+        self.closed.set()
+
+    def to_v0(self, event: Any) -> tuple[str, dict[str, Any]] | None:
+        raise NotImplementedError

@@ -29,11 +29,10 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
-from aiohttp import web
 
 from mesilla.common import libprocess
 from mesilla.common.errors import BadRequest
-from mesilla.common.http import EventStream, Router
+from mesilla.common.http import Router
 from mesilla.master.framework import Framework
 from mesilla.master.master import Master
 from mesilla.master.scheduler_api import dispatch
@@ -48,40 +47,21 @@ from mesilla.v1.mesos import FrameworkID
 CALL = "mesos.scheduler.Call"
 
 
-class V0Stream(EventStream):
+class V0Stream(libprocess.MessageStream):
     """The SUBSCRIBE stream of a v0 framework: v1 events out as v0 messages."""
 
     def __init__(self, master: Master, pid: libprocess.UPID, reregister: bool) -> None:
-        super().__init__(web.StreamResponse())  # never prepared: nothing is written to it
+        super().__init__(libprocess.Link(master.master_info.pid or "", pid, master.spawn), master.spawn)
         self.pid = pid
         self.reregister = reregister
         self.framework_id: str | None = None
         self._master = master
-        self._link = libprocess.Link(master.master_info.pid or "", pid, master.spawn)
-        master.spawn(self._watch())
-
-    async def _watch(self) -> None:
-        await self._link.broken.wait()
-        self.closed.set()
-
-    async def send(self, event: Any) -> bool:
-        if self.closed.is_set():
-            return False
-        message = self._v0(event)
-        if message is None:
-            return True
-        name, body = message
-        return self._link.send(INTERNAL + name, v0.encode(name, body))
-
-    def close(self) -> None:
-        self._link.close()
-        self.closed.set()
 
     def _agent_pid(self, agent_id: str) -> str:
         agent = self._master.agents.get(agent_id)
         return agent.pid if agent is not None else ""
 
-    def _v0(self, event: sched.Event) -> tuple[str, dict[str, Any]] | None:
+    def to_v0(self, event: sched.Event) -> tuple[str, dict[str, Any]] | None:
         e = codec.to_builtins(event)
         kind = event.type
         if kind is sched.EventType.SUBSCRIBED:

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 from typing import Any
 
-
 from mesilla.agent import executor_link
 from mesilla.agent.agent import Agent, AgentStatus
 from mesilla.agent.executor_api import validate

@@ -29,7 +29,6 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
-
 from mesilla.common import libprocess
 from mesilla.common.errors import BadRequest
 from mesilla.common.http import Router

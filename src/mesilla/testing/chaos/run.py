@@ -195,7 +195,12 @@ async def check_resources(cluster: Cluster, history: History, frameworks: list[R
         if used == want and set(expected) <= set(used):
             return []
         if time.monotonic() > deadline:
-            return [f"master's used resources {used} != live tasks' {want} (agents with tasks: {sorted(expected)})"]
+            executors = sorted(f"{e['executor_id']} on {e['slave_id']}" for f in state.get("frameworks", [])
+                               for e in f.get("executors", []))  # fmt: skip
+            live = sorted(f"{t} on {r.updates[-1].data['agent_id']}" for f in frameworks
+                          for t, r in records(history, f).items() if r.last() not in TERMINAL_STATES | {None})  # fmt: skip
+            return [f"master's used resources {used} != live tasks' {want}; the master's executors: {executors}; "
+                    f"live tasks: {live}"]  # fmt: skip
         await asyncio.sleep(0.5)
 
 

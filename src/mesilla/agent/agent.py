@@ -193,7 +193,9 @@ class Agent:
         for framework in self.frameworks.values():
             frameworks.append(framework.info)
             for executor in framework.executors.values():
-                if not executor.command_task:
+                # As Mesos: no command executors (the master never knew them) and no
+                # terminated ones (they hold nothing; reported, the master would keep them).
+                if not executor.command_task and executor.state is not ExecutorState.TERMINATED:
                     executors.append(executor.info)
                 for info in executor.queued_tasks.values():
                     tasks.append(make_task(info, TaskState.TASK_STAGING, framework.id, self._id()))

@@ -46,21 +46,31 @@ from _machine import interrupt_on_sigterm, load_average, machine_report
 from mesilla.testing.chaos import schedule as schedules
 from mesilla.testing.chaos.run import Report, chaos_cluster, run_chaos
 from mesilla.testing.images import build_image, push_image
+from mesilla.testing.processes import Cluster
 from mesilla.testing.registry import Registry, start_registry
 
 
 ROUNDS = itertools.count(1)
+# The round's cluster, cleaned up by `__main__` too: Ctrl-C or SIGTERM stop the event
+# loop where they land, and a coroutine's `finally` need not run then.
+RUNNING: list[Cluster] = []
+
+
+def clean(cluster: Cluster) -> None:
+    RUNNING.remove(cluster)
+    removed = [item for item in cluster.cleanup() if "/slaves" not in item]  # but the harness's disks
+    if removed:
+        print(f"  cleanup removed: {removed}", flush=True)
 
 
 async def one_round(registry: Registry, image: str, root: Path, seed: int | None,
                     faults: list[schedules.Fault], seconds: float) -> Report:  # fmt: skip
     cluster = chaos_cluster(root / f"round-{next(ROUNDS)}", registry.url)
+    RUNNING.append(cluster)
     try:
         return await run_chaos(cluster, image, faults, seed=seed, seconds=seconds)
     finally:
-        removed = cluster.cleanup()
-        if removed:
-            print(f"  cleanup removed: {removed}", flush=True)
+        clean(cluster)
 
 
 async def main(args: argparse.Namespace) -> int:
@@ -142,4 +152,9 @@ if __name__ == "__main__":
     parser.add_argument("--shrink", action="store_true", help="run one round of --seed; if it fails, shrink it")
     parser.add_argument("--schedule", help="run one round with this schedule (JSON, as --shrink prints)")
     interrupt_on_sigterm()
-    sys.exit(asyncio.run(main(parser.parse_args())))
+    try:
+        code = asyncio.run(main(parser.parse_args()))
+    finally:
+        for leftover in list(RUNNING):
+            clean(leftover)
+    sys.exit(code)

@@ -7,8 +7,10 @@ every event it reads into one `History`, which the checker judges afterwards.
 
 from __future__ import annotations
 
+import json
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import aiohttp
@@ -40,6 +42,12 @@ class History:
         event = Event(round(self.now(), 3), source, kind, data)
         self.events.append(event)
         return event
+
+    def dump(self, path: Path) -> None:
+        """One JSON array per line: at, source, kind, data."""
+        with open(path, "w") as f:
+            for e in self.events:
+                f.write(json.dumps([e.at, e.source, e.kind, e.data]) + "\n")
 
     def of(self, source: str, kind: str | None = None) -> list[Event]:
         return [e for e in self.events if e.source == source and (kind is None or e.kind == kind)]

@@ -56,12 +56,15 @@ class Report:
     tasks: int = 0
     violations: list[str] = field(default_factory=list)
     seconds: float = 0.0
+    history: Path | None = None  # where the run's history was written
 
     def text(self) -> str:
         lines = [describe(self.seed, self.schedule),
                  f"faults injected: {dict(self.injected)}; nothing to hit: {dict(self.skipped)}",
                  f"tasks launched: {self.tasks}; run took {self.seconds:.0f}s",
                  f"violations: {len(self.violations)}", *(f"  - {v}" for v in self.violations)]  # fmt: skip
+        if self.history is not None:
+            lines.append(f"history: {self.history}")
         if self.seed is not None:
             lines.append(f"rerun: MESILLA_CHAOS_SEED={self.seed} (same schedule, same fault order)")
         return "\n".join(lines)
@@ -89,6 +92,8 @@ async def run_chaos(
     finally:
         for framework in load.frameworks:
             await framework.close()
+        report.history = cluster.log_dir / "history.jsonl"  # beside the daemons' logs
+        history.dump(report.history)
     report.violations += [f"left behind: {item}" for item in await leftovers(cluster, mounted)]
     report.violations[:0] = injector.violations
     report.injected, report.skipped = injector.counts, injector.skipped

@@ -48,6 +48,10 @@ class FakeMaster:
         self._runner: web.AppRunner | None = None
         self._stop_stream = asyncio.Event()
         self._streams: list[asyncio.Event] = []
+        # Set to a cleared Event to hold REGISTERED back until it is set; `registering`
+        # counts the REGISTER calls received.
+        self.hold_registered: asyncio.Event | None = None
+        self.registering = 0
         self.port = 0
 
     @property
@@ -103,6 +107,11 @@ class FakeMaster:
         response.content_type = "application/json"
         response.enable_chunked_encoding()
         await response.prepare(request)
+        async with self._changed:
+            self.registering += 1
+            self._changed.notify_all()
+        if self.hold_registered is not None:
+            await self.hold_registered.wait()
         self._response = response
         await self.send(
             AgentEvent(

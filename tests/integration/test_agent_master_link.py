@@ -3,15 +3,27 @@ when the master's pings stop."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
 
-from mesilla.v1.internal import AgentCallType, AgentEvent, AgentEventType, RunTask
+from mesilla.agent.master_link import MasterLink
+from mesilla.v1.internal import (
+    AgentCall,
+    AgentCallType,
+    AgentEvent,
+    AgentEventType,
+    ExitedExecutor,
+    Register,
+    RunTask,
+)
 from mesilla.v1.mesos import (
     AgentID,
+    AgentInfo,
     CommandInfo,
+    ExecutorID,
     FrameworkID,
     FrameworkInfo,
     TaskID,
@@ -86,3 +98,50 @@ async def test_stopped_pings_lead_to_reregistration(
     master.pings = False
     register = await master.wait_for(lambda: _reregistration(master))
     assert register.agent_info.id == AgentID(value=master.agent_id)
+
+
+class _Registering:
+    """Just what `MasterLink` asks of its agent, to hold it between REGISTER and REGISTERED."""
+
+    def __init__(self) -> None:
+        self.info = AgentInfo(hostname="localhost", id=AgentID(value="agent-link"))
+        self.send_to_master: Any = None
+
+    def register_call(self) -> Register:
+        return Register(agent_info=self.info)
+
+    def registered(self, registered: Any) -> None:
+        pass
+
+    def disconnected(self) -> None:
+        pass
+
+    def handle_event(self, event: AgentEvent) -> None:
+        pass
+
+
+async def test_a_call_made_while_registering_reaches_the_master_after_registered() -> None:
+    """An executor that exits after the agent built its REGISTER (which reports it running)
+    and before REGISTERED: its EXITED_EXECUTOR is sent once registered, not dropped, or the
+    master would hold the executor (and its resources) forever. Found by the chaos run."""
+    master = FakeMaster()
+    master.hold_registered = asyncio.Event()
+    await master.start()
+    link = MasterLink(_Registering(), master.address, 0.1)
+    running = asyncio.create_task(link.run())
+    try:
+        await master.wait_for(lambda: master.registering)
+        exited = AgentCall(
+            type=AgentCallType.EXITED_EXECUTOR,
+            agent_id=AgentID(value="agent-link"),
+            exited_executor=ExitedExecutor(
+                framework_id=FrameworkID(value="fw-link"), executor_id=ExecutorID(value="pod"), status=0
+            ),
+        )
+        link.send(exited)
+        master.hold_registered.set()
+        await master.wait_for(lambda: [c for c in master.calls if c.type is AgentCallType.EXITED_EXECUTOR])
+    finally:
+        running.cancel()
+        await asyncio.gather(running, return_exceptions=True)
+        await master.stop()

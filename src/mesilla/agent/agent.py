@@ -204,7 +204,9 @@ class Agent:
         for framework in self.frameworks.values():
             frameworks.append(framework.info)
             for executor in framework.executors.values():
-                if not executor.command_task:
+                # As Mesos: no command executors (the master never knew them) and no
+                # terminated ones (they hold nothing; reported, the master would keep them).
+                if not executor.command_task and executor.state is not ExecutorState.TERMINATED:
                     executors.append(executor.info)
                 for info in executor.queued_tasks.values():
                     tasks.append(make_task(info, TaskState.TASK_STAGING, framework.id, self._id()))
@@ -325,7 +327,12 @@ class Agent:
             log.warning("Ignoring a duplicate launch of tasks already on executor %s", executor)
             return
         if executor is None:
-            executor = self._create_executor(framework, info, command_task)
+            try:
+                executor = self._create_executor(framework, info, command_task)
+            except OSError as exc:  # a full or broken disk: the tasks end, the agent goes on
+                log.warning("Failed to create the sandbox of executor %s: %s", info.executor_id.value, exc)
+                self._drop(framework, info, tasks, f"Failed to create executor directory: {exc}")
+                return
             written = self._queue(framework, executor, tasks, group, new_executor=True)
             self.spawn(
                 self._launch_executor(framework, executor, tasks[0], written),
@@ -345,19 +352,22 @@ class Agent:
                 framework, executor, launched, then=lambda: self._grow_and_deliver(executor, event)
             )
         else:
-            state = (
-                TaskState.TASK_DROPPED if partition_aware(framework.info) else TaskState.TASK_LOST
+            self._drop(framework, info, tasks, "Executor terminating")
+
+    def _drop(self, framework: Framework, info: ExecutorInfo, tasks: list[TaskInfo], message: str) -> None:
+        """Tasks that never reach an executor: TASK_DROPPED (TASK_LOST to a framework that is
+        not PARTITION_AWARE), REASON_EXECUTOR_TERMINATED, as Mesos."""
+        state = TaskState.TASK_DROPPED if partition_aware(framework.info) else TaskState.TASK_LOST
+        for task in tasks:
+            self.agent_update(
+                framework.id,
+                None,
+                task.task_id.value,
+                state,
+                Reason.REASON_EXECUTOR_TERMINATED,
+                message,
+                executor_id=info.executor_id.value,
             )
-            for task in tasks:
-                self.agent_update(
-                    framework.id,
-                    None,
-                    task.task_id.value,
-                    state,
-                    Reason.REASON_EXECUTOR_TERMINATED,
-                    "Executor terminating",
-                    executor_id=info.executor_id.value,
-                )
 
     async def _grow_and_deliver(self, executor: Executor, event: ev.Event) -> None:
         """As Mesos: the container gets the new tasks' resources before the tasks."""

@@ -9,7 +9,10 @@ total ping timeout the master announced in REGISTERED (Mesos's
 POSTs carrying the stream's ``Mesos-Stream-Id``, sent in order by one sender
 task; a call that fails while disconnected is dropped, since status updates
 are retried by the status update manager and the rest is best effort as in
-Mesos.
+Mesos. Calls made between building REGISTER and its REGISTERED (an executor
+that exits meanwhile, reported in REGISTER as running) are held and sent
+right after REGISTERED, in order, as Mesos's messages follow its
+re-registration on the same connection.
 """
 
 from __future__ import annotations
@@ -55,11 +58,15 @@ class MasterLink:
         self.stream_id: str | None = None
         self.connected = asyncio.Event()
         self._outbox: asyncio.Queue[AgentCall] = asyncio.Queue()
+        self._registering: list[AgentCall] | None = None  # held until REGISTERED
         self._session: aiohttp.ClientSession | None = None
         agent.send_to_master = self.send
 
     def send(self, call: AgentCall) -> None:
         if self.stream_id is None:
+            if self._registering is not None:
+                self._registering.append(call)
+                return
             log.debug("Not connected to the master: dropping %s", call.type.value)
             return
         self._outbox.put_nowait(call)
@@ -99,6 +106,7 @@ class MasterLink:
         if self.stream_id is not None:
             log.info("Lost the connection to the master")
         self.stream_id = None
+        self._registering = None  # the next REGISTER reports what they told
         self.connected.clear()
         while not self._outbox.empty():
             self._outbox.get_nowait()
@@ -106,6 +114,7 @@ class MasterLink:
 
     async def _session_once(self, session: aiohttp.ClientSession) -> bool:
         register = self.agent.register_call()
+        self._registering = []
         call = AgentCall(
             type=AgentCallType.REGISTER, agent_id=register.agent_info.id, register=register
         )
@@ -146,6 +155,9 @@ class MasterLink:
                     if event.type is AgentEventType.REGISTERED and event.registered:
                         ping_timeout = event.registered.connection.total_ping_timeout_seconds
                         self.stream_id = stream_id
+                        held, self._registering = self._registering or [], None
+                        for call in held:
+                            self._outbox.put_nowait(call)
                         registered = True
                         self.agent.registered(event.registered)
                         self.connected.set()

@@ -368,3 +368,30 @@ async def test_an_executor_hears_of_tasks_once_they_are_checkpointed_and_in_orde
     group = ev.EventType.LAUNCH_GROUP
     kill = ev.EventType.KILL
     assert sent == [(group, ["a1", "a2"], True), (group, ["b1"], True), (kill, ["a1"], True)]
+
+
+async def test_a_terminated_executor_is_left_out_of_the_reregistration(tmp_path: Path) -> None:
+    """As Mesos (`Slave::doReliableRegistration`): an executor that terminated, and waits only
+    for its tasks' updates to be acknowledged, is not reported as running (its tasks are),
+    or a master adopting it would hold it and its resources forever. Found by the chaos
+    run (tests/chaos, seed 2): an executor exiting during the agent's recovery."""
+    work_dir = str(tmp_path)
+    checkpoints.checkpoint_agent(work_dir, AgentInfo(hostname="h", id=AgentID(value=AGENT)))
+    agent = _new_agent(work_dir, AGENT)
+    try:
+        agent.run_task_group(FRAMEWORK, EXECUTOR, _pod("t0"))
+        await _checkpointed(agent)
+    finally:
+        await agent.close()
+    agent = _new_agent(work_dir, None)
+    try:
+        await recovery.recover(agent)
+        for _ in range(100):  # the executor's wait answers at once: it is gone
+            await asyncio.sleep(0)
+        executors = [e for f in agent.frameworks.values() for e in f.executors.values()]
+        assert [e.state for e in executors] == [ExecutorState.TERMINATED]
+        register = agent.register_call()
+        assert [t.task_id.value for t in register.tasks] == ["t0"]
+        assert register.executor_infos == []
+    finally:
+        await agent.close()

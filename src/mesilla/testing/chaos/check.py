@@ -1,0 +1,167 @@
+"""Mesos's guarantees, judged over a `History` once the cluster is quiet.
+
+Per framework and task, from the updates it read (a resent update, same uuid,
+counts once; answers to reconciliation are not updates):
+- a task whose ACCEPT was answered 202 ends in exactly one terminal state; one
+  that never reached an agent may instead be unknown to the master (it died with
+  the launch), which RECONCILE then says (TASK_UNKNOWN), having never run;
+- a task of an ACCEPT answered 4xx never gets an update;
+- no update after the terminal one;
+- every terminal update that carries a uuid was acknowledged (a 202 ACKNOWLEDGE);
+- RECONCILE agrees with the last state seen (implicit: every live task, and only
+  those; explicit: every task).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from mesilla.testing.chaos.history import ACCEPTED, UNREACHED, Event, History
+from mesilla.testing.chaos.load import LONG_COMMAND
+from mesilla.testing.scheduler import TERMINAL_STATES, Json
+
+# What a master says of a task it does not know (to a PARTITION_AWARE framework: TASK_UNKNOWN).
+UNKNOWN_STATES = frozenset({"TASK_UNKNOWN", "TASK_LOST", "TASK_GONE", "TASK_DROPPED"})
+RECONCILIATION = "REASON_RECONCILIATION"
+
+
+@dataclass
+class TaskRecord:
+    task_id: str
+    accept: str  # the ACCEPT's outcome: "202", "unreached", or a status
+    resources: list[Json]
+    executor: Json | None  # a pod's executor
+    long: bool  # runs until killed (the load's other tasks end on their own within seconds)
+    updates: list[Event] = field(default_factory=list)  # distinct, in order
+    answers: list[Event] = field(default_factory=list)  # reconciliation answers
+
+    def states(self) -> list[str]:
+        return [u.data["state"] for u in self.updates]
+
+    def last(self) -> str | None:
+        return self.updates[-1].data["state"] if self.updates else None
+
+    def terminal(self) -> list[Event]:
+        return [u for u in self.updates if u.data["state"] in TERMINAL_STATES]
+
+
+def launched_tasks(history: History, source: str) -> dict[str, TaskRecord]:
+    """The tasks of every ACCEPT the framework sent, with what it read of each."""
+    tasks: dict[str, TaskRecord] = {}
+    for event in history.of(source, "call"):
+        if event.data["type"] != "ACCEPT":
+            continue
+        for operation in event.data["payload"]["operations"]:
+            if operation["type"] == "LAUNCH":
+                infos, executor = operation["launch"]["task_infos"], None
+            elif operation["type"] == "LAUNCH_GROUP":
+                group = operation["launch_group"]
+                infos, executor = group["task_group"]["tasks"], group["executor"]
+            else:
+                continue
+            for info in infos:
+                task_id = info["task_id"]["value"]
+                long = info["command"]["value"] == LONG_COMMAND
+                tasks[task_id] = TaskRecord(task_id, event.data["outcome"], info["resources"], executor, long)
+    answering = False
+    seen: set[str] = set()
+    for event in history.events:
+        if event.source == "chaos" and event.kind == "note" and event.data.get("reconcile") == source:
+            answering = True  # answers from here on are to our RECONCILE
+        if event.source != source or event.kind != "update":
+            continue
+        record = tasks.get(event.data["task_id"])
+        if record is None:
+            tasks[event.data["task_id"]] = record = TaskRecord(event.data["task_id"], "never sent", [], None, False)
+        uuid = event.data["uuid"]
+        if uuid is None and answering and event.data["reason"] == RECONCILIATION:
+            record.answers.append(event)
+        elif uuid is None or uuid not in seen:
+            if uuid is not None:
+                seen.add(uuid)
+            record.updates.append(event)
+    return tasks
+
+
+def acknowledged(history: History, source: str) -> set[str]:
+    return {
+        e.data["payload"]["uuid"] for e in history.of(source, "call")
+        if e.data["type"] == "ACKNOWLEDGE" and e.data["outcome"] == ACCEPTED
+    }  # fmt: skip
+
+
+def check_tasks(history: History, source: str) -> list[str]:
+    """The per-task guarantees; run after the quiet phase killed every live task."""
+    violations = []
+    acks = acknowledged(history, source)
+    for task_id, record in launched_tasks(history, source).items():
+        where = f"{source} task {task_id} ({record.accept}): states {record.states()}"
+        ends = record.terminal()
+        if record.accept not in (ACCEPTED, UNREACHED):
+            if record.updates:
+                violations.append(f"{where}: updates for a task whose ACCEPT was refused")
+            continue
+        if not ends:
+            answer = record.answers[-1].data["state"] if record.answers else None
+            if record.updates or answer not in UNKNOWN_STATES:
+                violations.append(f"{where}: no terminal update (last RECONCILE answer: {answer})")
+        if len(ends) > 1:
+            violations.append(f"{where}: {len(ends)} terminal updates " + ", ".join(
+                f"{e.data['state']} uuid {e.data['uuid']} at +{e.at}s" for e in ends))  # fmt: skip
+        if ends:
+            after = record.updates[record.updates.index(ends[0]) + 1:]
+            if any(u.data["state"] not in TERMINAL_STATES for u in after):
+                violations.append(f"{where}: a non-terminal update after {ends[0].data['state']}")
+            for end in ends:
+                if end.data["uuid"] is not None and end.data["uuid"] not in acks:
+                    violations.append(f"{where}: {end.data['state']} (uuid {end.data['uuid']}) never acknowledged")
+    return violations
+
+
+def check_reconciliation(before: dict[str, TaskRecord], after: dict[str, TaskRecord], implicit_ids: set[str]) -> list[str]:
+    """`before`: the records when the implicit RECONCILE went; `after`: with the answers to
+    it and to the explicit RECONCILE of every task that followed; `implicit_ids` those the
+    implicit one answered."""
+    violations = []
+    for task_id, record in after.items():
+        last = before[task_id].last() if task_id in before else None
+        live = last is not None and last not in TERMINAL_STATES
+        if live and task_id not in implicit_ids:
+            violations.append(f"task {task_id} ({last}): no answer to the implicit RECONCILE")
+        if not live and task_id in implicit_ids:
+            violations.append(f"task {task_id} (last seen {last}): answered by the implicit RECONCILE, "
+                              f"as {[a.data['state'] for a in record.answers]}")  # fmt: skip
+        if record.accept not in (ACCEPTED, UNREACHED):
+            continue
+        answers = [a.data["state"] for a in record.answers]
+        if not answers:
+            violations.append(f"task {task_id} (last seen {last}): no answer to the explicit RECONCILE")
+        elif live and any(a != last for a in answers):
+            violations.append(f"task {task_id}: last seen {last}, RECONCILE answered {answers}")
+        elif not live and any(a not in TERMINAL_STATES | UNKNOWN_STATES for a in answers):
+            violations.append(f"task {task_id}: last seen {last}, RECONCILE answered {answers}: it runs unseen")
+    return violations
+
+
+def expected_use(records: list[dict[str, TaskRecord]]) -> dict[str, dict[str, float]]:
+    """agent id -> cpus and mem the live tasks (last state not terminal) and their pods'
+    executors use, from the ACCEPTs."""
+    use: dict[str, dict[str, float]] = {}
+    pods: set[tuple[str, str]] = set()
+
+    def add(agent: str, resources: list[Json]) -> None:
+        for r in resources:
+            if r["name"] in ("cpus", "mem"):
+                use.setdefault(agent, {"cpus": 0.0, "mem": 0.0})[r["name"]] += r["scalar"]["value"]
+
+    for tasks in records:
+        for record in tasks.values():
+            last = record.last()
+            if last is None or last in TERMINAL_STATES:
+                continue
+            agent = record.updates[-1].data["agent_id"]
+            add(agent, record.resources)
+            if record.executor is not None and (agent, record.executor["executor_id"]["value"]) not in pods:
+                pods.add((agent, record.executor["executor_id"]["value"]))
+                add(agent, record.executor["resources"])
+    return use

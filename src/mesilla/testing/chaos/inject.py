@@ -1,0 +1,245 @@
+"""Applies a schedule's faults to a `processes.Cluster`, each at its offset.
+
+Daemons are signalled by the pids the cluster started; executors and task
+processes by the pids the agent reports (GET_CONTAINERS), a command task's
+process as a child of its executor's: never by name. Faults on different
+daemons overlap; one daemon's faults wait for its recovery from the last one.
+After each fault the injector waits (generously: the checker judges outcomes,
+not timings) for the daemon to be back: restarted or resumed, and the agent
+active in the master again. A daemon that exits on its own is a violation.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import errno
+import os
+import signal
+import subprocess
+import time
+from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
+
+from mesilla.testing.chaos.history import History
+from mesilla.testing.chaos.schedule import Fault
+from mesilla.testing.processes import Cluster, Daemon, DaemonError, answers
+
+RECOVERY_TIMEOUT = 180.0
+DISK_SIZE = "64m"
+FILL = ".chaos-fill"
+
+
+def children(pid: int) -> list[int]:
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                if int(f.read().rsplit(")", 1)[1].split()[1]) == pid:
+                    found.append(int(entry))
+        except (OSError, ValueError, IndexError):
+            continue
+    return sorted(found)
+
+
+def sandbox_root(cluster: Cluster, i: int) -> Path:
+    """Where agent `i` keeps its sandboxes (`<work_dir>/slaves`)."""
+    return cluster.agent_dir(i) / "slaves"
+
+
+def mount_disks(cluster: Cluster) -> list[Path]:
+    """A small tmpfs over each agent's sandbox root, before the agents start: the disk
+    the disk_full fault fills. The checker leaves these mounts out of the leftovers."""
+    disks = []
+    for i in range(len(cluster.agents)):
+        path = sandbox_root(cluster, i)
+        path.mkdir(parents=True, exist_ok=True)
+        subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={DISK_SIZE},mode=0755", "chaos-disk", str(path)],
+                       check=True, capture_output=True)  # fmt: skip
+        disks.append(path)
+    return disks
+
+
+def fill(path: Path) -> int:
+    """Writes `path/FILL` until the file system is full; returns the bytes written."""
+    written = 0
+    chunk = b"\0" * (1 << 20)
+    with open(path / FILL, "wb", buffering=0) as f:
+        while True:
+            try:
+                written += f.write(chunk)
+            except OSError as exc:
+                if exc.errno != errno.ENOSPC:
+                    raise
+                return written
+
+
+class Injector:
+    def __init__(self, cluster: Cluster, history: History, disks: list[Path]) -> None:
+        self.cluster = cluster
+        self.history = history
+        self.disks = disks
+        self.counts: Counter[str] = Counter()  # injected, by kind
+        self.skipped: Counter[str] = Counter()  # nothing to hit at the time (no container, agent down)
+        self.violations: list[str] = []
+        self.down: set[str] = set()  # daemons under a fault now: "master", "agent 0", ...
+        self._locks: dict[str, asyncio.Lock] = {}
+        self._pending: set[asyncio.Task[None]] = set()
+
+    def daemons(self) -> dict[str, Daemon]:
+        return {"master": self.cluster.master, **{f"agent {i}": a for i, a in enumerate(self.cluster.agents)}}
+
+    async def run(self, schedule: list[Fault]) -> None:
+        """Injects every fault at its offset; returns once all were injected and recovered."""
+        for fault in schedule:
+            delay = fault.at - self.history.now()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            self.check_alive()
+            task = asyncio.create_task(self._apply(fault))
+            self._pending.add(task)
+            task.add_done_callback(self._pending.discard)
+        await asyncio.gather(*list(self._pending))
+
+    def check_alive(self) -> None:
+        """A daemon not under a fault must be running; one that exited on its own is restarted."""
+        for name, daemon in self.daemons().items():
+            if name in self.down or daemon.running or daemon.process is None:
+                continue
+            code = daemon.process.returncode
+            self.violations.append(f"{name} exited on its own with {code} at +{self.history.now():.1f}s")
+            self.history.add("chaos", "note", text=f"{name} exited on its own with {code}; restarted")
+            daemon.start()
+
+    async def _apply(self, fault: Fault) -> None:
+        name = "master" if fault.kind == "master_kill" else f"agent {fault.target}"
+        async with self._locks.setdefault(name, asyncio.Lock()):
+            self.history.add("chaos", "fault", kind=fault.kind, target=name, duration=fault.duration,
+                             pick=fault.pick, scheduled=fault.at)  # fmt: skip
+            try:
+                done = await getattr(self, fault.kind)(fault)
+            except Exception as exc:  # noqa: BLE001 - the harness reports, never dies
+                self.violations.append(f"{fault.line()}: the harness failed to apply it: {exc!r}")
+                return
+            (self.counts if done else self.skipped)[fault.kind] += 1
+
+    async def _recovered(self, fault: Fault, what: str, ready: Callable[[], object]) -> None:
+        try:
+            await asyncio.to_thread(ready)
+        except DaemonError as exc:
+            self.violations.append(f"{fault.line()}: {what} did not recover: {exc}")
+        else:
+            self.history.add("chaos", "recovered", fault=fault.kind, what=what)
+
+    # --- the faults (each returns whether it hit something) -----------------------------
+
+    async def agent_kill(self, fault: Fault) -> bool:
+        i, name = fault.target, f"agent {fault.target}"
+        daemon = self.cluster.agents[i]
+        self.down.add(name)
+        try:
+            killed_at = time.time()
+            await asyncio.to_thread(daemon.kill)
+            await asyncio.sleep(fault.duration)
+            daemon.start()
+        finally:
+            self.down.discard(name)
+        await self._recovered(fault, name, lambda: self.cluster.await_agent_active(i, RECOVERY_TIMEOUT, after=killed_at))
+        return True
+
+    async def master_kill(self, fault: Fault) -> bool:
+        self.down.add("master")
+        try:
+            killed_at = time.time()
+            await asyncio.to_thread(self.cluster.master.kill)
+            await asyncio.sleep(fault.duration)
+            self.cluster.master.start()
+        finally:
+            self.down.discard("master")
+        master = self.cluster.master
+        await self._recovered(fault, "master", lambda: master.await_ready(
+            lambda: answers(f"{self.cluster.master_url}/health"), "HTTP endpoint", RECOVERY_TIMEOUT))  # fmt: skip
+        await self._recovered(fault, "agents re-registered", lambda: self._agents_back(killed_at))
+        return True
+
+    def _agents_back(self, after: float) -> None:
+        """Every agent not under a fault of its own re-registered with the new master."""
+        deadline = time.monotonic() + RECOVERY_TIMEOUT
+        waiting = set(range(len(self.cluster.agents)))
+        while waiting:
+            for i in list(waiting):
+                if f"agent {i}" in self.down:
+                    waiting.discard(i)  # its own fault's recovery checks it
+                    continue
+                with contextlib.suppress(OSError, ValueError):
+                    agent = self.cluster.agent_in_master(i)
+                    if agent and agent.get("active") and max(agent.get("reregistered_time") or 0,
+                                                              agent.get("registered_time") or 0) >= after:  # fmt: skip
+                        waiting.discard(i)
+            if waiting and time.monotonic() > deadline:
+                raise DaemonError(f"agents {sorted(waiting)} not re-registered within {RECOVERY_TIMEOUT}s")
+            time.sleep(0.2)
+
+    async def agent_stop(self, fault: Fault) -> bool:
+        i, name = fault.target, f"agent {fault.target}"
+        daemon = self.cluster.agents[i]
+        if daemon.pid is None or not daemon.running:
+            return False
+        self.down.add(name)
+        try:
+            os.kill(daemon.pid, signal.SIGSTOP)
+            await asyncio.sleep(fault.duration)
+        finally:
+            os.kill(daemon.pid, signal.SIGCONT)
+            self.down.discard(name)
+        await self._recovered(fault, name, lambda: self.cluster.await_agent_active(i, RECOVERY_TIMEOUT))
+        return True
+
+    async def _containers(self, i: int) -> list[tuple[str, int, bool]]:
+        """(name, pid, nested) of agent `i`'s containers with a pid, sorted by name."""
+        try:
+            pids = await asyncio.to_thread(self.cluster.container_pids, i)
+        except (OSError, ValueError):
+            return []
+        return sorted((name, pid, "." in name) for name, pid in pids.items() if pid)
+
+    async def executor_kill(self, fault: Fault) -> bool:
+        found = [(n, p) for n, p, nested in await self._containers(fault.target) if not nested]
+        return self._kill_one(fault, found)
+
+    async def task_kill(self, fault: Fault) -> bool:
+        containers = await self._containers(fault.target)
+        nested_parents = {n.split(".", 1)[0] for n, _, nested in containers if nested}
+        found = [(n, p) for n, p, nested in containers if nested and "check-" not in n]
+        # A command task: its process is the command executor's child.
+        for name, pid, nested in containers:
+            if not nested and name not in nested_parents:
+                found += [(f"{name} child", child) for child in children(pid)]
+        return self._kill_one(fault, found)
+
+    def _kill_one(self, fault: Fault, found: list[tuple[str, int]]) -> bool:
+        if not found:
+            return False
+        name, pid = found[int(fault.pick * len(found))]
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            return False
+        self.history.add("chaos", "note", text=f"{fault.kind}: killed pid {pid} ({name})")
+        return True
+
+    async def disk_full(self, fault: Fault) -> bool:
+        if not self.disks:
+            return False
+        disk = self.disks[fault.target]
+        try:
+            written = await asyncio.to_thread(fill, disk)
+            self.history.add("chaos", "note", text=f"disk_full: {disk} filled with {written} bytes")
+            await asyncio.sleep(fault.duration)
+        finally:
+            with contextlib.suppress(FileNotFoundError):
+                (disk / FILL).unlink()
+        return True

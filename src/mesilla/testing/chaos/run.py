@@ -1,0 +1,224 @@
+"""One chaos run: a cluster under load, the schedule's faults, then the quiet checks.
+
+    cluster = chaos_cluster(root, registry_url)   # master, 2 agents, linux launcher, tmpfs disks
+    report = await run_chaos(cluster, image, schedule, seed=seed, seconds=60)
+    assert not report.violations, report.text()
+
+After the last fault (and at least `seconds` of load) the load stops launching;
+every daemon must be back on its own; every task settles (running or ended);
+an implicit and then an explicit RECONCILE must agree with what the frameworks
+saw; the master's used resources must add up to the live tasks'; then the
+frameworks kill what still runs, and every task must have ended exactly once,
+acknowledged; after TEARDOWN nothing of the cluster may be left on the host.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from mesilla.testing.chaos import check
+from mesilla.testing.chaos.history import History, RecordingFramework
+from mesilla.testing.chaos.inject import RECOVERY_TIMEOUT, Injector, mount_disks
+from mesilla.testing.chaos.load import Load
+from mesilla.testing.chaos.schedule import Fault, describe
+from mesilla.testing.processes import Cluster, DaemonError, http_json
+from mesilla.testing.scheduler import TERMINAL_STATES, FrameworkError
+
+AGENT_FLAGS = [
+    "--launcher=linux",
+    "--oci_runtime=runc",
+    "--isolation=filesystem/linux,docker/runtime,posix/cpu,posix/mem",
+    "--image_providers=docker",
+    "--resources=cpus:8;mem:8192;disk:8192;ports:[31000-32000]",
+    "--executor_reregistration_timeout=10secs",
+]
+# A hung agent is unreachable after 5 s: agent_stop faults (1-10 s) hit both sides of it.
+MASTER_FLAGS = ["--agent_ping_timeout=1secs", "--max_agent_ping_timeouts=5"]
+SETTLE_TIMEOUT = 240.0
+
+
+def chaos_cluster(root: Path, registry_url: str, agents: int = 2) -> Cluster:
+    return Cluster(root, num_agents=agents, master_flags=MASTER_FLAGS,
+                   agent_flags=[*AGENT_FLAGS, f"--docker_registry={registry_url}"])  # fmt: skip
+
+
+@dataclass
+class Report:
+    seed: int | None
+    schedule: list[Fault]
+    injected: Counter[str] = field(default_factory=Counter)
+    skipped: Counter[str] = field(default_factory=Counter)
+    tasks: int = 0
+    violations: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+    history: Path | None = None  # where the run's history was written
+
+    def text(self) -> str:
+        lines = [describe(self.seed, self.schedule),
+                 f"faults injected: {dict(self.injected)}; nothing to hit: {dict(self.skipped)}",
+                 f"tasks launched: {self.tasks}; run took {self.seconds:.0f}s",
+                 f"violations: {len(self.violations)}", *(f"  - {v}" for v in self.violations)]  # fmt: skip
+        if self.history is not None:
+            lines.append(f"history: {self.history}")
+        if self.seed is not None:
+            lines.append(f"rerun: MESILLA_CHAOS_SEED={self.seed} (same schedule, same fault order)")
+        return "\n".join(lines)
+
+
+async def run_chaos(
+    cluster: Cluster, image: str, schedule: list[Fault], *, seed: int | None, seconds: float,
+    frameworks: int = 2, disks: bool = True,
+) -> Report:  # fmt: skip
+    """Starts `cluster` (not yet started), runs the load and the faults, checks; the caller
+    cleans the cluster up (`Cluster.cleanup`) whatever happens."""
+    started = time.monotonic()
+    report = Report(seed, schedule)
+    mounted = mount_disks(cluster) if disks else []
+    await asyncio.to_thread(cluster.start, 120.0)
+    history = History()
+    load = Load(cluster.master_address, history, seed or 0, image, frameworks=frameworks)
+    injector = Injector(cluster, history, mounted)
+    try:
+        load.start()
+        await injector.run(schedule)
+        await asyncio.sleep(max(0.0, seconds - history.now()))
+        await load.stop()
+        report.violations += await quiet_checks(cluster, history, load, injector)
+    finally:
+        for framework in load.frameworks:
+            await framework.close()
+        report.history = cluster.log_dir / "history.jsonl"  # beside the daemons' logs
+        history.dump(report.history)
+    report.violations += [f"left behind: {item}" for item in await leftovers(cluster, mounted)]
+    report.violations[:0] = injector.violations
+    report.injected, report.skipped = injector.counts, injector.skipped
+    report.tasks = sum(len(check.launched_tasks(history, f.info["name"])) for f in load.frameworks)
+    report.seconds = time.monotonic() - started
+    return report
+
+
+async def leftovers(cluster: Cluster, disks: list[Path], timeout: float = 120.0) -> list[str]:
+    """What the cluster still holds once its frameworks are gone, but the harness's own
+    disks (containers end asynchronously: polled until none, or the deadline)."""
+    ours = {f"mount {d}" for d in disks}
+    deadline = time.monotonic() + timeout
+    while True:
+        left = [item for item in await asyncio.to_thread(cluster.leftovers) if item not in ours]
+        if not left or time.monotonic() > deadline:
+            return left
+        await asyncio.sleep(0.5)
+
+
+async def quiet_checks(cluster: Cluster, history: History, load: Load, injector: Injector) -> list[str]:
+    violations: list[str] = []
+    injector.check_alive()
+    for i in range(len(cluster.agents)):
+        try:
+            await asyncio.to_thread(cluster.await_agent_active, i, RECOVERY_TIMEOUT)
+        except DaemonError as exc:
+            violations.append(f"agent {i} not active once quiet: {exc}")
+    for framework in load.frameworks:
+        if not await resubscribe(load, framework):
+            violations.append(f"{framework.info['name']}: no SUBSCRIBE within {RECOVERY_TIMEOUT}s once quiet")
+            return violations
+    for framework in load.frameworks:
+        violations += await settle(history, framework)
+        violations += await reconcile(history, framework)
+    violations += await check_resources(cluster, history, load.frameworks)
+    for framework in load.frameworks:
+        violations += await kill_all(history, framework)
+        violations += check.check_tasks(history, framework.info["name"])
+    return violations
+
+
+async def resubscribe(load: Load, framework: RecordingFramework) -> bool:
+    deadline = time.monotonic() + RECOVERY_TIMEOUT
+    while not await load.ensure_subscribed(framework, 20.0):
+        if time.monotonic() > deadline:
+            return False
+    return True
+
+
+def records(history: History, framework: RecordingFramework) -> dict[str, check.TaskRecord]:
+    return check.launched_tasks(history, framework.info["name"])
+
+
+async def settle(history: History, framework: RecordingFramework) -> list[str]:
+    """Waits until every task that got an update ended, or runs if it is a long one."""
+
+    def done(record: check.TaskRecord) -> bool:
+        return record.last() in TERMINAL_STATES | {None} or (record.long and record.last() == "TASK_RUNNING")
+
+    def settled() -> bool:
+        return all(done(r) for r in records(history, framework).values())
+
+    try:
+        await framework.until(settled, SETTLE_TIMEOUT, "every task running or ended")
+    except FrameworkError:
+        stuck = {t: r.states() for t, r in records(history, framework).items()
+                 if not done(r)}  # fmt: skip
+        return [f"{framework.info['name']}: tasks not settled within {SETTLE_TIMEOUT}s: {stuck}"]
+    return []
+
+
+async def reconcile(history: History, framework: RecordingFramework) -> list[str]:
+    name = framework.info["name"]
+    before = records(history, framework)
+    live = {t for t, r in before.items() if r.last() is not None and r.last() not in TERMINAL_STATES}
+    history.add("chaos", "note", reconcile=name, text="implicit RECONCILE")
+
+    def answered() -> set[str]:
+        return {t for t, r in records(history, framework).items() if r.answers}
+
+    await framework.call("RECONCILE", {"tasks": []})
+    with contextlib.suppress(FrameworkError):
+        await framework.until(lambda: live <= answered(), 60, "answers to the implicit RECONCILE")
+    await asyncio.sleep(2)  # answers beyond the live tasks, if any, come with them
+    implicit = answered()
+    ids = list(before)
+    await framework.reconcile(ids)
+    with contextlib.suppress(FrameworkError):
+        await framework.until(lambda: all(framework.reconciled(t) for t in ids), 60, "answers to the explicit RECONCILE")
+    return [f"{name}: {v}" for v in check.check_reconciliation(before, records(history, framework), implicit)]
+
+
+async def check_resources(cluster: Cluster, history: History, frameworks: list[RecordingFramework]) -> list[str]:
+    """The master's used cpus and mem per agent equal the live tasks' and their pods' executors'
+    (an executor ends a moment after its last task: polled until equal, or a violation)."""
+    deadline = time.monotonic() + 60
+    while True:
+        expected = check.expected_use([records(history, f) for f in frameworks])
+        state = await asyncio.to_thread(http_json, f"{cluster.master_url}/state")
+        used = {a["id"]: {k: round(a["used_resources"].get(k, 0.0), 3) for k in ("cpus", "mem")}
+                for a in state.get("slaves", [])}  # fmt: skip
+        want = {a: {k: round(expected.get(a, {}).get(k, 0.0), 3) for k in ("cpus", "mem")} for a in used}
+        if used == want and set(expected) <= set(used):
+            return []
+        if time.monotonic() > deadline:
+            executors = sorted(f"{e['executor_id']} on {e['slave_id']}" for f in state.get("frameworks", [])
+                               for e in f.get("executors", []))  # fmt: skip
+            live = sorted(f"{t} on {r.updates[-1].data['agent_id']}" for f in frameworks
+                          for t, r in records(history, f).items() if r.last() not in TERMINAL_STATES | {None})  # fmt: skip
+            return [f"master's used resources {used} != live tasks' {want}; the master's executors: {executors}; "
+                    f"live tasks: {live}"]  # fmt: skip
+        await asyncio.sleep(0.5)
+
+
+async def kill_all(history: History, framework: RecordingFramework) -> list[str]:
+    live = [t for t, r in records(history, framework).items() if r.last() is not None and r.last() not in TERMINAL_STATES]
+    for task_id in live:
+        await framework.kill(task_id)
+    try:
+        await framework.until(lambda: all(records(history, framework)[t].last() in TERMINAL_STATES for t in live),
+                              SETTLE_TIMEOUT, "every task killed")  # fmt: skip
+    except FrameworkError:
+        left = {t: records(history, framework)[t].states() for t in live}
+        return [f"{framework.info['name']}: KILL did not end every task within {SETTLE_TIMEOUT}s: {left}"]
+    # The acknowledgements of the last updates, still in flight.
+    await asyncio.gather(*list(framework._acks), return_exceptions=True)
+    return []

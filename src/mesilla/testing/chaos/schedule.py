@@ -1,0 +1,94 @@
+"""A seeded random fault schedule, and shrinking a failing one.
+
+The schedule is made entirely from the seed before the run starts, so the
+same seed gives the same faults in the same order at the same offsets; what
+a fault hits among the containers of the moment (`pick`) is a number drawn
+with it, applied to the containers sorted by name.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
+
+# kind -> weight in a schedule
+KINDS: dict[str, int] = {
+    "agent_kill": 3,  # kill -9 of an agent, restarted after `duration`
+    "master_kill": 2,  # kill -9 of the master, restarted after `duration`
+    "agent_stop": 2,  # SIGSTOP of an agent, SIGCONT after `duration`
+    "executor_kill": 3,  # kill -9 of an executor (a top-level container's pid)
+    "task_kill": 3,  # kill -9 of a task's process (a nested container's pid, or a command's)
+    "disk_full": 1,  # the agent's sandbox file system filled, freed after `duration`
+}
+
+
+@dataclass(frozen=True)
+class Fault:
+    at: float  # seconds after the load started
+    kind: str
+    target: int  # agent index (ignored by master_kill)
+    duration: float = 0.0  # down, stopped or full for that long
+    pick: float = 0.0  # which container, in [0, 1), of those sorted by name
+
+    def line(self) -> str:
+        what = "master" if self.kind == "master_kill" else f"agent {self.target}"
+        extra = f" for {self.duration:.1f}s" if self.duration else ""
+        extra += f" pick {self.pick:.3f}" if self.kind in ("executor_kill", "task_kill") else ""
+        return f"+{self.at:6.1f}s {self.kind:<13} {what}{extra}"
+
+
+def make_schedule(
+    seed: int, seconds: float, agents: int, *, kinds: Sequence[str] = tuple(KINDS),
+    gap: tuple[float, float] = (5.0, 15.0),
+) -> list[Fault]:  # fmt: skip
+    """Faults every `gap` seconds (uniform) for `seconds`, kinds drawn by weight."""
+    rng = random.Random(seed)
+    names = list(kinds)
+    weights = [KINDS[k] for k in names]
+    faults = []
+    at = rng.uniform(*gap) / 2
+    while at < seconds:
+        kind = rng.choices(names, weights)[0]
+        duration = {"agent_kill": rng.uniform(0, 3), "master_kill": rng.uniform(0, 3),
+                    "agent_stop": rng.uniform(1, 10), "disk_full": rng.uniform(3, 10)}.get(kind, 0.0)  # fmt: skip
+        faults.append(Fault(round(at, 2), kind, rng.randrange(agents), round(duration, 2), round(rng.random(), 4)))
+        at += rng.uniform(*gap)
+    return faults
+
+
+def describe(seed: int | None, faults: Sequence[Fault]) -> str:
+    head = f"seed {seed}" if seed is not None else "explicit schedule"
+    return "\n".join([f"{head}, {len(faults)} faults:", *(f"  {f.line()}" for f in faults)])
+
+
+def dumps(faults: Sequence[Fault]) -> str:
+    return json.dumps([asdict(f) for f in faults])
+
+
+def loads(text: str) -> list[Fault]:
+    return [Fault(**f) for f in json.loads(text)]
+
+
+def shrink(faults: Sequence[Fault], fails: Callable[[list[Fault]], bool]) -> list[Fault]:
+    """A smaller schedule that still `fails` (a rerun of the chaos run with it): drop
+    halves while one still fails, then single faults (delta debugging, coarse to fine).
+    Each try is a whole run; chaos is not deterministic in timing, so a result is a
+    candidate to rerun, not a proof."""
+    current = list(faults)
+    chunk = max(1, len(current) // 2)
+    while current:
+        removed = False
+        for start in range(0, len(current), chunk):
+            candidate = current[:start] + current[start + chunk:]
+            if candidate != current and fails(candidate):
+                current, removed = candidate, True
+                break
+        if removed:
+            chunk = max(1, min(chunk, len(current) // 2))
+        elif chunk > 1:
+            chunk //= 2
+        else:
+            break
+    return current

@@ -1,0 +1,45 @@
+"""A seeded chaos run per seed: agents and the master killed and restarted, agents
+hung, executors and task processes killed, an agent's sandbox disk filled, all under
+a steady load of pods and command tasks; the history checker judges the outcome.
+
+A failure prints the seed and its schedule; `MESILLA_CHAOS_SEED=<seed>` reruns it
+(the same faults in the same order), `benchmarks/chaos.py --seed=<seed> --shrink`
+looks for a smaller failing schedule.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from mesilla.containerizer.launcher.linux import LinuxLauncher
+from mesilla.testing.chaos.run import chaos_cluster, run_chaos
+from mesilla.testing.chaos.schedule import make_schedule
+from mesilla.testing.registry import Registry
+from tests.chaos.conftest import chaos_seconds
+from tests.fixtures.images import PushedImage
+
+pytestmark = [pytest.mark.root, pytest.mark.integration, pytest.mark.slow, pytest.mark.registry, pytest.mark.chaos]
+
+# Fixed for CI: the same schedules on every run.
+SEEDS = [1, 2]
+SECONDS = 50.0
+
+
+@pytest.mark.timeout(900)
+async def test_chaos_under_load(
+    tmp_path: Path, docker_registry: Registry, busybox_image: PushedImage, chaos_seed: int,
+    request: pytest.FixtureRequest,
+) -> None:  # fmt: skip
+    if not LinuxLauncher.available():
+        pytest.skip("needs conmon and runc that run containers here")
+    seconds = chaos_seconds(request.config, SECONDS)
+    schedule = make_schedule(chaos_seed, seconds, agents=2)
+    cluster = chaos_cluster(tmp_path / "cluster", docker_registry.url)
+    try:
+        report = await run_chaos(cluster, busybox_image.name, schedule, seed=chaos_seed, seconds=seconds)
+    finally:
+        cluster.cleanup()
+    print(report.text())
+    assert not report.violations, report.text()

@@ -1,0 +1,60 @@
+"""A full disk under the agent's sandboxes (a small tmpfs the test mounts there).
+
+A launch that cannot create its sandbox ends, as in Mesos, with TASK_DROPPED
+(REASON_EXECUTOR_TERMINATED, "Failed to create executor directory: ...") from
+the agent, which stays connected to its master; once the disk has room again
+the next launch runs. Found by the chaos run (tests/chaos): the OSError used to
+drop the agent's connection to the master, and the task became a TASK_DROPPED
+of reconciliation without a reason.
+"""
+
+from __future__ import annotations
+
+import subprocess
+from collections.abc import Awaitable, Callable
+
+import pytest
+
+from mesilla.testing.chaos.inject import FILL, fill, mount_disks
+from mesilla.testing.processes import Cluster
+from mesilla.testing.scheduler import Framework
+from tests.integration.faults.workload import task, tid
+
+pytestmark = [pytest.mark.root, pytest.mark.integration, pytest.mark.slow, pytest.mark.registry]
+
+MakeCluster = Callable[..., Cluster]
+MakeFramework = Callable[..., Awaitable[Framework]]
+
+
+async def test_a_full_sandbox_disk_drops_the_launch_and_the_agent_goes_on(
+    make_cluster: MakeCluster, make_framework: MakeFramework
+) -> None:
+    cluster = make_cluster(start=False)
+    [disk] = mount_disks(cluster)
+    try:
+        cluster.start()
+        registered = cluster.await_agent_active(0)
+        framework = await make_framework(cluster, capabilities=["PARTITION_AWARE"])
+        fill(disk)
+        starved = task("starved", "sleep 3600")
+        await framework.launch(await framework.offer(), [starved])
+        await framework.until_state([tid(starved)], "TERMINAL")
+        [end] = framework.terminal(tid(starved))
+        assert (end.state, end.reason, end.status["source"]) == (
+            "TASK_DROPPED", "REASON_EXECUTOR_TERMINATED", "SOURCE_AGENT"
+        ), end.status
+        assert "Failed to create executor directory" in end.status["message"], end.status
+        assert "No space left on device" in end.status["message"], end.status
+
+        (disk / FILL).unlink()
+        fed = task("fed", "sleep 3600")
+        await framework.launch(await framework.offer(), [fed])
+        await framework.until_state([tid(fed)], "TASK_RUNNING")
+        # The same registration all along: the full disk never cost the agent its master.
+        agent = cluster.await_agent_active(0)
+        assert agent.get("reregistered_time") == registered.get("reregistered_time"), agent
+        await framework.kill(tid(fed))
+        await framework.until_state([tid(fed)], "TASK_KILLED")
+        assert [item for item in cluster.await_no_leftovers() if item != f"mount {disk}"] == []
+    finally:
+        subprocess.run(["umount", str(disk)], check=False, capture_output=True)

@@ -22,6 +22,7 @@ from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 
+from mesilla.common import files
 from mesilla.testing.chaos.history import History
 from mesilla.testing.chaos.schedule import Fault
 from mesilla.testing.processes import Cluster, Daemon, DaemonError, answers
@@ -241,5 +242,5 @@ class Injector:
             await asyncio.sleep(fault.duration)
         finally:
             with contextlib.suppress(FileNotFoundError):
-                (disk / FILL).unlink()
+                files.remove_file(str(disk), str(disk / FILL))
         return True

@@ -165,6 +165,17 @@ def container_name(container_id: Json) -> str:
     return (f"{container_name(parent)}." if parent else "") + container_id["value"]
 
 
+# Agents on the linux launcher with images from a registry (the caller adds
+# --docker_registry); short timeouts, so that fault tests stay quick.
+LINUX_AGENT_FLAGS = [
+    "--launcher=linux",
+    "--oci_runtime=runc",
+    "--isolation=filesystem/linux,docker/runtime,posix/cpu,posix/mem",
+    "--image_providers=docker",
+    "--resources=cpus:8;mem:8192;disk:8192;ports:[31000-32000]",
+    "--executor_reregistration_timeout=10secs",
+]
+
 class Cluster:
     """One master and `num_agents` agents on 127.0.0.1 under `root`, as separate processes."""
 

@@ -20,19 +20,11 @@ from typing import Any
 import pytest
 
 from mesilla.containerizer.launcher.linux import LinuxLauncher
+from mesilla.testing.processes import LINUX_AGENT_FLAGS as AGENT_FLAGS
 from mesilla.testing.processes import Cluster
 from mesilla.testing.registry import Registry
 from mesilla.testing.scheduler import Framework
 
-# Short enough for a quick suite; each test that needs other values passes its own.
-AGENT_FLAGS = [
-    "--launcher=linux",
-    "--oci_runtime=runc",
-    "--isolation=filesystem/linux,docker/runtime,posix/cpu,posix/mem",
-    "--image_providers=docker",
-    "--resources=cpus:8;mem:8192;disk:8192;ports:[31000-32000]",
-    "--executor_reregistration_timeout=10secs",
-]
 
 
 def _require_parts() -> None:

@@ -26,17 +26,10 @@ from mesilla.testing.chaos.history import History, RecordingFramework
 from mesilla.testing.chaos.inject import RECOVERY_TIMEOUT, Injector, mount_disks
 from mesilla.testing.chaos.load import Load
 from mesilla.testing.chaos.schedule import Fault, describe
+from mesilla.testing.processes import LINUX_AGENT_FLAGS as AGENT_FLAGS
 from mesilla.testing.processes import Cluster, DaemonError, http_json
 from mesilla.testing.scheduler import TERMINAL_STATES, FrameworkError
 
-AGENT_FLAGS = [
-    "--launcher=linux",
-    "--oci_runtime=runc",
-    "--isolation=filesystem/linux,docker/runtime,posix/cpu,posix/mem",
-    "--image_providers=docker",
-    "--resources=cpus:8;mem:8192;disk:8192;ports:[31000-32000]",
-    "--executor_reregistration_timeout=10secs",
-]
 # A hung agent is unreachable after 5 s: agent_stop faults (1-10 s) hit both sides of it.
 MASTER_FLAGS = ["--agent_ping_timeout=1secs", "--max_agent_ping_timeouts=5"]
 SETTLE_TIMEOUT = 240.0

@@ -112,6 +112,18 @@ def _index(ipr: IPRoute, ifname: str) -> int | None:
     return found[0] if found else None
 
 
+def _trunk_index(ipr: IPRoute, trunk_nic: str) -> int:
+    index = _index(ipr, trunk_nic)
+    if index is None:
+        raise PlumbingError(f"The trunk NIC {trunk_nic} does not exist in this namespace")
+    return index
+
+
+def _trunk_up(trunk_nic: str) -> None:
+    with IPRoute() as ipr:
+        ipr.link("set", index=_trunk_index(ipr, trunk_nic), state="up")
+
+
 def _link_attr(ipr: IPRoute, index: int, name: str) -> Any:
     return ipr.link("get", index=index)[0].get(name)
 
@@ -171,11 +183,7 @@ class OvsPlumbing:
         self.ovs.start()
         self.ovs.add_bridge(self.bridge)
         self.ovs.add_port(self.bridge, trunk_nic, "vlan_mode=trunk")
-        with IPRoute() as ipr:
-            index = _index(ipr, trunk_nic)
-            if index is None:
-                raise PlumbingError(f"The trunk NIC {trunk_nic} does not exist in this namespace")
-            ipr.link("set", index=index, state="up")
+        _trunk_up(trunk_nic)
 
     def plug(self, vif: Vif, netns: str, ifname: str) -> str:
         host = vif.host_name
@@ -224,11 +232,7 @@ class VlanPlumbing:
         self.stale_namespaces = stale_namespaces or []
 
     def setup_host(self, trunk_nic: str) -> None:
-        with IPRoute() as ipr:
-            index = _index(ipr, trunk_nic)
-            if index is None:
-                raise PlumbingError(f"The trunk NIC {trunk_nic} does not exist in this namespace")
-            ipr.link("set", index=index, state="up")
+        _trunk_up(trunk_nic)
 
     def plug(self, vif: Vif, netns: str, ifname: str) -> str:
         if pod_end_ready(netns, ifname, vif):
@@ -292,9 +296,7 @@ def probe_vlan(trunk_nic: str) -> bool:
     """Whether the kernel makes 802.1Q sub-interfaces (the probe one is deleted at once)."""
     probe = _temporary_name()
     with IPRoute() as ipr:
-        link = _index(ipr, trunk_nic)
-        if link is None:
-            raise PlumbingError(f"The trunk NIC {trunk_nic} does not exist in this namespace")
+        link = _trunk_index(ipr, trunk_nic)
         try:
             ipr.link("add", ifname=probe, kind="vlan", link=link, vlan_id=4094)
         except NetlinkError as exc:

@@ -54,6 +54,15 @@ class ContainerID(Message, frozen=True):
         chain = [] if self.parent is None else self.parent.path()
         return [*chain, self.value]
 
+    @classmethod
+    def from_path(cls, values: list[str]) -> ContainerID:
+        """The container whose `path()` is `values` (root first); `values` is not empty."""
+        container_id: ContainerID | None = None
+        for value in values:
+            container_id = cls(value=value, parent=container_id)
+        assert container_id is not None
+        return container_id
+
     def root(self) -> ContainerID:
         return self if self.parent is None else self.parent.root()
 

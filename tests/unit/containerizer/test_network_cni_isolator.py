@@ -10,7 +10,6 @@ import pytest
 from mesilla.containerizer.isolators.network.cni import (
     _Info,
     _Network,
-    _parse_cni_id,
     _reported,
     _runtime_config,
     _with_mesos_args,
@@ -70,7 +69,7 @@ def test_etc_files_name_the_first_ipv4_and_take_the_results_dns(tmp_path: Path) 
 def test_cni_container_ids_round_trip_nested_ids() -> None:
     nested = ContainerID(value="child", parent=ContainerID(value="pod"))
     assert cni_id(nested) == "pod.child"
-    assert _parse_cni_id("pod.child") == nested
+    assert ContainerID.from_path("pod.child".split(".")) == nested
 
 
 def test_plugins_get_the_network_info_in_args_as_mesos_passes_it() -> None:

@@ -461,7 +461,7 @@ class LinuxLauncher(Launcher):
         known = {state.container_id for state in states}
         found = set(self._scan(os.path.join(self._flags.runtime_dir, CONTAINERS_DIR), None))
         found |= {
-            _parse_runtime_id(entry["id"]) for entry in await self._runtime.list()
+            ContainerID.from_path(entry["id"].split(".")) for entry in await self._runtime.list()
         }
         for container_id in sorted(found, key=lambda cid: len(cid.path())):
             if container_id in self._containers:
@@ -569,13 +569,6 @@ def _kill_init(container: _Container) -> bool:
     finally:
         os.close(fd)
 
-
-def _parse_runtime_id(rid: str) -> ContainerID:
-    container_id: ContainerID | None = None
-    for value in rid.split("."):
-        container_id = ContainerID(value=value, parent=container_id)
-    assert container_id is not None
-    return container_id
 
 
 def _oci_mount(mount: Mount) -> dict[str, Any]:

@@ -93,13 +93,6 @@ def cni_id(container_id: ContainerID) -> str:
     return ".".join(container_id.path())
 
 
-def _parse_cni_id(value: str) -> ContainerID:
-    container_id: ContainerID | None = None
-    for part in value.split("."):
-        container_id = ContainerID(value=part, parent=container_id)
-    assert container_id is not None
-    return container_id
-
 
 def named_networks(config: ContainerConfig) -> list[NetworkInfo]:
     info = config.container_info
@@ -360,7 +353,7 @@ class NetworkCniIsolator(Isolator):
             return
         for entry in entries:
             directory = os.path.join(self.root, entry)
-            container_id = _parse_cni_id(entry)
+            container_id = ContainerID.from_path(entry.split("."))
             state = known.get(container_id)
             if state is not None and state.config is not None:
                 self._infos[container_id] = _recovered(directory, state.config)

@@ -94,7 +94,8 @@ def _mount_point(rootfs: str, path: str, directory: bool = True) -> str:
     if directory:
         os.makedirs(target, exist_ok=True)
     elif not os.path.lexists(target):
-        with open(target, "x"):
+        # The image's rootfs is shared: a task and its checks may create it at once.
+        with contextlib.suppress(FileExistsError), open(target, "x"):
             pass
     return target
 

@@ -12,9 +12,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from tests.acceptance.test_pymesos import ACCEPTANCE, run_client
 
 from mesilla.testing.cluster import LocalCluster
-from tests.acceptance.test_pymesos import ACCEPTANCE, run_client
 
 MESOS_GO_BIN = Path(os.environ.get("MESOS_GO_BIN", "/tmp/acceptance-mesos-go/bin"))
 

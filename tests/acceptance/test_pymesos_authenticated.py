@@ -12,9 +12,9 @@ import subprocess
 from collections.abc import Iterator
 
 import pytest
+from tests.acceptance.test_pymesos import ACCEPTANCE, PYMESOS_PYTHON, run_check
 
 from mesilla.testing.cluster import LocalCluster
-from tests.acceptance.test_pymesos import ACCEPTANCE, PYMESOS_PYTHON, run_check
 
 pytestmark = [pytest.mark.acceptance, pytest.mark.integration]
 

@@ -16,15 +16,15 @@ from typing import Any
 
 import aiohttp
 import pytest
-
-from mesilla.common.recordio import Decoder
-from mesilla.master.main import MasterServer
 from tests.integration.master_harness import (
     FakeAgent,
     Scheduler,
     command_task,
     running_master,
 )
+
+from mesilla.common.recordio import Decoder
+from mesilla.master.main import MasterServer
 
 Json = dict[str, Any]
 TIMEOUT = 20

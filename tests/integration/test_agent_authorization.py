@@ -11,11 +11,11 @@ from typing import Any
 
 import aiohttp
 import pytest
+from tests.integration.agent_fake_master import AgentProcess, FakeMaster
 
 from mesilla.common.authentication import basic_authorization
 from mesilla.v1.internal import AgentEvent, AgentEventType, RunTask
 from mesilla.v1.mesos import AgentID, CommandInfo, FrameworkID, FrameworkInfo, TaskID, TaskInfo
-from tests.integration.agent_fake_master import AgentProcess, FakeMaster
 
 pytestmark = [pytest.mark.integration]
 

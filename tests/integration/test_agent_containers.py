@@ -13,6 +13,8 @@ from typing import Any
 
 import aiohttp
 import pytest
+from tests.conftest import free_port
+from tests.integration.agent_fake_master import AgentProcess, FakeMaster
 
 from mesilla.common.recordio import Decoder
 from mesilla.v1.internal import AgentEvent, AgentEventType, RunTask
@@ -27,8 +29,6 @@ from mesilla.v1.mesos import (
     TaskID,
     TaskInfo,
 )
-from tests.conftest import free_port
-from tests.integration.agent_fake_master import AgentProcess, FakeMaster
 
 pytestmark = [pytest.mark.integration]
 

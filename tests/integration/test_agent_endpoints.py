@@ -8,6 +8,7 @@ from typing import Any
 
 import aiohttp
 import pytest
+from tests.integration.agent_fake_master import AgentProcess, FakeMaster
 
 from mesilla.v1.internal import AgentEvent, AgentEventType, RunTask
 from mesilla.v1.mesos import (
@@ -18,7 +19,6 @@ from mesilla.v1.mesos import (
     TaskID,
     TaskInfo,
 )
-from tests.integration.agent_fake_master import AgentProcess, FakeMaster
 
 pytestmark = [pytest.mark.integration]
 

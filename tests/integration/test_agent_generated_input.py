@@ -25,6 +25,9 @@ import msgspec
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from tests.integration.agent_fake_master import AgentProcess, FakeMaster
+from tests.integration.traversal import Canary, Drawn, container_ids
+from tests.integration.traversal import ids as traversal_ids
 
 from mesilla.v1 import agent as agent_api
 from mesilla.v1.internal import AgentCallType, AgentEvent, AgentEventType, RunTask
@@ -36,9 +39,6 @@ from mesilla.v1.mesos import (
     TaskID,
     TaskInfo,
 )
-from tests.integration.agent_fake_master import AgentProcess, FakeMaster
-from tests.integration.traversal import Canary, Drawn, container_ids
-from tests.integration.traversal import ids as traversal_ids
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 

@@ -8,6 +8,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
+from tests.integration.agent_fake_master import AgentProcess, FakeMaster
 
 from mesilla.agent.master_link import MasterLink
 from mesilla.v1.internal import (
@@ -29,7 +30,6 @@ from mesilla.v1.mesos import (
     TaskID,
     TaskInfo,
 )
-from tests.integration.agent_fake_master import AgentProcess, FakeMaster
 
 pytestmark = [pytest.mark.integration]
 

@@ -14,11 +14,11 @@ from typing import Any
 
 import aiohttp
 import pytest
+from tests.integration.agent_fake_master import AgentProcess, FakeMaster
+from tests.integration.traversal import Canary
 
 from mesilla.v1.internal import AgentEvent, AgentEventType, RunTask
 from mesilla.v1.mesos import AgentID, CommandInfo, FrameworkID, FrameworkInfo, TaskID, TaskInfo
-from tests.integration.agent_fake_master import AgentProcess, FakeMaster
-from tests.integration.traversal import Canary
 
 pytestmark = [pytest.mark.integration]
 

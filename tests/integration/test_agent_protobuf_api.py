@@ -9,12 +9,12 @@ from typing import Any
 
 import aiohttp
 import pytest
+from tests.integration.agent_fake_master import AgentProcess, FakeMaster
+from tests.integration.test_agent_endpoints import running
 
 from mesilla.v1 import agent as agent_api
 from mesilla.v1 import executor as executor_api
 from mesilla.v1 import proto
-from tests.integration.agent_fake_master import AgentProcess, FakeMaster
-from tests.integration.test_agent_endpoints import running
 
 pytestmark = [pytest.mark.integration]
 __all__ = ["running"]

@@ -10,6 +10,8 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
+from tests.conftest import free_port
+from tests.integration.agent_fake_master import AgentProcess, FakeMaster
 
 from mesilla.agent import main as agent_main
 from mesilla.agent import paths
@@ -25,8 +27,6 @@ from mesilla.v1.mesos import (
     TaskID,
     TaskInfo,
 )
-from tests.conftest import free_port
-from tests.integration.agent_fake_master import AgentProcess, FakeMaster
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 

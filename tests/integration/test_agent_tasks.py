@@ -18,6 +18,7 @@ from typing import Any
 
 import aiohttp
 import pytest
+from tests.integration.agent_fake_master import AgentProcess, FakeMaster
 
 from mesilla.common.resources import Resources
 from mesilla.v1.internal import (
@@ -48,7 +49,6 @@ from mesilla.v1.mesos import (
     TaskID,
     TaskInfo,
 )
-from tests.integration.agent_fake_master import AgentProcess, FakeMaster
 
 pytestmark = [pytest.mark.integration]
 

@@ -10,12 +10,12 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
-
-from mesilla.v1.internal import AgentCallType, AgentEvent, AgentEventType, KillTask, ShutdownFramework
-from mesilla.v1.mesos import AgentID, CommandInfo, ExecutorID, ExecutorInfo, FrameworkID, TaskID, TaskInfo
 from tests.conftest import free_port
 from tests.integration.agent_fake_master import AgentProcess, FakeMaster
 from tests.integration.test_agent_tasks import agent_proc, master, run_task
+
+from mesilla.v1.internal import AgentCallType, AgentEvent, AgentEventType, KillTask, ShutdownFramework
+from mesilla.v1.mesos import AgentID, CommandInfo, ExecutorID, ExecutorInfo, FrameworkID, TaskID, TaskInfo
 
 __all__ = ["agent_proc", "master"]
 

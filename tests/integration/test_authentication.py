@@ -14,11 +14,11 @@ from typing import Any
 
 import aiohttp
 import pytest
+from tests.integration.agent_fake_master import AgentProcess, FakeMaster
+from tests.integration.master_harness import base_url, running_master, until
 
 from mesilla.common.authentication import MASTER_AGENT, basic_authorization
 from mesilla.common.http import Router
-from tests.integration.agent_fake_master import AgentProcess, FakeMaster
-from tests.integration.master_harness import base_url, running_master, until
 
 pytestmark = [pytest.mark.integration]
 

@@ -10,11 +10,11 @@ from typing import Any
 
 import aiohttp
 import pytest
+from tests.integration.master_harness import FakeAgent, Scheduler, base_url, command_task, running_master
 
 from mesilla.common import recordio
 from mesilla.common.authentication import basic_authorization
 from mesilla.master.main import MasterServer
-from tests.integration.master_harness import FakeAgent, Scheduler, base_url, command_task, running_master
 
 pytestmark = [pytest.mark.integration]
 

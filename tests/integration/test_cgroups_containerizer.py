@@ -17,6 +17,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from tests.fixtures.linux_launcher import LinuxEnv, linux_env  # noqa: F401
+from tests.integration.cgroups_programs import FORK_BOMB
 
 from mesilla.containerizer.cgroups import Hierarchy, own_cgroup_path
 from mesilla.containerizer.containerizer import Containerizer
@@ -38,8 +40,6 @@ from mesilla.v1.mesos import (
     Volume,
     VolumeSource,
 )
-from tests.fixtures.linux_launcher import LinuxEnv, linux_env  # noqa: F401
-from tests.integration.cgroups_programs import FORK_BOMB
 
 pytestmark = [pytest.mark.root]
 

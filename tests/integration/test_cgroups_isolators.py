@@ -19,6 +19,7 @@ from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import pytest
+from tests.integration.cgroups_programs import FORK_BOMB
 
 from mesilla.common.flags import parse
 from mesilla.containerizer.cgroups import Hierarchy, own_cgroup_path
@@ -37,7 +38,6 @@ from mesilla.v1.mesos import (
     Scalar,
     ValueType,
 )
-from tests.integration.cgroups_programs import FORK_BOMB
 
 pytestmark = [pytest.mark.root]
 

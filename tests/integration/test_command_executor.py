@@ -10,6 +10,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
+from tests.unit.executor.fake_agent import FakeAgent, kill_event, launch_event
 
 from mesilla.common.flags import parse
 from mesilla.containerizer.containerizer import Containerizer
@@ -18,7 +19,6 @@ from mesilla.containerizer.isolators.posix.procfs import session_processes
 from mesilla.containerizer.launcher import load_launcher
 from mesilla.containerizer.types import ContainerConfig
 from mesilla.v1.mesos import CommandInfo, ContainerID
-from tests.unit.executor.fake_agent import FakeAgent, kill_event, launch_event
 
 pytestmark = pytest.mark.integration
 

@@ -14,6 +14,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
+from tests.unit.executor.fake_agent import FakeAgent, kill_event, launch_event
 
 from mesilla.common.flags import parse
 from mesilla.containerizer.containerizer import Containerizer
@@ -35,7 +36,6 @@ from mesilla.v1.mesos import (
     Volume,
     VolumeSource,
 )
-from tests.unit.executor.fake_agent import FakeAgent, kill_event, launch_event
 
 pytestmark = [pytest.mark.integration, pytest.mark.root]
 

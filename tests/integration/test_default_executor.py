@@ -15,7 +15,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
 from tests.integration.fake_agent import FakeAgent, output_files
 
 pytestmark = pytest.mark.integration

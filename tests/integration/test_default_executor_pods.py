@@ -21,13 +21,13 @@ from typing import Any
 
 import aiohttp
 import pytest
+from tests.integration.master_harness import Scheduler, scalar
 
 from mesilla.common.recordio import Decoder
 from mesilla.containerizer.cgroups import Hierarchy, own_cgroup_path
 from mesilla.testing.cluster import LocalCluster, free_port
 from mesilla.testing.images import build_image, write_docker_save
 from mesilla.v1.mesos import ContainerID
-from tests.integration.master_harness import Scheduler, scalar
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.root]
 

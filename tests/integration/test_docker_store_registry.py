@@ -13,6 +13,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from tests.fixtures.images import (  # noqa: F401  (fixtures)
+    PushedImage,
+    RegistryFront,
+    busybox_image,
+    docker_registry,
+)
 
 from mesilla.containerizer.provisioner.errors import (
     BlobDigestMismatch,
@@ -34,12 +40,6 @@ from mesilla.testing.images import (
     push_index,
 )
 from mesilla.testing.registry import Registry
-from tests.fixtures.images import (  # noqa: F401  (fixtures)
-    PushedImage,
-    RegistryFront,
-    busybox_image,
-    docker_registry,
-)
 
 pytestmark = [pytest.mark.registry]
 

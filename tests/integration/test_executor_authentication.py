@@ -16,6 +16,8 @@ from typing import Any
 
 import aiohttp
 import pytest
+from tests.integration.agent_fake_master import AgentProcess, FakeMaster
+from tests.integration.master_harness import until
 
 from mesilla.common import recordio
 from mesilla.common.authentication import basic_authorization
@@ -33,8 +35,6 @@ from mesilla.v1.mesos import (
     TaskID,
     TaskInfo,
 )
-from tests.integration.agent_fake_master import AgentProcess, FakeMaster
-from tests.integration.master_harness import until
 
 pytestmark = [pytest.mark.integration]
 

@@ -8,6 +8,7 @@ import tarfile
 from pathlib import Path
 
 import pytest
+from tests.fixtures.linux_launcher import LinuxEnv
 
 from mesilla.containerizer.isolators.filesystem.linux import (
     LinuxFilesystemError,
@@ -22,7 +23,6 @@ from mesilla.containerizer.launcher.oci import (
 from mesilla.containerizer.types import ContainerConfig, Mount
 from mesilla.testing.images import base_layer
 from mesilla.v1.mesos import AgentID, ContainerID, TaskID, TaskInfo
-from tests.fixtures.linux_launcher import LinuxEnv
 
 pytestmark = pytest.mark.root
 

@@ -4,19 +4,19 @@ from __future__ import annotations
 
 import asyncio
 import os
-import tempfile
 import shutil
 import signal
+import tempfile
 from pathlib import Path
 
 import pytest
+from tests.fixtures.linux_launcher import LinuxEnv
 
 from mesilla.containerizer.launcher import monitor
 from mesilla.containerizer.launcher.linux import LinuxLauncher
 from mesilla.containerizer.launcher.runtime import NoOciRuntime
 from mesilla.containerizer.types import ContainerRuntimeState
 from mesilla.v1.mesos import ContainerID
-from tests.fixtures.linux_launcher import LinuxEnv
 
 pytestmark = pytest.mark.root
 

@@ -7,7 +7,6 @@ from pathlib import Path
 
 import aiohttp
 import pytest
-
 from tests.integration.master_harness import (
     PARTITION_AWARE,
     Scheduler,

@@ -8,8 +8,6 @@ from pathlib import Path
 
 import aiohttp
 import pytest
-
-from mesilla.master.main import MasterServer
 from tests.integration.master_harness import (
     PARTITION_AWARE,
     FakeAgent,
@@ -22,6 +20,8 @@ from tests.integration.master_harness import (
     running_task,
     until,
 )
+
+from mesilla.master.main import MasterServer
 
 pytestmark = pytest.mark.integration
 

@@ -23,7 +23,6 @@ import aiohttp
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-
 from tests.integration.master_harness import (
     agent_and_scheduler,
     command_task,

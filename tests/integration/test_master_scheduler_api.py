@@ -9,8 +9,6 @@ from pathlib import Path
 
 import aiohttp
 import pytest
-
-from mesilla.master.main import MasterServer, MasterStartError
 from tests.integration.master_harness import (
     Scheduler,
     agent_and_scheduler,
@@ -19,6 +17,8 @@ from tests.integration.master_harness import (
     running_master,
     until,
 )
+
+from mesilla.master.main import MasterServer, MasterStartError
 
 pytestmark = pytest.mark.integration
 

@@ -8,8 +8,6 @@ from typing import Any
 
 import aiohttp
 import pytest
-
-from mesilla.master.main import MasterServer
 from tests.integration.master_harness import (
     PARTITION_AWARE,
     FakeAgent,
@@ -21,6 +19,8 @@ from tests.integration.master_harness import (
     running_task,
     scalar,
 )
+
+from mesilla.master.main import MasterServer
 
 pytestmark = pytest.mark.integration
 

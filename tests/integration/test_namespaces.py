@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 
 import pytest
+from tests.fixtures.linux_launcher import LinuxEnv
 
 from mesilla.containerizer.isolators.namespaces.ipc import (
     IpcNamespaceError,
@@ -15,7 +16,6 @@ from mesilla.containerizer.launch_info import merge_launch_infos
 from mesilla.containerizer.launcher.linux import LinuxLauncher
 from mesilla.containerizer.types import ContainerConfig, ContainerLaunchInfo
 from mesilla.v1.mesos import ContainerID, ContainerInfo, LinuxInfo
-from tests.fixtures.linux_launcher import LinuxEnv
 
 pytestmark = pytest.mark.root
 

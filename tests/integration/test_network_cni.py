@@ -24,13 +24,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from tests.integration.faults.workload import executor_sandbox, pod_executor, task, tid
 
 from mesilla.containerizer.launcher.linux import LinuxLauncher
 from mesilla.testing.images import build_image, write_docker_save
 from mesilla.testing.netns import entered, network_namespace, release_namespace_mounts, run_in
 from mesilla.testing.processes import Cluster, http_json
 from mesilla.testing.scheduler import Framework, Json, scalar
-from tests.integration.faults.workload import executor_sandbox, pod_executor, task, tid
 
 PLUGINS = "/usr/lib/cni"
 pytestmark = [

@@ -25,13 +25,13 @@ import time
 from collections.abc import AsyncIterator, Iterator
 
 import pytest
+from tests.integration.faults.workload import executor_sandbox, marked_processes, pod_executor, task, tid
 
 from mesilla.containerizer.launcher.linux import LinuxLauncher
 from mesilla.testing.nested import NestedSite, nested_site
 from mesilla.testing.netns import entered, run_in
 from mesilla.testing.processes import http_json
 from mesilla.testing.scheduler import Framework, Json
-from tests.integration.faults.workload import executor_sandbox, marked_processes, pod_executor, task, tid
 
 pytestmark = [
     pytest.mark.integration,

@@ -5,7 +5,6 @@ from __future__ import annotations
 import re
 
 import pytest
-
 from tests.integration import operator_cluster
 from tests.integration.master_harness import command_task
 from tests.integration.operator_cluster import Cluster, agent_id, running_task

@@ -25,7 +25,6 @@ import aiohttp
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-
 from tests.integration.master_harness import (
     FakeAgent,
     Scheduler,

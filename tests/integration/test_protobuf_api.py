@@ -10,14 +10,14 @@ from typing import Any
 
 import aiohttp
 import pytest
+from tests.integration.master_harness import command_task
+from tests.integration.operator_cluster import Cluster, cluster, running_task
 
 from mesilla.common import recordio
 from mesilla.master.operator_api import _READ_ONLY
 from mesilla.v1 import master as m
 from mesilla.v1 import proto
 from mesilla.v1 import scheduler as sched
-from tests.integration.master_harness import command_task
-from tests.integration.operator_cluster import Cluster, cluster, running_task
 
 pytestmark = [pytest.mark.integration]
 __all__ = ["cluster"]

@@ -12,6 +12,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
+from tests.fixtures.images import busybox_image_dir, no_leftover_mounts  # noqa: F401  (fixtures)
 
 from mesilla.common.flags import Flags, parse
 from mesilla.containerizer.flags import CONTAINERIZER_FLAGS
@@ -21,7 +22,6 @@ from mesilla.containerizer.provisioner.errors import BackendError
 from mesilla.containerizer.provisioner.provisioner import Provisioner
 from mesilla.testing.images import build_image, write_docker_save
 from mesilla.v1.mesos import ContainerID, Image, ImageDocker
-from tests.fixtures.images import busybox_image_dir, no_leftover_mounts  # noqa: F401  (fixtures)
 
 pytestmark = [pytest.mark.root, pytest.mark.usefixtures("no_leftover_mounts")]
 

@@ -11,6 +11,8 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
+from tests.fixtures.images import docker_registry, no_leftover_mounts  # noqa: F401
+from tests.unit.executor.fake_agent import FakeAgent, launch_event
 
 from mesilla.common.flags import parse
 from mesilla.containerizer.containerizer import Containerizer, LaunchResult
@@ -30,8 +32,6 @@ from mesilla.v1.mesos import (
     TaskID,
     TaskInfo,
 )
-from tests.fixtures.images import docker_registry, no_leftover_mounts  # noqa: F401
-from tests.unit.executor.fake_agent import FakeAgent, launch_event
 
 pytestmark = [
     pytest.mark.integration,

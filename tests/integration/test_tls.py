@@ -11,10 +11,10 @@ from pathlib import Path
 
 import aiohttp
 import pytest
-
-from mesilla.common.tls import client_context
 from tests.integration.agent_fake_master import AgentProcess
 from tests.integration.master_harness import Scheduler, command_task, running_master, until
+
+from mesilla.common.tls import client_context
 
 pytestmark = [pytest.mark.integration]
 

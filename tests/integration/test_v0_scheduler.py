@@ -10,15 +10,14 @@ import base64
 from collections.abc import AsyncIterator
 from typing import Any
 
-import aiohttp
 import pytest
 from aiohttp import web
+from tests.integration.master_harness import command_task
+from tests.integration.operator_cluster import Cluster, cluster
 
 from mesilla.v1 import proto
 from mesilla.v1.proto.v0 import decode as decode_v0
 from mesilla.v1.proto.v0 import encode as encode_v0
-from tests.integration.master_harness import command_task
-from tests.integration.operator_cluster import Cluster, cluster
 
 pytestmark = [pytest.mark.integration]
 __all__ = ["cluster"]

@@ -29,6 +29,8 @@ from typing import Any
 
 from mesilla import MESOS_VERSION
 from mesilla.agent import checkpoints, paths
+from mesilla.agent.executor_auth import ENV as TOKEN_ENV
+from mesilla.agent.executor_auth import ExecutorTokens, executor_credentials
 from mesilla.agent.executors import (
     command_executor_info,
     container_config,
@@ -37,8 +39,6 @@ from mesilla.agent.executors import (
     new_container_id,
     shutdown_grace_period,
 )
-from mesilla.agent.executor_auth import ENV as TOKEN_ENV
-from mesilla.agent.executor_auth import ExecutorTokens, executor_credentials
 from mesilla.agent.files import Files
 from mesilla.agent.gc import GarbageCollector
 from mesilla.agent.state import (
@@ -57,11 +57,11 @@ from mesilla.agent.status_update_manager import (
 )
 from mesilla.common.authorization import Authorizer
 from mesilla.common.blocking import in_thread
-from mesilla.common.tls import TlsConfig
 from mesilla.common.durations import format_duration
 from mesilla.common.files import remove_file
 from mesilla.common.flags import Flags
 from mesilla.common.http import Router
+from mesilla.common.tls import TlsConfig
 from mesilla.containerizer.types import ContainerTermination
 from mesilla.v1 import executor as ev
 from mesilla.v1 import internal

@@ -20,8 +20,8 @@ from mesilla.agent.agent import Agent, AgentStatus
 from mesilla.agent.executor_api import validate
 from mesilla.agent.state import Executor, Framework
 from mesilla.common import libprocess
-from mesilla.common.errors import BadRequest
 from mesilla.common.blocking import in_thread
+from mesilla.common.errors import BadRequest
 from mesilla.common.http import Router
 from mesilla.v1 import codec
 from mesilla.v1 import executor as ev

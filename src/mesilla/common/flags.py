@@ -13,8 +13,8 @@ and `aliases`, Mesos's deprecated names for current flags.
 
 from __future__ import annotations
 
-import os
 import difflib
+import os
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any

@@ -26,7 +26,7 @@ from aiohttp import web
 from mesilla.common import negotiation, recordio, secrets
 from mesilla.common.authentication import Authentication
 from mesilla.common.errors import BadRequest, HttpError, NotFound
-from mesilla.common.negotiation import JSON, JSON_ENCODING, RECORDIO, Encoding
+from mesilla.common.negotiation import JSON, JSON_ENCODING, RECORDIO, Encoding  # noqa: F401 (RECORDIO: re-exported for the APIs)
 from mesilla.v1 import codec
 
 log = logging.getLogger(__name__)

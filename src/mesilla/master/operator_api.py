@@ -23,6 +23,7 @@ from aiohttp import web
 
 from mesilla import MESOS_VERSION
 from mesilla.common import secrets
+from mesilla.common.authorization import require
 from mesilla.common.errors import BadRequest, NotFound, ServiceUnavailable
 from mesilla.common.http import (
     EventStream,
@@ -33,12 +34,11 @@ from mesilla.common.http import (
 )
 from mesilla.common.negotiation import RECORDIO, message_encoding, wants_recordio
 from mesilla.common.resources import Resources
+from mesilla.common.validation import validate_ids
 from mesilla.master import authorize, metrics
-from mesilla.common.authorization import require
 from mesilla.master.agent import Agent
 from mesilla.master.endpoints import known_roles, rendered, version_info
 from mesilla.master.framework import Framework
-from mesilla.common.validation import validate_ids
 from mesilla.master.validation import validate_role
 from mesilla.v1 import codec
 from mesilla.v1 import master as m

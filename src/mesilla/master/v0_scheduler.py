@@ -37,11 +37,10 @@ from mesilla.master.master import Master
 from mesilla.master.scheduler_api import dispatch
 from mesilla.master.validation import validate_call
 from mesilla.v1 import codec, proto
-from mesilla.v1.proto import v0
-from mesilla.v1.proto.v0 import INTERNAL
 from mesilla.v1 import scheduler as sched
 from mesilla.v1.mesos import FrameworkID
-
+from mesilla.v1.proto import v0
+from mesilla.v1.proto.v0 import INTERNAL
 
 CALL = "mesos.scheduler.Call"
 

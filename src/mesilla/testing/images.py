@@ -451,7 +451,7 @@ class _TarBuilder:
 
     def __init__(self) -> None:
         self._buffer = io.BytesIO()
-        self._tar = tarfile.open(  # noqa: SIM115  (closed by getvalue)
+        self._tar = tarfile.open(
             fileobj=self._buffer, mode="w", format=tarfile.PAX_FORMAT
         )
 

@@ -31,7 +31,9 @@ from __future__ import annotations
 import enum
 
 from mesilla.v1.mesos import (
+    AgentCapability,
     AgentID,
+    AgentInfo,
     ExecutorID,
     ExecutorInfo,
     FrameworkID,
@@ -39,8 +41,6 @@ from mesilla.v1.mesos import (
     KillPolicy,
     MasterInfo,
     Message,
-    AgentInfo,
-    AgentCapability,
     Task,
     TaskGroupInfo,
     TaskID,

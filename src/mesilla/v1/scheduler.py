@@ -7,9 +7,9 @@ import enum
 from mesilla.v1.mesos import (
     AgentID,
     ExecutorID,
+    Filters,
     FrameworkID,
     FrameworkInfo,
-    Filters,
     Json,
     KillPolicy,
     MasterInfo,

@@ -26,7 +26,6 @@ from mesilla.testing.registry import Registry
 from mesilla.testing.scheduler import Framework
 
 
-
 def _require_parts() -> None:
     if shutil.which("runc") is None or not LinuxLauncher.available():
         pytest.skip("needs conmon and runc that run containers here")

@@ -14,10 +14,10 @@ import time
 from collections.abc import Awaitable, Callable
 
 import pytest
+from tests.integration.faults.workload import task, tid
 
 from mesilla.testing.processes import Cluster, http_json
 from mesilla.testing.scheduler import Framework
-from tests.integration.faults.workload import task, tid
 
 pytestmark = [pytest.mark.root, pytest.mark.integration, pytest.mark.slow, pytest.mark.registry]
 

@@ -12,10 +12,6 @@ import uuid
 from collections.abc import Awaitable, Callable
 
 import pytest
-
-from mesilla.testing.cluster import free_port
-from mesilla.testing.processes import Cluster, process_start_ticks
-from mesilla.testing.scheduler import Framework
 from tests.fixtures.images import PushedImage
 from tests.integration.faults.workload import (
     await_gone,
@@ -28,6 +24,10 @@ from tests.integration.faults.workload import (
     task,
     tid,
 )
+
+from mesilla.testing.cluster import free_port
+from mesilla.testing.processes import Cluster, process_start_ticks
+from mesilla.testing.scheduler import Framework
 
 pytestmark = [pytest.mark.root, pytest.mark.integration, pytest.mark.slow, pytest.mark.registry]
 

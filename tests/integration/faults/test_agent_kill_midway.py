@@ -13,9 +13,6 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import pytest
-
-from mesilla.testing.processes import Cluster
-from mesilla.testing.scheduler import TERMINAL_STATES, Framework
 from tests.fixtures.images import PushedImage
 from tests.integration.faults.workload import (
     container,
@@ -24,6 +21,9 @@ from tests.integration.faults.workload import (
     task,
     tid,
 )
+
+from mesilla.testing.processes import Cluster
+from mesilla.testing.scheduler import TERMINAL_STATES, Framework
 
 pytestmark = [pytest.mark.root, pytest.mark.integration, pytest.mark.slow, pytest.mark.registry]
 

@@ -14,11 +14,11 @@ import subprocess
 from collections.abc import Awaitable, Callable
 
 import pytest
+from tests.integration.faults.workload import task, tid
 
 from mesilla.testing.chaos.inject import FILL, fill, mount_disks
 from mesilla.testing.processes import Cluster
 from mesilla.testing.scheduler import Framework
-from tests.integration.faults.workload import task, tid
 
 pytestmark = [pytest.mark.root, pytest.mark.integration, pytest.mark.slow, pytest.mark.registry]
 

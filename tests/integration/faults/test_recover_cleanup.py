@@ -7,11 +7,11 @@ import time
 from collections.abc import Awaitable, Callable
 
 import pytest
+from tests.fixtures.images import PushedImage
+from tests.integration.faults.workload import container, pod_executor, task, tid
 
 from mesilla.testing.processes import Cluster
 from mesilla.testing.scheduler import Framework
-from tests.fixtures.images import PushedImage
-from tests.integration.faults.workload import container, pod_executor, task, tid
 
 pytestmark = [pytest.mark.root, pytest.mark.integration, pytest.mark.slow, pytest.mark.registry]
 

@@ -16,11 +16,11 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import pytest
+from tests.fixtures.images import PushedImage
+from tests.integration.faults.workload import container, pod_executor, task, tid
 
 from mesilla.testing.processes import Cluster, http_json
 from mesilla.testing.scheduler import Framework, Json, scalar
-from tests.fixtures.images import PushedImage
-from tests.integration.faults.workload import container, pod_executor, task, tid
 
 pytestmark = [pytest.mark.root, pytest.mark.integration, pytest.mark.slow, pytest.mark.registry]
 

@@ -11,9 +11,9 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
+from tests.unit.executor.fake_agent import CONTAINER_ID, FakeAgent, kill_event, launch_event
 
 from mesilla.containerizer.isolators.posix.procfs import session_processes
-from tests.unit.executor.fake_agent import CONTAINER_ID, FakeAgent, kill_event, launch_event
 
 
 @pytest.fixture

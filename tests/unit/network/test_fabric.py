@@ -6,11 +6,11 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
+from tests.unit.network.test_store import network, port, subnet, trunk
 
 from mesilla.network.database import Database
 from mesilla.network.fabric import NetworkTags, fabric_ports, flows, subports
 from mesilla.network.store import SUBPORT_OWNER, Book
-from tests.unit.network.test_store import network, port, subnet, trunk
 
 
 @pytest.fixture

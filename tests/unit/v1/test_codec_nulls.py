@@ -12,10 +12,9 @@ from hypothesis import strategies as st
 
 from mesilla.common.errors import BadRequest
 from mesilla.v1 import agent as agent_api
-from mesilla.v1 import codec
+from mesilla.v1 import codec, scheduler
 from mesilla.v1 import executor as executor_api
 from mesilla.v1 import master as master_api
-from mesilla.v1 import scheduler
 
 RESOURCES = [
     {"name": "cpus", "type": "SCALAR", "scalar": {"value": 0.1}, "reservations": None},

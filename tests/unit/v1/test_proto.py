@@ -12,14 +12,13 @@ import msgspec
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from tests.unit.v1.test_codec_nulls import RESOURCES, TASK, VALID, without_nulls
 
 from mesilla.common.errors import BadRequest
 from mesilla.v1 import agent as agent_api
-from mesilla.v1 import codec, proto
+from mesilla.v1 import codec, proto, scheduler
 from mesilla.v1 import executor as executor_api
 from mesilla.v1 import master as master_api
-from mesilla.v1 import scheduler
-from tests.unit.v1.test_codec_nulls import RESOURCES, TASK, VALID, without_nulls
 
 STATUS = {
     "task_id": {"value": "t1"},

@@ -39,8 +39,8 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any
 
-from mesilla.common.blocking import in_thread
 from mesilla.common import files
+from mesilla.common.blocking import in_thread
 from mesilla.common.files import write_atomically
 from mesilla.containerizer.cgroups import cgroup_path
 from mesilla.containerizer.launcher import enter, host_rootfs, monitor, oci

@@ -41,8 +41,8 @@ import logging
 import os
 import urllib.parse
 import uuid
-from pathlib import Path
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import aiohttp

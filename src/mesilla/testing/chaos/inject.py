@@ -122,7 +122,7 @@ class Injector:
                              pick=fault.pick, scheduled=fault.at)  # fmt: skip
             try:
                 done = await getattr(self, fault.kind)(fault)
-            except Exception as exc:  # noqa: BLE001 - the harness reports, never dies
+            except Exception as exc:
                 self.violations.append(f"{fault.line()}: the harness failed to apply it: {exc!r}")
                 return
             (self.counts if done else self.skipped)[fault.kind] += 1

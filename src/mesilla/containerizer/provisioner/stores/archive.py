@@ -206,7 +206,7 @@ def _directory_opener(root: str) -> Callable[[str], _Member]:
 
 def _tar_opener(path: str) -> Callable[[str], _Member]:
     def open_member(member: str) -> _Member:
-        tar = tarfile.open(path, "r:")  # noqa: SIM115  (closed with the member)
+        tar = tarfile.open(path, "r:")
         try:
             source = tar.extractfile(os.path.normpath(member))
         except KeyError:

@@ -16,6 +16,7 @@ import sys
 from collections.abc import Awaitable, Callable, Sequence
 
 from mesilla.common import mesos_flags
+from mesilla.common.errors import ConfigurationError
 from mesilla.common.flags import Flag, FlagError, Flags, parse, usage
 
 USAGE = """Usage: mesilla <command> [--flag=value ...]
@@ -98,7 +99,13 @@ def _run_daemon(kind: str, argv: Sequence[str]) -> int:
             "Mesos flags without effect in Mesilla (accepted, ignored): %s",
             ", ".join(f"--{name}" for name in flags.without_effect),
         )
-    asyncio.run(_serve(run, flags))
+    try:
+        asyncio.run(_serve(run, flags))
+    except ConfigurationError as exc:
+        # Found while starting (an unknown isolator, an unusable backend): the
+        # message is all the operator needs, as for a malformed flag.
+        print(f"mesilla {kind}: {exc}", file=sys.stderr)
+        return 1
     return 0
 
 

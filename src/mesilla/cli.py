@@ -76,13 +76,20 @@ def _refuse_unsafe_to_ignore(flags: Flags) -> None:
         )
 
 
-def _run_daemon(kind: str, argv: Sequence[str]) -> int:
+def _daemon_run(kind: str) -> Callable[[Flags], Awaitable[object]]:
+    """The daemon's `run` (imported only for the daemon chosen)."""
     if kind == "master":
-        from mesilla.master.main import run
-    elif kind == "network":
-        from mesilla.network.main import run
-    else:
-        from mesilla.agent.main import run
+        from mesilla.master.main import run as master
+        return master
+    if kind == "network":
+        from mesilla.network.main import run as network
+        return network
+    from mesilla.agent.main import run as agent
+    return agent
+
+
+def _run_daemon(kind: str, argv: Sequence[str]) -> int:
+    run = _daemon_run(kind)
     specs, accepted = _daemon_flags(kind)
     if "--help" in argv:
         print(usage(f"mesilla {kind}", specs))
@@ -109,7 +116,7 @@ def _run_daemon(kind: str, argv: Sequence[str]) -> int:
     return 0
 
 
-async def _serve(run: Callable[[Flags], Awaitable[None]], flags: Flags) -> None:
+async def _serve(run: Callable[[Flags], Awaitable[object]], flags: Flags) -> None:
     """Runs a daemon until SIGINT or SIGTERM cancels it, which makes it shut down cleanly."""
     loop = asyncio.get_running_loop()
     task = asyncio.current_task()

@@ -142,7 +142,8 @@ def resolve_isolation(names: str | Iterable[str]) -> list[str]:
 
 def load_isolator_class(name: str) -> type[Isolator]:
     module, _, attr = ISOLATORS[name].partition(":")
-    return getattr(importlib.import_module(module), attr)
+    cls: type[Isolator] = getattr(importlib.import_module(module), attr)
+    return cls
 
 
 async def load_isolators(names: str | Iterable[str], flags: Any) -> list[Isolator]:

@@ -35,4 +35,5 @@ def load_launcher(name: str) -> type[Launcher]:
             f"Unknown launcher '{name}' in --launcher: use one of {known}"
         ) from None
     module, _, attr = target.partition(":")
-    return getattr(importlib.import_module(module), attr)
+    cls: type[Launcher] = getattr(importlib.import_module(module), attr)
+    return cls

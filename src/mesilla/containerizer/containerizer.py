@@ -24,6 +24,7 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any
 
+from mesilla.common.blocking import in_thread
 from mesilla.common.tasks import TaskOwner
 from mesilla.containerizer import fetcher
 from mesilla.containerizer.isolator import Isolator
@@ -191,7 +192,7 @@ class Containerizer:
             await self._destroy_orphan(orphan)
         for container_id in self._runtime.containers():
             if container_id.root() not in roots and container_id.parent is None:
-                self._runtime.remove(container_id)
+                await in_thread(self._runtime.remove, container_id)
 
     async def _destroy_orphan(self, container_id: ContainerID) -> None:
         log.info("Destroying orphan container %s", container_id)
@@ -475,7 +476,7 @@ class Containerizer:
             self._terminated[container_id] = termination
         else:
             # The whole tree's checkpoints go; ended nested containers with them.
-            self._runtime.remove(container_id)
+            await in_thread(self._runtime.remove, container_id)
             for ended in [c for c in self._terminated if c.root() == container_id]:
                 del self._terminated[ended]
             self._recently_ended[container_id] = termination
@@ -567,7 +568,7 @@ class Containerizer:
             self._runtime.path(container_id)
         ):
             raise UnknownContainer(f"Unknown container {container_id}")
-        self._runtime.remove(container_id)
+        await in_thread(self._runtime.remove, container_id)
         parent = self._containers.get(container_id.parent) if container_id.parent else None
         if parent is not None:
             parent.children.discard(container_id)

@@ -453,16 +453,24 @@ class HeldIsolator(Isolator):
         self.cleaned.append(container_id)
 
 
+async def held_launch(
+    tmp_path: Any, value: str, script: str
+) -> tuple[Containerizer, HeldIsolator, ContainerID, asyncio.Task[LaunchResult]]:
+    """A fresh containerizer with one launch held in `prepare`."""
+    c = await Containerizer.create(make_flags(tmp_path))
+    held = HeldIsolator()
+    c._isolators.append(held)
+    cid = ContainerID(value=value)
+    launch = asyncio.create_task(c.launch(cid, shell(tmp_path, script)))
+    await held.preparing.wait()
+    return c, held, cid, launch
+
+
 @pytest.mark.usefixtures("leftovers")
 async def test_close_lets_a_launch_in_flight_finish_and_leaves_the_container_running(
     tmp_path: Any,
 ) -> None:
-    c = await Containerizer.create(make_flags(tmp_path))
-    held = HeldIsolator()
-    c._isolators.append(held)
-    cid = ContainerID(value="inflight")
-    launch = asyncio.create_task(c.launch(cid, shell(tmp_path, "sleep 1000")))
-    await held.preparing.wait()
+    c, held, _cid, launch = await held_launch(tmp_path, "inflight", "sleep 1000")
     closing = asyncio.create_task(c.close())
     await asyncio.sleep(0)
     with pytest.raises(ContainerLaunchError, match="closing"):
@@ -479,12 +487,7 @@ async def test_close_cancels_a_launch_past_its_grace_and_rolls_it_back(
     tmp_path: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(containerizer_module, "CLOSE_GRACE", 0.01)
-    c = await Containerizer.create(make_flags(tmp_path))
-    held = HeldIsolator()
-    c._isolators.append(held)
-    cid = ContainerID(value="stuck")
-    launch = asyncio.create_task(c.launch(cid, shell(tmp_path, "touch ran")))
-    await held.preparing.wait()
+    c, held, cid, launch = await held_launch(tmp_path, "stuck", "touch ran")
     await c.close()
     with pytest.raises(ContainerLaunchError, match="destroyed during launch"):
         await launch

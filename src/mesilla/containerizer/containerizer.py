@@ -588,14 +588,16 @@ class Containerizer:
 
         Launches and destroys in flight get CLOSE_GRACE to finish, then are
         cancelled (a cancelled launch rolls its container back); `close`
-        returns once every one of them has ended.
+        returns once every one of them has ended. Nothing launches afterwards;
+        a destroy still does, owned anew, until the next `close`.
         """
         self._closing = True
         for container in self._containers.values():
             for task in container.watchers:
                 task.cancel()
             container.watchers.clear()
-        await self._tasks.close(grace=CLOSE_GRACE)
+        tasks, self._tasks = self._tasks, TaskOwner("the containerizer")
+        await tasks.close(grace=CLOSE_GRACE)
         for isolator in reversed(self._isolators):
             try:
                 await isolator.close()

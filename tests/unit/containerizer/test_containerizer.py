@@ -481,6 +481,10 @@ async def test_close_lets_a_launch_in_flight_finish_and_leaves_the_container_run
     pid = int((tmp_path / "runtime" / "containers" / "inflight" / "pid").read_text())
     assert session_processes(pid) != []  # a restarted agent recovers it
     assert held.cleaned == []
+    # A destroy still works after close (owned until the next close).
+    assert await c.destroy(ContainerID(value="inflight")) is not None
+    assert session_processes(pid) == [] and held.cleaned == [ContainerID(value="inflight")]
+    await c.close()
 
 
 async def test_close_cancels_a_launch_past_its_grace_and_rolls_it_back(

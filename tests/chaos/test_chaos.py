@@ -21,8 +21,12 @@ from tests.chaos.conftest import chaos_seconds
 from tests.fixtures.images import PushedImage
 
 pytestmark = [
-    pytest.mark.root, pytest.mark.integration, pytest.mark.slow, pytest.mark.registry, pytest.mark.chaos,
-]  # fmt: skip
+    pytest.mark.root,
+    pytest.mark.integration,
+    pytest.mark.slow,
+    pytest.mark.registry,
+    pytest.mark.chaos,
+]
 
 # Fixed for CI: the same schedules on every run; together they draw every kind of
 # fault (1: executor, task, agent and master kills; 2: full disk, agent kills, master

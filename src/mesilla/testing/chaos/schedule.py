@@ -51,11 +51,15 @@ def make_schedule(
     at = rng.uniform(*gap) / 2
     while at < seconds:
         kind = rng.choices(names, weights)[0]
-        durations = {"agent_kill": rng.uniform(0, 3), "master_kill": rng.uniform(0, 3),
-                     "agent_stop": rng.uniform(1, 10), "disk_full": rng.uniform(3, 10)}  # fmt: skip
-        duration = durations.get(kind, 0.0)
-        target, pick = rng.randrange(agents), rng.random()
-        faults.append(Fault(round(at, 2), kind, target, round(duration, 2), round(pick, 4)))
+        duration = {
+            "agent_kill": rng.uniform(0, 3),
+            "master_kill": rng.uniform(0, 3),
+            "agent_stop": rng.uniform(1, 10),
+            "disk_full": rng.uniform(3, 10),
+        }.get(kind, 0.0)
+        faults.append(
+            Fault(round(at, 2), kind, rng.randrange(agents), round(duration, 2), round(rng.random(), 4))
+        )
         at += rng.uniform(*gap)
     return faults
 

@@ -135,7 +135,8 @@ class OvsInstance:
         return self._run(["ovs-vsctl", f"--db={self.db}", "--timeout=10", *args])
 
     def ofctl(self, command: str, bridge: str, *args: str, stdin: str | None = None) -> str:
-        """`ovs-ofctl command <bridge's management socket> args` (OpenFlow 1.3, with Nicira extensions: replace-flows needs more than 1.0)."""
+        """`ovs-ofctl command <bridge's management socket> args` (OpenFlow 1.3, with Nicira
+        extensions: replace-flows needs more than 1.0)."""
         target = f"unix:{self._path(bridge + '.mgmt')}"
         return self._run(["ovs-ofctl", "-O", "OpenFlow13", command, target, *args], stdin)
 

@@ -78,16 +78,15 @@ def test_the_plugin_reads_json_with_the_c_scanner_alone() -> None:
             plugin.parse(bad)
 
 
-def test_the_plugin_forwards_the_configuration_as_given(monkeypatch: pytest.MonkeyPatch) -> None:
-    for name, value in (("CNI_CONTAINERID", 'c"1'), ("CNI_NETNS", "/run/netns/p\u00e9"), ("CNI_IFNAME", "eth0")):
-        monkeypatch.setenv(name, value)
+def test_the_plugin_forwards_the_configuration_as_given() -> None:
+    env = {"CNI_CONTAINERID": 'c"1', "CNI_NETNS": "/run/netns/p\u00e9", "CNI_IFNAME": "eth0", "PATH": "/bin"}
     conf = {"cniVersion": "1.0.0", "network_id": "n", "agent_socket": "/run/nested.sock", "x": [1]}
-    socket_path, body = plugin.request("ADD", conf, json.dumps(conf) + "\n")
+    socket_path, body = plugin.request("ADD", conf, json.dumps(conf) + "\n", env)
     assert socket_path == "/run/nested.sock"
     assert json.loads(body) == {"command": "ADD", "container_id": 'c"1', "netns": "/run/netns/p\u00e9",
                                 "ifname": "eth0", "config": conf}  # fmt: skip
     with pytest.raises(plugin.CniFailure) as failure:
-        plugin.request("ADD", {"network_id": "n"}, "{}")
+        plugin.request("ADD", {"network_id": "n"}, "{}", env)
     assert failure.value.code == 7 and "agent_socket" in failure.value.msg
 
 

@@ -358,6 +358,8 @@ class NestedAgent:
             except Exception as exc:  # whatever failed, the half-made interface and the subport go
                 await self._unplug_and_release(key, binding, netns, ifname)
                 raise PlumbingError(f"Plumbing port {vif.port_id} into {netns} failed: {exc}") from None
+            finally:
+                self._refill(network_id)  # after the plumbing, which it would only slow down
         return binding, mac
 
     async def delete(self, container: str, ifname: str, netns: str | None) -> None:
@@ -404,7 +406,6 @@ class NestedAgent:
             [binding] = await self._make_subports(
                 network_id, [(key, {"container": container, "ifname": ifname})], ATTACHED
             )
-        self._refill(network_id)
         log.info("Attached port %s (VLAN %d, %s) for %s", binding["port_id"], binding["segmentation_id"],
                  ", ".join(a["address"] for a in binding["addresses"]), key)  # fmt: skip
         return binding

@@ -95,12 +95,11 @@ def forward(socket_path: str, body: bytes) -> tuple[int, bytes]:
         raise CniFailure(TRY_AGAIN, f"The mesilla agent at {socket_path} answered {answer[:100]!r}") from None
 
 
-def request(command: str, conf: object, stdin: str) -> tuple[str, bytes]:
-    """The agent's socket and the request for it: CNI_* and the configuration, as given."""
+def request(command: str, conf: object, stdin: str, env: dict[str, str]) -> tuple[str, bytes]:
+    """The agent's socket and the request for it: CNI_* of `env` and the configuration, as given."""
     socket_path = conf.get("agent_socket") if isinstance(conf, dict) else None
     if not isinstance(socket_path, str) or not socket_path:
         raise CniFailure(INVALID_CONFIG, "mesilla-nested needs 'agent_socket' in its network configuration")
-    env = os.environ
     fields = {"command": command, "container_id": env.get("CNI_CONTAINERID", ""),
               "netns": env.get("CNI_NETNS", ""), "ifname": env.get("CNI_IFNAME", "")}  # fmt: skip
     body = ", ".join(f"{_string(k)}: {_string(v)}" for k, v in fields.items())
@@ -122,7 +121,7 @@ def main() -> None:
             raise CniFailure(INVALID_CONFIG, "The network configuration is not JSON") from None
         if isinstance(conf, dict) and isinstance(conf.get("cniVersion"), str):
             version = conf["cniVersion"]
-        status, answer = forward(*request(command, conf, stdin))
+        status, answer = forward(*request(command, conf, stdin, dict(os.environ)))
         if status not in (200, 400):
             raise CniFailure(TRY_AGAIN, f"The mesilla agent answered {status}: {answer[:200]!r}")
     except CniFailure as exc:

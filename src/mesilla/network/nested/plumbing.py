@@ -146,8 +146,13 @@ def _ns_fd(path: str) -> int:
 
 
 def _index(ipr: IPRoute, ifname: str) -> int | None:
-    found = ipr.link_lookup(ifname=ifname)
-    return found[0] if found else None
+    # One RTM_GETLINK by name: link_lookup dumps every link of the namespace.
+    try:
+        return int(ipr.link("get", ifname=ifname)[0]["index"])
+    except NetlinkError as exc:
+        if exc.code == errno.ENODEV:
+            return None
+        raise
 
 
 def _trunk_index(ipr: IPRoute, trunk_nic: str) -> int:
@@ -166,17 +171,26 @@ def _link_attr(ipr: IPRoute, index: int, name: str) -> Any:
     return ipr.link("get", index=index)[0].get(name)
 
 
-def _configure_pod_end(netns: str, temporary: str, ifname: str, vif: Vif) -> str:
-    """Renames the moved interface and gives it the port's L2 and L3; returns its MAC."""
+def _move(ipr: IPRoute, name: str, netns: str, ifname: str) -> None:
+    """Moves `name` into the pod's namespace as `ifname` (one message: the kernel renames it
+    there once moved)."""
+    target = _ns_fd(netns)
+    try:
+        ipr.link("set", index=_index(ipr, name), net_ns_fd=target, ifname=ifname)
+    finally:
+        os.close(target)
+
+
+def _configure_pod_end(netns: str, ifname: str, vif: Vif) -> str:
+    """Gives the moved interface the port's L2 and L3; returns its MAC."""
     with _namespace(netns) as ipr:
-        index = _index(ipr, temporary)
+        index = _index(ipr, ifname)
         if index is None:
-            raise PlumbingError(f"{temporary} did not arrive in {netns}")
-        ipr.link("set", index=index, ifname=ifname, address=vif.mac_address, mtu=vif.mtu)
+            raise PlumbingError(f"{ifname} did not arrive in {netns}")
+        ipr.link("set", index=index, address=vif.mac_address, mtu=vif.mtu, state="up")
         for addr in vif.addresses:
             iface = addr.interface
             ipr.addr("add", index=index, address=str(iface.ip), prefixlen=iface.network.prefixlen)
-        ipr.link("set", index=index, state="up")
         for addr in vif.addresses:
             if addr.gateway:
                 family = socket.AF_INET6 if addr.interface.version == 6 else socket.AF_INET
@@ -257,15 +271,12 @@ class OvsPlumbing:
         if not prepared:  # not from a pool, or a half-done ADD: made afresh
             self.unplug(vif.port_id, netns, ifname, vif.mac_address)
             self._make(vif)
-        target = _ns_fd(netns)
         try:
             with IPRoute() as ipr:
-                ipr.link("set", index=_index(ipr, pod_end), net_ns_fd=target)
+                _move(ipr, pod_end, netns, ifname)
         except NetlinkError as exc:
             raise PlumbingError(f"Cannot move {pod_end} of port {vif.port_id} into {netns}: {exc}") from None
-        finally:
-            os.close(target)
-        return _configure_pod_end(netns, pod_end, ifname, vif)
+        return _configure_pod_end(netns, ifname, vif)
 
     def unplug(self, port_id: str, netns: str | None, ifname: str, mac: str | None) -> None:
         host = host_name(port_id)
@@ -299,7 +310,6 @@ class VlanPlumbing:
             return vif.mac_address
         self.unplug(vif.port_id, netns, ifname, vif.mac_address)
         temporary = _temporary_name()
-        target = _ns_fd(netns)
         try:
             with IPRoute() as ipr:
                 link = _index(ipr, self.trunk_nic)
@@ -311,14 +321,12 @@ class VlanPlumbing:
                     if exc.code != errno.EEXIST or not self._clear_stale(vif.segmentation_id):
                         raise
                     ipr.link("add", ifname=temporary, kind="vlan", link=link, vlan_id=vif.segmentation_id)
-                ipr.link("set", index=_index(ipr, temporary), net_ns_fd=target)
+                _move(ipr, temporary, netns, ifname)
         except NetlinkError as exc:
             raise PlumbingError(
                 f"Cannot create VLAN {vif.segmentation_id} on {self.trunk_nic} for port {vif.port_id}: {exc}"
             ) from None
-        finally:
-            os.close(target)
-        return _configure_pod_end(netns, temporary, ifname, vif)
+        return _configure_pod_end(netns, ifname, vif)
 
     def _clear_stale(self, vlan_id: int) -> bool:
         """Deletes a sub-interface of the trunk NIC with `vlan_id` left in a pod namespace."""

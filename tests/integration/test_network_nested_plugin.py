@@ -84,7 +84,7 @@ class Host:
         left += [f"ovs port {p}" for p in self.pod_links()]
         with IPRoute() as ipr:
             left += [f"link {n}" for link in ipr.link("dump")
-                     if (n := link.get("IFLA_IFNAME")).startswith(("mn", "mt"))]  # fmt: skip
+                     if (n := link.get("IFLA_IFNAME")).startswith(("mn", "mt", "mp"))]  # fmt: skip
         left += [f"binding {b}" for b in self.bindings()]
         return left
 
@@ -106,6 +106,13 @@ class Host:
                 return pooled
             time.sleep(0.05)
         raise AssertionError(f"the pool holds {self.pooled()}, not {count} subports")
+
+    def await_port_name(self, port_id: str, name: str) -> None:
+        for _ in range(300):
+            if http_json(f"{self.url}v2.0/ports/{port_id}")["port"]["name"] == name:
+                return
+            time.sleep(0.05)
+        raise AssertionError(f"port {port_id} is not named {name}")
 
 
 @pytest.fixture(scope="module")
@@ -276,6 +283,72 @@ def test_a_pool_keeps_ready_subports_that_attach_without_the_service(host: Host,
     finally:
         host.restart_agent()  # no pool: drained
     assert host.pooled() == set()
+    assert host.leftovers() == []
+
+
+def test_deleting_a_network_drains_its_pools(host: Host, pod: str) -> None:
+    conn = host.sdk()
+    net = conn.network.create_network(name="doomed", mtu=1400)
+    conn.network.create_subnet(network_id=net.id, cidr="10.42.0.0/24", ip_version=4)
+    conf = host.conf(network_id=net.id)
+    host.restart_agent("--network_nested_pool_size=2")
+    try:
+        assert cni("ADD", conf, pod, container="first")[0] == 0  # the network's first fills its pool
+        pooled = host.await_pooled(2)
+        with network_namespace("mesilla-pod") as second:
+            rc, result = cni("ADD", conf, f"/run/netns/{second}", container="second")
+            assert rc == 0, result
+            [taken] = [p for p in host.pod_ports() if p["mac_address"] == result["interfaces"][0]["mac"]]
+            assert taken["id"] in pooled
+            # Renamed for its pod in the background: no longer a pooled port, it holds the network.
+            host.await_port_name(taken["id"], "mesilla-nested:second/eth0")
+            host.await_pooled(2)
+            with pytest.raises(openstack.exceptions.ConflictException):
+                conn.network.delete_network(net.id)
+            assert cni("DEL", conf, f"/run/netns/{second}", container="second")[0] == 0
+        assert cni("DEL", conf, pod, container="first")[0] == 0
+        # Only pooled subports are left: they go with the network, and the agent forgets them
+        # (and their veths) at its next look at its trunk.
+        conn.network.delete_network(net.id)
+        assert host.subports() == [] and host.pod_ports() == []
+        host.await_pooled(0)
+        assert host.leftovers() == []
+
+        # Taken off the trunk while the agent is down (by an admin): the restarted agent
+        # releases them.
+        host.restart_agent("--network_nested_pool_size=2")
+        assert cni("ADD", host.conf(), pod, container="third")[0] == 0
+        host.await_pooled(2)
+        assert cni("DEL", host.conf(), pod, container="third")[0] == 0
+        host.cluster.agents[0].stop()
+        for port_id in host.pooled():
+            conn.network.delete_trunk_subports(host.trunk_id, [{"port_id": port_id}])
+        host.restart_agent("--network_nested_pool_size=2")
+        assert host.pooled() == set()
+    finally:
+        host.restart_agent()
+    assert host.leftovers() == []
+
+
+def test_pools_outlive_a_master_restart(host: Host, pod: str) -> None:
+    host.restart_agent("--network_nested_pool_size=2")
+    try:
+        assert cni("ADD", host.conf(), pod, container="first")[0] == 0
+        pooled = host.await_pooled(2)
+        host.cluster.master.stop()
+        host.cluster.start_master()
+        assert pooled <= {s["port_id"] for s in host.subports()}  # the book has them back
+        with network_namespace("mesilla-pod") as second:
+            rc, result = cni("ADD", host.conf(), f"/run/netns/{second}", container="second")
+            assert rc == 0, result
+            [taken] = [p for p in host.pod_ports() if p["mac_address"] == result["interfaces"][0]["mac"]]
+            assert taken["id"] in pooled
+            host.await_port_name(taken["id"], "mesilla-nested:second/eth0")
+            assert host.await_pooled(2) <= {s["port_id"] for s in host.subports()}
+            assert cni("DEL", host.conf(), f"/run/netns/{second}", container="second")[0] == 0
+        assert cni("DEL", host.conf(), pod, container="first")[0] == 0
+    finally:
+        host.restart_agent()
     assert host.leftovers() == []
 
 

@@ -341,6 +341,10 @@ def test_trunk_tokens_manage_their_trunk_only(service: Service) -> None:
     trunk = agent.network.add_trunk_subports(mine.id, [{"port_id": port.id, "segmentation_type": "vlan"}])
     assert trunk.sub_ports == [{"port_id": port.id, "segmentation_type": "vlan", "segmentation_id": 1}]
     assert agent.network.get_trunk_subports(mine.id)["sub_ports"][0]["port_id"] == port.id
+    # A port taken from a pool is renamed for its pod; its name is all the agent may change.
+    assert agent.network.update_port(port.id, name="mesilla-nested:c1/eth0").name == "mesilla-nested:c1/eth0"
+    with pytest.raises(sdk_errors.ForbiddenException):
+        agent.network.update_port(port.id, admin_state_up=False)
     agent.network.delete_trunk_subports(mine.id, [{"port_id": port.id}])
     pooled = list(agent.network.create_ports([{"network_id": net.id, "device_owner": SUBPORT}] * 2))
     agent.network.delete_port(port)
@@ -371,6 +375,8 @@ def test_trunk_tokens_manage_their_trunk_only(service: Service) -> None:
     admin.network.add_trunk_subports(theirs.id, [{"port_id": pooled[1].id, "segmentation_type": "vlan"}])
     with pytest.raises(sdk_errors.ForbiddenException):
         agent.network.delete_port(pooled[1].id)
+    with pytest.raises(sdk_errors.ForbiddenException):
+        agent.network.update_port(pooled[1].id, name="mine-now")
     assert admin.network.get_port(vm_port.id).id == vm_port.id
 
     # Deleting the trunk revokes the token: it is refused, never taken for an admin's.

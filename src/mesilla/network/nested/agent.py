@@ -274,7 +274,8 @@ class NestedAgent:
                 await self._release_logged({"port_id": sub["port_id"], "state": ATTACHED})
 
     async def _check_pools(self) -> list[dict[str, Any]]:
-        """Forgets (and unplugs) the pooled subports no longer on the trunk; the trunk's subports."""
+        """Releases (and unplugs) the pooled subports no longer on the trunk, deleted with their
+        network or taken off by an admin; answers the trunk's subports."""
         subs: list[dict[str, Any]] = (
             await self.service.call("GET", f"v2.0/trunks/{self.trunk_id}/get_subports")
         ).get("sub_ports", [])
@@ -284,10 +285,10 @@ class NestedAgent:
                 async with self._lock(key):
                     if self._binding(key) is None:
                         continue  # taken by an attach meanwhile
-                    log.info("Pooled port %s of network %s is gone (the network was deleted?)",
+                    log.info("Pooled port %s of network %s is off the trunk (its network deleted?)",
                              binding["port_id"], binding["network_id"])  # fmt: skip
-                    await asyncio.to_thread(self.plumbing.unplug, binding["port_id"], None, "", None)
-                    self._forget(key)
+                    if await self._release_logged(binding):
+                        self._forget(key)
         return subs
 
     async def _watch_pools(self) -> None:

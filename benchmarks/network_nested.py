@@ -44,7 +44,7 @@ from _machine import Stats, interrupt_on_sigterm, load_average, machine_report, 
 from pyroute2 import IPRoute
 
 from mesilla.network.nested import plugin
-from mesilla.network.nested.plumbing import pod_end_name
+from mesilla.network.nested.plumbing import host_name, pod_end_name
 from mesilla.testing.nested import NestedSite, nested_site, veth
 from mesilla.testing.netns import entered, network_namespace
 
@@ -90,13 +90,17 @@ def pooled(site: NestedSite, host: int) -> list[str]:
 
 
 def await_pool(site: NestedSite, size: int) -> None:
-    """Until host 0's pool holds `size` subports, each plumbed ahead (its veth is there)."""
+    """Until host 0's pool holds `size` subports, each plumbed ahead (its veth is there, its
+    host end on the switch)."""
     deadline = time.monotonic() + 60
     while True:
         ports = pooled(site, 0)
-        with entered(site.hosts[0]), IPRoute() as ipr:
-            ready = [p for p in ports if ipr.link_lookup(ifname=pod_end_name(p))]
-        if len(ready) >= size:
+        with entered(site.hosts[0]):
+            with IPRoute() as ipr:
+                veths = [p for p in ports if ipr.link_lookup(ifname=pod_end_name(p))]
+            switched = set(site.ovs(0).ports("br-trunk"))
+        if len([p for p in veths if host_name(p) in switched]) >= size:
+            time.sleep(0.05)  # the agent's last step of a preparation, after the switch's
             return
         if time.monotonic() > deadline:
             raise RuntimeError("the pool did not fill within 60 s")

@@ -156,7 +156,9 @@ def cni(command: str, conf: dict[str, Any], netns: str, container: str = "ctr-1"
         ifname: str = "eth0") -> tuple[int, Any]:  # fmt: skip
     env = {"PATH": os.environ["PATH"], "CNI_COMMAND": command, "CNI_CONTAINERID": container,
            "CNI_NETNS": netns, "CNI_IFNAME": ifname, "CNI_PATH": str(Path(PLUGIN).parent)}  # fmt: skip
-    done = subprocess.run([PLUGIN], input=json.dumps(conf), capture_output=True, text=True, env=env, timeout=60)
+    done = subprocess.run(
+        [PLUGIN], input=json.dumps(conf), capture_output=True, text=True, env=env, timeout=60
+    )
     return done.returncode, json.loads(done.stdout) if done.stdout.strip() else None
 
 
@@ -353,10 +355,19 @@ def test_pools_outlive_a_master_restart(host: Host, pod: str) -> None:
 
 
 def test_an_agent_without_its_trunk_nic_refuses_to_start(host: Host, tmp_path: Path) -> None:
-    agent = Daemon("agent", [
-        "--ip=127.0.0.1", "--port=0", f"--master={host.cluster.master_address}", f"--work_dir={tmp_path / 'w'}",
-        f"--runtime_dir={tmp_path / 'r'}", *host.extra, "--network_trunk_nic=nosuchnic0",
-    ], tmp_path / "agent.log")  # fmt: skip
+    agent = Daemon(
+        "agent",
+        [
+            "--ip=127.0.0.1",
+            "--port=0",
+            f"--master={host.cluster.master_address}",
+            f"--work_dir={tmp_path / 'w'}",
+            f"--runtime_dir={tmp_path / 'r'}",
+            *host.extra,
+            "--network_trunk_nic=nosuchnic0",
+        ],
+        tmp_path / "agent.log",
+    )
     agent.start()
     try:
         assert agent.wait_exit(60) != 0

@@ -66,10 +66,13 @@ class Host:
                 "network_id": self.network_id, "agent_socket": self.socket, **changes}  # fmt: skip
 
     def subports(self) -> list[dict[str, Any]]:
-        return http_json(f"{self.url}v2.0/trunks/{self.trunk_id}/get_subports")["sub_ports"]
+        doc = http_json(f"{self.url}v2.0/trunks/{self.trunk_id}/get_subports")
+        subs: list[dict[str, Any]] = doc["sub_ports"]
+        return subs
 
     def pod_ports(self) -> list[dict[str, Any]]:
-        return http_json(f"{self.url}v2.0/ports?device_owner={SUBPORT}")["ports"]
+        ports: list[dict[str, Any]] = http_json(f"{self.url}v2.0/ports?device_owner={SUBPORT}")["ports"]
+        return ports
 
     def pod_links(self) -> list[str]:
         return [p for p in self.ovs().ports("br-trunk") if p != "trunk0"]

@@ -10,7 +10,7 @@ import json
 import threading
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -80,7 +80,8 @@ def service(tmp_path: Path) -> Iterator[Service]:
 
 
 def neutron_error(exc: sdk_errors.HttpException) -> dict[str, Any]:
-    body = exc.response.json()
+    assert exc.response is not None
+    body: dict[str, Any] = exc.response.json()
     assert set(body) == {"NeutronError"} and set(body["NeutronError"]) == {"type", "message", "detail"}
     assert body["NeutronError"]["detail"] == ""
     return body["NeutronError"]  # type: ignore[no-any-return]
@@ -298,7 +299,7 @@ def test_concurrent_ports_never_share_an_address(service: Service) -> None:
                                          fixed_ips=[{"subnet_id": subnet.id, "ip_address": "10.30.0.62"}])
             return "created"
         except sdk_errors.ConflictException as exc:
-            return neutron_error(exc)["type"]
+            return str(neutron_error(exc)["type"])
 
     with ThreadPoolExecutor(max_workers=8) as pool:
         outcomes = sorted(pool.map(same, range(8)))
@@ -365,7 +366,7 @@ def test_trunk_tokens_manage_their_trunk_only(service: Service) -> None:
     assert agent.network.get_network(net.id).mtu == 1500
     assert agent.network.get_subnet(subnet.id).gateway_ip == "10.50.0.1"
 
-    refused = [
+    refused: list[Callable[[], object]] = [
         lambda: list(agent.network.subnets()),
         lambda: list(agent.network.networks()),
         lambda: agent.network.get_trunk_subports(theirs.id),

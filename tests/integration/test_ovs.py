@@ -36,7 +36,7 @@ def ovs(tmp_path: Path) -> Iterator[tuple[OvsInstance, str]]:
 
 
 def test_bridge_ports_and_flows(ovs: tuple[OvsInstance, str]) -> None:
-    instance, _namespace = ovs
+    instance, namespace = ovs
     instance.add_bridge("br-test", "fail_mode=secure")
     datapath = instance.vsctl("get", "bridge", "br-test", "datapath_type").strip()
     assert datapath == ("system" if kernel_datapath() else "netdev")

@@ -15,7 +15,8 @@ from mesilla.network.nested import cni, plugin, plumbing
 BINDING = {
     "state": "attached", "port_id": "1b98e153-409a-4c1e-9f1e-000000000001",
     "mac_address": "fa:16:3e:00:00:01", "segmentation_id": 7, "mtu": 1450,
-    "addresses": [{"address": "10.30.0.2/24", "gateway": "10.30.0.1"}, {"address": "fd00::2/64", "gateway": None}],
+    "addresses": [{"address": "10.30.0.2/24", "gateway": "10.30.0.1"},
+                  {"address": "fd00::2/64", "gateway": None}],
 }  # fmt: skip
 
 
@@ -32,7 +33,8 @@ def test_the_backend_follows_the_kernel_or_the_flag() -> None:
 
 def test_plumbing_of_the_chosen_backend() -> None:
     ovs = plumbing.backend("ovs", "eth0", "/run/x/ovs", "br-trunk")
-    assert isinstance(ovs, plumbing.OvsPlumbing) and ovs.bridge == "br-trunk" and ovs.ovs.directory == "/run/x/ovs"
+    assert isinstance(ovs, plumbing.OvsPlumbing) and ovs.bridge == "br-trunk"
+    assert ovs.ovs.directory == "/run/x/ovs"
     vlan = plumbing.backend("vlan", "ens3", "/run/x/ovs", "br-trunk", lambda: ["/run/ns/p"])
     assert isinstance(vlan, plumbing.VlanPlumbing) and vlan.trunk_nic == "ens3"
     assert vlan.stale_namespaces() == ["/run/ns/p"]
@@ -61,7 +63,8 @@ def test_results_per_cni_version() -> None:
 
 
 def test_configurations_are_checked() -> None:
-    good = {"cniVersion": "1.0.0", "name": "n", "type": "mesilla-nested", "network_id": "x", "agent_socket": "/s"}
+    good = {"cniVersion": "1.0.0", "name": "n", "type": "mesilla-nested", "network_id": "x",
+            "agent_socket": "/s"}  # fmt: skip
     assert cni.config(good) == good
     for bad, code in (("nope", 7), ([], 7), ({"cniVersion": "1.0.0", "agent_socket": "/s"}, 7),
                       ({"cniVersion": "2.0.0", "network_id": "x", "agent_socket": "/s"}, 1)):  # fmt: skip
@@ -92,16 +95,18 @@ def test_the_plugin_forwards_the_configuration_as_given() -> None:
 
 def test_the_plugin_imports_nothing_but_the_standard_library() -> None:
     # The way it is worth starting: isolated, without site, its own file alone.
-    done = subprocess.run(
-        [sys.executable, "-I", "-S", "-c", "import sys; p = sys.argv[1]; exec(compile(open(p).read(), p, 'exec'), "
-         "{'__name__': 'plugin'}); print(sorted(m for m in sys.modules if m.split('.')[0] in "
-         "('mesilla', 'json', 'socket', 're', 'enum', 'typing')))",
-         plugin.__file__], capture_output=True, text=True, check=True,
-    )  # fmt: skip
+    code = (
+        "import sys; p = sys.argv[1]; exec(compile(open(p).read(), p, 'exec'), {'__name__': 'plugin'}); "
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in "
+        "('mesilla', 'json', 'socket', 're', 'enum', 'typing')))"
+    )
+    done = subprocess.run([sys.executable, "-I", "-S", "-c", code, plugin.__file__],
+                          capture_output=True, text=True, check=True)  # fmt: skip
     assert done.stdout.strip() == "[]", done.stdout
     version = subprocess.run([sys.executable, "-I", "-S", plugin.__file__], env={"CNI_COMMAND": "VERSION"},
                              capture_output=True, text=True, check=True)  # fmt: skip
-    assert json.loads(version.stdout) == {"cniVersion": "1.0.0", "supportedVersions": plugin.SUPPORTED_VERSIONS}
+    assert json.loads(version.stdout) == {"cniVersion": "1.0.0",
+                                          "supportedVersions": plugin.SUPPORTED_VERSIONS}  # fmt: skip
 
 
 def test_the_vlan_backend_is_told_where_stale_sub_interfaces_may_be(tmp_path: Path) -> None:
@@ -120,9 +125,8 @@ def test_the_vlan_backend_is_told_where_stale_sub_interfaces_may_be(tmp_path: Pa
     for pod in ("c1", "c2.child"):
         (tmp_path / "run/isolators/network/cni" / pod).mkdir(parents=True)
         (tmp_path / "run/isolators/network/cni" / pod / "ns").touch()
-    assert agent.pod_namespaces() == [
-        str(tmp_path / "run/isolators/network/cni/c1/ns"), str(tmp_path / "run/isolators/network/cni/c2.child/ns"),
-    ]  # fmt: skip
+    cni_root = tmp_path / "run/isolators/network/cni"
+    assert agent.pod_namespaces() == [str(cni_root / "c1/ns"), str(cni_root / "c2.child/ns")]
     assert agent.ovs_dir == str(tmp_path / "run/network/ovs")
     with pytest.raises(FlagError, match="together"):
         enabled(parse(AGENT_FLAGS, ["--master=m:1", "--work_dir=/w", "--network_trunk_id=t1"]))

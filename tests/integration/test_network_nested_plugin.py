@@ -22,6 +22,7 @@ import openstack
 import pytest
 from pyroute2 import IPRoute
 
+from mesilla.network.nested import plumbing
 from mesilla.network.ovs import OvsInstance
 from mesilla.testing.netns import entered, network_namespace, run_in
 from mesilla.testing.processes import Cluster, Daemon, http_json
@@ -357,25 +358,43 @@ def test_pools_outlive_a_master_restart(host: Host, pod: str) -> None:
     assert host.leftovers() == []
 
 
-def test_an_agent_without_its_trunk_nic_refuses_to_start(host: Host, tmp_path: Path) -> None:
-    agent = Daemon(
-        "agent",
-        [
-            "--ip=127.0.0.1",
-            "--port=0",
-            f"--master={host.cluster.master_address}",
-            f"--work_dir={tmp_path / 'w'}",
-            f"--runtime_dir={tmp_path / 'r'}",
-            *host.extra,
-            "--network_trunk_nic=nosuchnic0",
-        ],
-        tmp_path / "agent.log",
-    )
+def refused_start(host: Host, tmp_path: Path, *flags: str) -> str:
+    """The log of an agent with `flags` that must refuse to start."""
+    agent = Daemon("agent", [
+        "--ip=127.0.0.1", "--port=0", f"--master={host.cluster.master_address}",
+        f"--work_dir={tmp_path / 'w'}", f"--runtime_dir={tmp_path / 'r'}", *host.extra, *flags,
+    ], tmp_path / "agent.log")  # fmt: skip
     agent.start()
     try:
         assert agent.wait_exit(60) != 0
     finally:
         agent.stop()
     log = agent.log_tail()
+    assert "Traceback" not in log, log
+    return log
+
+
+def test_an_agent_without_its_trunk_nic_refuses_to_start(host: Host, tmp_path: Path) -> None:
+    log = refused_start(host, tmp_path, "--network_trunk_nic=nosuchnic0")
     assert "Nested networking cannot start on --network_trunk_nic=nosuchnic0" in log, log
-    assert "Traceback" not in log
+
+
+def test_the_backend_is_chosen_by_probing_the_kernel(host: Host, tmp_path: Path) -> None:
+    with network_namespace() as namespace, entered(namespace):
+        with IPRoute() as ipr:
+            ipr.link("add", ifname="probe0", kind="veth", peer="probe1")
+        # What iproute2 says about 802.1Q here, against what the probe finds (and leaves).
+        vlan = ["ip", "link", "add", "link", "probe0", "name", "pv5", "type", "vlan", "id", "5"]
+        made = subprocess.run(vlan, capture_output=True, check=False).returncode == 0
+        assert plumbing.probe_vlan("probe0") is made
+        with IPRoute() as ipr:
+            names = {link.get("IFLA_IFNAME") for link in ipr.link("dump")}
+        assert names == {"lo", "probe0", "probe1", *(["pv5"] if made else [])}
+        with pytest.raises(plumbing.PlumbingError, match="nosuchnic0"):
+            plumbing.probe_vlan("nosuchnic0")
+    # The agent (--network_nested_backend=auto) went by the probe.
+    chosen = "vlan" if made else "ovs"
+    assert f"({chosen} backend)" in host.cluster.agents[0].log_path.read_text()
+    if not made:
+        log = refused_start(host, tmp_path, "--network_trunk_nic=trunk0", "--network_nested_backend=vlan")
+        assert "The vlan backend needs 802.1Q, which this kernel lacks" in log, log

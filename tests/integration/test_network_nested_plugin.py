@@ -22,7 +22,7 @@ import openstack
 import pytest
 from pyroute2 import IPRoute
 
-from mesilla.network.nested import plumbing
+from mesilla.network.nested.plumbing import PlumbingError, probe_vlan
 from mesilla.network.ovs import OvsInstance
 from mesilla.testing.netns import entered, network_namespace, run_in
 from mesilla.testing.processes import Cluster, Daemon, http_json
@@ -386,12 +386,12 @@ def test_the_backend_is_chosen_by_probing_the_kernel(host: Host, tmp_path: Path)
         # What iproute2 says about 802.1Q here, against what the probe finds (and leaves).
         vlan = ["ip", "link", "add", "link", "probe0", "name", "pv5", "type", "vlan", "id", "5"]
         made = subprocess.run(vlan, capture_output=True, check=False).returncode == 0
-        assert plumbing.probe_vlan("probe0") is made
+        assert probe_vlan("probe0") is made
         with IPRoute() as ipr:
             names = {link.get("IFLA_IFNAME") for link in ipr.link("dump")}
         assert names == {"lo", "probe0", "probe1", *(["pv5"] if made else [])}
-        with pytest.raises(plumbing.PlumbingError, match="nosuchnic0"):
-            plumbing.probe_vlan("nosuchnic0")
+        with pytest.raises(PlumbingError, match="nosuchnic0"):
+            probe_vlan("nosuchnic0")
     # The agent (--network_nested_backend=auto) went by the probe.
     chosen = "vlan" if made else "ovs"
     assert f"({chosen} backend)" in host.cluster.agents[0].log_path.read_text()

@@ -69,6 +69,7 @@ PENDING = "pending"
 ATTACHED = "attached"
 POOLED = "pooled"
 POOL = "pool"  # the key of a pooled subport: pool/<network>/<id>
+UNCLAIMED = "unclaimed"  # taken from a pool, the port not yet renamed for its pod
 SOCKET_FILE = "nested.sock"
 BINDINGS_DIR = "network/nested"
 OVS_DIR = "network/ovs"
@@ -256,6 +257,8 @@ class NestedAgent:
         bindings = self.bindings()
         kept: dict[str, int] = {}
         for key, binding in bindings.items():
+            if binding.get(UNCLAIMED):
+                self._spawn(self._claim(key, binding["port_id"]))
             if binding["state"] == POOLED:
                 kept[binding["network_id"]] = kept.get(binding["network_id"], 0) + 1
                 if kept[binding["network_id"]] <= self.pool_size:
@@ -486,21 +489,29 @@ class NestedAgent:
             pooled = self._binding(pool_key)
             if pooled is None:
                 continue
-            binding = {**pooled, "state": ATTACHED, "container": container, "ifname": ifname}
+            binding = {**pooled, "state": ATTACHED, "container": container, "ifname": ifname,
+                       UNCLAIMED: True}  # fmt: skip
             self._record(key, binding)  # the new owner first: a crash in between leaves it named
             self._forget(pool_key)
             self._locks.pop(pool_key, None)
-            self._spawn(self._claim(binding["port_id"], key))
+            self._spawn(self._claim(key, binding["port_id"]))
             return binding
         return None
 
-    async def _claim(self, port_id: str, key: str) -> None:
-        """Renames a port taken from a pool, so that its network's deletion no longer takes it."""
+    async def _claim(self, key: str, port_id: str) -> None:
+        """Renames a port taken from a pool, so that its network's deletion no longer takes it
+        (the binding says so until done: a restarted agent claims it again)."""
         try:
             await self.service.call("PUT", f"v2.0/ports/{port_id}",
                                     {"port": {"name": f"mesilla-nested:{key}"}})  # fmt: skip
         except ServiceError as exc:
             log.warning("Cannot rename port %s for %s: %s", port_id, key, exc)
+            return
+        async with self._lock(key):
+            binding = self._binding(key)
+            if binding is not None and binding["port_id"] == port_id:
+                binding.pop(UNCLAIMED, None)
+                self._record(key, binding)
 
     def _refill(self, network_id: str) -> None:
         """Tops the network's pool up to --network_nested_pool_size, in the background."""

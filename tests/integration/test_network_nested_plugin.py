@@ -22,6 +22,7 @@ import openstack
 import pytest
 from pyroute2 import IPRoute
 
+from mesilla.network.nested import plugin
 from mesilla.network.nested.plumbing import PlumbingError, probe_vlan
 from mesilla.network.ovs import OvsInstance
 from mesilla.testing.netns import entered, network_namespace, run_in
@@ -239,6 +240,14 @@ def test_bad_configurations_and_networks_are_refused(host: Host, pod: str) -> No
     rc, error = cni("ADD", host.conf("9.9.9"), pod)
     assert rc == 1 and error["code"] == 1
     assert cni("ADD", host.conf(), "/run/netns/no-such-pod")[0] == 1
+    rc, error = cni("GC", host.conf(), pod)
+    assert rc == 1 and error["code"] == 4 and "GC" in error["msg"]
+    rc, error = cni("ADD", {**host.conf(), "agent_socket": 5}, pod)
+    assert rc == 1 and error["code"] == 7 and "agent_socket" in error["msg"]
+    # What reaches the agent's socket is checked there too: a CNI error object, never a 500.
+    for body in (b"nope", b"[]", b'{"command": "ADD", "config": {"network_id": "n"}}'):
+        status, answer = plugin.forward(host.socket, body)
+        assert status == 400 and json.loads(answer)["code"] in (4, 7), answer
     assert host.leftovers() == []
 
 

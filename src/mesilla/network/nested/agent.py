@@ -24,8 +24,8 @@ after each attach), and an attach takes one of them without a call to the
 service; the port is then renamed for its pod in the background. Pooled
 ports are named ``available-port`` (Kuryr's convention), which lets the
 embedded service delete them with their network; the agent checks its
-pools against its trunk every `POOL_CHECK_INTERVAL` seconds and forgets
-(and unplugs) pooled subports that are gone. Pooled subports are bindings
+pools against its trunk every `POOL_CHECK_INTERVAL` seconds and releases
+(and unplugs) pooled subports that are gone from it. Pooled subports are bindings
 too (``pool/<network>/<id>``, ``pooled``), so pools survive restarts; a
 restart with a smaller size releases the excess.
 
@@ -252,8 +252,9 @@ class NestedAgent:
 
     async def reconcile(self) -> None:
         """Releases what a crash left (pending bindings, subports no binding names), pooled
-        subports beyond --network_nested_pool_size (0 drains the pools) and forgets pooled
-        ones the service deleted meanwhile (with their network)."""
+        subports beyond --network_nested_pool_size (0 drains the pools) and pooled ones no
+        longer on the trunk (deleted with their network meanwhile); renames ports taken from
+        a pool whose renaming was cut short."""
         bindings = self.bindings()
         kept: dict[str, int] = {}
         for key, binding in bindings.items():

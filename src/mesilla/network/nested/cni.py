@@ -28,6 +28,7 @@ from mesilla.network.nested.plugin import (
     INVALID_ENVIRONMENT,
     SUPPORTED_VERSIONS,
     TRY_AGAIN,
+    CniFailure,
 )
 from mesilla.network.nested.plumbing import PlumbingError, Vif
 from mesilla.network.ovs import OvsError
@@ -40,14 +41,6 @@ log = logging.getLogger(__name__)
 ROUTE = "/v1/cni"
 # What Mesos's isolator assumes when a configuration names no version.
 DEFAULT_VERSION = "0.2.0"
-
-
-class CniFailure(Exception):
-    def __init__(self, code: int, msg: str, details: str = "") -> None:
-        super().__init__(msg)
-        self.code = code
-        self.msg = msg
-        self.details = details
 
 
 def config(doc: Any) -> dict[str, Any]:

@@ -36,10 +36,13 @@ TRY_AGAIN = 11
 
 
 class CniFailure(Exception):
-    def __init__(self, code: int, msg: str) -> None:
+    """What a CNI error object says (the plugin's own, or the agent's)."""
+
+    def __init__(self, code: int, msg: str, details: str = "") -> None:
         super().__init__(msg)
         self.code = code
         self.msg = msg
+        self.details = details
 
 
 class _Decoding:

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import json
+import socket
 import subprocess
 import sys
+import threading
+import uuid
 from pathlib import Path
 
 import pytest
@@ -68,7 +71,7 @@ def test_configurations_are_checked() -> None:
     assert cni.config(good) == good
     for bad, code in (("nope", 7), ([], 7), ({"cniVersion": "1.0.0", "agent_socket": "/s"}, 7),
                       ({"cniVersion": "2.0.0", "network_id": "x", "agent_socket": "/s"}, 1)):  # fmt: skip
-        with pytest.raises(cni.CniFailure) as failure:
+        with pytest.raises(plugin.CniFailure) as failure:
             cni.config(bad)
         assert failure.value.code == code
 
@@ -91,6 +94,50 @@ def test_the_plugin_forwards_the_configuration_as_given() -> None:
     with pytest.raises(plugin.CniFailure) as failure:
         plugin.request("ADD", {"network_id": "n"}, "{}", env)
     assert failure.value.code == 7 and "agent_socket" in failure.value.msg
+
+
+def run_plugin(tmp_path: Path, answer: bytes | None, conf: dict[str, str]) -> tuple[int, dict[str, object]]:
+    """The plugin's ADD against a stand-in agent on a unix socket that answers `answer` (None:
+    no agent at all); its exit status and what it printed."""
+    path = str(tmp_path / f"agent-{uuid.uuid4().hex[:8]}.sock")
+    server = None
+    if answer is not None:
+        server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        server.bind(path)
+        server.listen(1)
+
+        def serve() -> None:
+            assert server is not None
+            connection, _ = server.accept()
+            with connection:
+                connection.recv(65536)
+                connection.sendall(answer)
+
+        threading.Thread(target=serve, daemon=True).start()
+    try:
+        done = subprocess.run([sys.executable, "-I", "-S", plugin.__file__],
+                              input=json.dumps({**conf, "agent_socket": path}), capture_output=True,
+                              text=True, env={"CNI_COMMAND": "ADD", "CNI_CONTAINERID": "c1"},
+                              timeout=30)  # fmt: skip
+    finally:
+        if server is not None:
+            server.close()
+    return done.returncode, json.loads(done.stdout)
+
+
+def test_the_plugin_turns_what_goes_wrong_into_cni_errors(tmp_path: Path) -> None:
+    conf = {"cniVersion": "0.4.0", "network_id": "n"}
+    rc, error = run_plugin(tmp_path, None, conf)
+    assert rc == 1 and error["code"] == 11 and error["cniVersion"] == "0.4.0"
+    assert "does not answer" in str(error["msg"])
+    failed = b"HTTP/1.1 500 Internal Server Error\r\nContent-Length: 3\r\n\r\noops"
+    rc, error = run_plugin(tmp_path, failed, conf)
+    assert rc == 1 and error["code"] == 11 and "500" in str(error["msg"])
+    agent_error = b'{"cniVersion": "0.4.0", "code": 7, "msg": "no such network"}'
+    rc, error = run_plugin(tmp_path, b"HTTP/1.1 400 Bad Request\r\n\r\n" + agent_error, conf)
+    assert rc == 1 and error == json.loads(agent_error)
+    rc, result = run_plugin(tmp_path, b'HTTP/1.1 200 OK\r\n\r\n{"cniVersion": "0.4.0"}', conf)
+    assert rc == 0 and result == {"cniVersion": "0.4.0"}
 
 
 def test_the_plugin_imports_nothing_but_the_standard_library() -> None:

@@ -90,10 +90,9 @@ def forward(socket_path: str, body: bytes) -> tuple[int, bytes]:
     finally:
         sock.close()
     answer = b"".join(chunks)
-    status_line, _, rest = answer.partition(b"\r\n")
-    _, _, content = rest.partition(b"\r\n\r\n")
+    head, _, content = answer.partition(b"\r\n\r\n")
     try:
-        return int(status_line.split()[1]), content
+        return int(head.split(b"\r\n", 1)[0].split()[1]), content
     except (IndexError, ValueError):
         raise CniFailure(TRY_AGAIN, f"The mesilla agent at {socket_path} answered {answer[:100]!r}") from None
 

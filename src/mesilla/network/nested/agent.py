@@ -46,7 +46,6 @@ import logging
 import os
 import urllib.parse
 import uuid
-from collections.abc import Awaitable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -55,6 +54,7 @@ from aiohttp import web
 
 from mesilla.common import files
 from mesilla.common.flags import Flag, FlagError, Flags
+from mesilla.common.tasks import TaskOwner
 from mesilla.containerizer.isolators.network.cni import CNI_DIR, NS_FILE
 from mesilla.network.ovs import OvsError
 from mesilla.network.store import POOLED_PORT_NAME
@@ -184,7 +184,7 @@ class NestedAgent:
         self._runner: web.AppRunner | None = None
         self.pool_size: int = flags.network_nested_pool_size
         self._fillers: dict[str, asyncio.Task[None]] = {}
-        self._background: set[asyncio.Task[None]] = set()
+        self._tasks = TaskOwner("nested networking")
 
     # --- life cycle --------------------------------------------------------------------
 
@@ -216,7 +216,7 @@ class NestedAgent:
         for network_id in self.pools():
             self._refill(network_id)  # pools recovered from the bindings, topped up
         if self.pool_size > 0:
-            self._spawn(self._watch_pools())
+            self._tasks.spawn(self._watch_pools(), "pool check")
         app = web.Application()
         app.router.add_post(cni.ROUTE, cni.handler(self))
         self._runner = web.AppRunner(app, access_log=None, handle_signals=False, shutdown_timeout=1.0)
@@ -230,16 +230,8 @@ class NestedAgent:
     async def close(self) -> None:
         if self._runner is not None:
             await self._runner.cleanup()
-        tasks = [*self._fillers.values(), *self._background]
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        await self._tasks.close()
         await self.service.close()
-
-    def _spawn(self, work: Awaitable[None]) -> None:
-        task: asyncio.Task[None] = asyncio.ensure_future(work)
-        self._background.add(task)
-        task.add_done_callback(self._background.discard)
 
     @property
     def plumbing(self) -> Plumbing:
@@ -259,7 +251,7 @@ class NestedAgent:
         kept: dict[str, int] = {}
         for key, binding in bindings.items():
             if binding.get(UNCLAIMED):
-                self._spawn(self._claim(key, binding["port_id"]))
+                self._tasks.spawn(self._claim(key, binding["port_id"]), f"claim {key}")
             if binding["state"] == POOLED:
                 kept[binding["network_id"]] = kept.get(binding["network_id"], 0) + 1
                 if kept[binding["network_id"]] <= self.pool_size:
@@ -495,7 +487,7 @@ class NestedAgent:
             self._record(key, binding)  # the new owner first: a crash in between leaves it named
             self._forget(pool_key)
             self._locks.pop(pool_key, None)
-            self._spawn(self._claim(key, binding["port_id"]))
+            self._tasks.spawn(self._claim(key, binding["port_id"]), f"claim {key}")
             return binding
         return None
 
@@ -519,7 +511,7 @@ class NestedAgent:
         running = self._fillers.get(network_id)
         if self.pool_size <= 0 or (running is not None and not running.done()):
             return
-        self._fillers[network_id] = asyncio.create_task(self._fill(network_id), name=f"pool {network_id}")
+        self._fillers[network_id] = self._tasks.spawn(self._fill(network_id), f"pool {network_id}")
 
     async def _fill(self, network_id: str) -> None:
         # Until full: attaches that come while it prepares ports take from the pool too.

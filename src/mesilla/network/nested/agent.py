@@ -53,6 +53,7 @@ import aiohttp
 from aiohttp import web
 
 from mesilla.common import files
+from mesilla.common.blocking import in_thread
 from mesilla.common.flags import Flag, FlagError, Flags
 from mesilla.common.tasks import TaskOwner
 from mesilla.containerizer.isolators.network.cni import CNI_DIR, NS_FILE
@@ -195,11 +196,11 @@ class NestedAgent:
 
         os.makedirs(self.directory, exist_ok=True)
         try:
-            vlan = await asyncio.to_thread(plumbing.probe_vlan, self.trunk_nic)
+            vlan = await in_thread(plumbing.probe_vlan, self.trunk_nic)
             self.backend = plumbing.choose(self.backend_flag, vlan)
             self._plumbing = plumbing.backend(self.backend, self.trunk_nic, self.ovs_dir, self.bridge,
                                               self.pod_namespaces)  # fmt: skip
-            await asyncio.to_thread(self._plumbing.setup_host, self.trunk_nic)
+            await in_thread(self._plumbing.setup_host, self.trunk_nic)
         except (ValueError, plumbing.PlumbingError, OvsError) as exc:
             raise FlagError(f"Nested networking cannot start on --network_trunk_nic={self.trunk_nic} "
                             f"(--network_nested_backend={self.backend_flag}): {exc}") from None  # fmt: skip
@@ -320,8 +321,8 @@ class NestedAgent:
                     found[urllib.parse.unquote(name[: -len(".json")])] = doc
         return found
 
-    def _record(self, key: str, binding: dict[str, Any]) -> None:
-        files.write_atomically(self._file(key), json.dumps(binding).encode())
+    async def _record(self, key: str, binding: dict[str, Any]) -> None:
+        await in_thread(files.write_atomically, self._file(key), json.dumps(binding).encode())
 
     def _forget(self, key: str) -> None:
         with contextlib.suppress(FileNotFoundError):
@@ -351,7 +352,7 @@ class NestedAgent:
             binding = await self._attach(key, container, ifname, network_id)
             vif = Vif.from_json(binding)
             try:
-                mac = await asyncio.to_thread(self.plumbing.plug, vif, netns, ifname)
+                mac = await in_thread(self.plumbing.plug, vif, netns, ifname)
             except Exception as exc:  # whatever failed, the half-made interface and the subport go
                 await self._unplug_and_release(key, binding, netns, ifname)
                 raise PlumbingError(f"Plumbing port {vif.port_id} into {netns} failed: {exc}") from None
@@ -375,7 +376,7 @@ class NestedAgent:
         binding = self._binding(f"{container}/{ifname}")
         if binding is None or binding["state"] != ATTACHED:
             return f"The agent holds no subport for {container}/{ifname}"
-        if not await asyncio.to_thread(pod_end_ready, netns, ifname, Vif.from_json(binding)):
+        if not await in_thread(pod_end_ready, netns, ifname, Vif.from_json(binding)):
             return f"{ifname} in {netns} lacks port {binding['port_id']}'s MAC or addresses"
         return None
 
@@ -383,7 +384,7 @@ class NestedAgent:
         self, key: str, binding: dict[str, Any], netns: str | None, ifname: str
     ) -> None:
         if "segmentation_id" in binding:  # else never plumbed: a pending binding
-            await asyncio.to_thread(self.plumbing.unplug, binding["port_id"], netns, ifname,
+            await in_thread(self.plumbing.unplug, binding["port_id"], netns, ifname,
                                     binding.get("mac_address"))  # fmt: skip
         await self._release(binding)
         self._forget(key)
@@ -398,7 +399,7 @@ class NestedAgent:
             return binding
         if binding is not None:
             await self._release(binding)
-        binding = self._take_pooled(network_id, key, container, ifname)
+        binding = await self._take_pooled(network_id, key, container, ifname)
         if binding is None:
             [binding] = await self._make_subports(
                 network_id, [(key, {"container": container, "ifname": ifname})], ATTACHED
@@ -421,7 +422,7 @@ class NestedAgent:
         bindings = []
         for (key, extra), port in zip(wanted, ports, strict=True):
             binding = {"state": PENDING, **extra, "network_id": network_id, "port_id": port["id"]}
-            self._record(key, binding)
+            await self._record(key, binding)
             bindings.append((key, binding, port))
         try:
             trunk = await self.service.call("PUT", f"v2.0/trunks/{self.trunk_id}/add_subports", {
@@ -440,7 +441,7 @@ class NestedAgent:
                 self._forget(key)
             raise
         for key, binding, _ in bindings:
-            self._record(key, binding)
+            await self._record(key, binding)
         return [binding for _, binding, _ in bindings]
 
     async def _release(self, binding: dict[str, Any]) -> None:
@@ -451,7 +452,7 @@ class NestedAgent:
                                     {"sub_ports": [{"port_id": port_id}]}, missing_ok=True)  # fmt: skip
         await self.service.call("DELETE", f"v2.0/ports/{port_id}", missing_ok=True)
         if binding["state"] == POOLED:
-            await asyncio.to_thread(self.plumbing.unplug, port_id, None, "", None)
+            await in_thread(self.plumbing.unplug, port_id, None, "", None)
 
     async def _mtu(self, network_id: str) -> int:
         if network_id not in self._mtus:
@@ -473,19 +474,23 @@ class NestedAgent:
         prefix = f"{POOL}/{network_id}/"
         return [k for k, b in self.bindings().items() if k.startswith(prefix) and b["state"] == POOLED]
 
-    def _take_pooled(self, network_id: str, key: str, container: str, ifname: str) -> dict[str, Any] | None:
+    async def _take_pooled(
+        self, network_id: str, key: str, container: str, ifname: str
+    ) -> dict[str, Any] | None:
         """A ready subport of the network's pool handed to `key`, with no call to the service
         (the port is renamed for its pod in the background)."""
         for pool_key in self._pooled(network_id):
-            if self._lock(pool_key).locked():
-                continue  # being checked or prepared
-            pooled = self._binding(pool_key)
-            if pooled is None:
-                continue
-            binding = {**pooled, "state": ATTACHED, "container": container, "ifname": ifname,
-                       UNCLAIMED: True}  # fmt: skip
-            self._record(key, binding)  # the new owner first: a crash in between leaves it named
-            self._forget(pool_key)
+            lock = self._lock(pool_key)
+            if lock.locked():
+                continue  # being prepared, checked or taken
+            async with lock:
+                pooled = self._binding(pool_key)
+                if pooled is None:
+                    continue
+                binding = {**pooled, "state": ATTACHED, "container": container, "ifname": ifname,
+                           UNCLAIMED: True}  # fmt: skip
+                await self._record(key, binding)  # the new owner first: a crash in between leaves it named
+                self._forget(pool_key)
             self._locks.pop(pool_key, None)
             self._tasks.spawn(self._claim(key, binding["port_id"]), f"claim {key}")
             return binding
@@ -504,7 +509,7 @@ class NestedAgent:
             binding = self._binding(key)
             if binding is not None and binding["port_id"] == port_id:
                 binding.pop(UNCLAIMED, None)
-                self._record(key, binding)
+                await self._record(key, binding)
 
     def _refill(self, network_id: str) -> None:
         """Tops the network's pool up to --network_nested_pool_size, in the background."""
@@ -535,7 +540,7 @@ class NestedAgent:
             if self._binding(key) is None:
                 return  # taken meanwhile
             try:
-                await asyncio.to_thread(self.plumbing.prepare, Vif.from_json(binding))
+                await in_thread(self.plumbing.prepare, Vif.from_json(binding))
             except (PlumbingError, OvsError, OSError) as exc:
                 log.warning("Cannot plumb pooled port %s ahead: %s", binding["port_id"], exc)
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from mesilla.containerizer.types import (
     ContainerConfig,
     ContainerLaunchInfo,
@@ -16,6 +18,11 @@ class LaunchError(Exception):
 
 class Launcher:
     name: str = ""
+
+    @staticmethod
+    def available(flags: Any = None) -> bool:
+        """Whether the launcher works on this host with these flags."""
+        return True
 
     async def recover(self, states: list[ContainerRuntimeState]) -> set[ContainerID]:
         """Re-attaches to live containers; returns those it knows that `states` lacks (orphans)."""

@@ -72,10 +72,6 @@ class PosixLauncher(Launcher):
         self._runtime = RuntimeDir(flags.runtime_dir)
         self._containers: dict[ContainerID, _Container] = {}
 
-    @staticmethod
-    def available() -> bool:
-        return True
-
     async def recover(self, states: list[ContainerRuntimeState]) -> set[ContainerID]:
         known = {state.container_id for state in states}
         orphans: set[ContainerID] = set()

@@ -78,6 +78,7 @@ class AgentsMixin(MasterBase):
                 agent.reregistered_time = time.time()
                 if not recovered:
                     await self._announce_readded_tasks(agent, unreachable)
+                reconcile = self._unreported_unreachable(agent)
         agent.stream, agent.stream_id = stream, stream_id
         agent.connected = agent.active = True
         await agent.send(
@@ -225,6 +226,34 @@ class AgentsMixin(MasterBase):
                 )
         return asks
 
+    def _unreported_unreachable(self, agent: Agent) -> list[internal.ReconcileTasks]:
+        """As Mesos, once an unreachable agent is back none of its tasks stay unreachable:
+        those it reported were adopted, the others leave the master. Those it never
+        received (launched while it hung), their framework told TASK_UNREACHABLE and no
+        end, are asked of the agent, which ends them with a TASK_DROPPED of its own."""
+        asks = []
+        for framework in self.frameworks.values():
+            left = [t for t in framework.unreachable_tasks.values() if t.agent_id.value == agent.id]
+            for task in left:
+                del framework.unreachable_tasks[task.task_id.value]
+            unheard = [
+                t.task_id for t in left
+                if t.status_update_state is None or not t.status_update_state.terminal
+            ]  # fmt: skip
+            if unheard:
+                log.warning(
+                    "tasks %s of framework %s unknown to agent %s, back from unreachable: "
+                    "reconciling with the agent", [t.value for t in unheard], framework.id, agent.id,
+                )  # fmt: skip
+                asks.append(
+                    internal.ReconcileTasks(
+                        framework_id=FrameworkID(value=framework.id),
+                        task_ids=unheard,
+                        framework_info=framework.info,
+                    )
+                )
+        return asks
+
     def _framework_for(
         self, framework_id: str, reported: dict[str, internal.FrameworkInfo]
     ) -> Framework:
@@ -251,6 +280,7 @@ class AgentsMixin(MasterBase):
         agent.pid = pid
         agent.version = call.version
         agent.reregistered_time = time.time()
+        self._remove_unreported_executors(agent, call)
         before = agent.used_resources()
         self._adopt_reported(agent, call)
         if agent.used_resources() != before:
@@ -267,6 +297,24 @@ class AgentsMixin(MasterBase):
             )
         self.allocator.activate_agent(agent.id)
         return agent
+
+    def _remove_unreported_executors(self, agent: Agent, call: internal.Register) -> None:
+        """As Mesos's `reconcileKnownSlave`: executors the agent no longer reports are gone
+        (one that ended while the agent was away could not tell the master), and so are
+        their resources."""
+        reported = {
+            (e.framework_id.value, e.executor_id.value)
+            for e in call.executor_infos
+            if e.framework_id is not None
+        }
+        for framework_id, executors in list(agent.executors.items()):
+            for executor_id in list(executors):
+                if (framework_id, executor_id) not in reported:
+                    log.warning(
+                        "executor %s of framework %s unknown to agent %s during re-registration: "
+                        "removed", executor_id, framework_id, agent.id,
+                    )  # fmt: skip
+                    self.recover_executor(agent, framework_id, executor_id)
 
     def _close_agent_stream(self, agent: Agent) -> None:
         stream, agent.stream, agent.stream_id = agent.stream, None, None

@@ -231,5 +231,5 @@ async def kill_all(history: History, framework: RecordingFramework) -> list[str]
         left = {t: records(history, framework)[t].states() for t in live}
         return [f"{framework.info['name']}: KILL did not end every task within {SETTLE_TIMEOUT}s: {left}"]
     # The acknowledgements of the last updates, still in flight.
-    await asyncio.gather(*list(framework._acks), return_exceptions=True)
+    await framework.acknowledged()
     return []

@@ -22,7 +22,7 @@ import signal
 import time
 from collections import OrderedDict
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from mesilla.common.blocking import in_thread
 from mesilla.common.tasks import TaskOwner
@@ -48,6 +48,9 @@ from mesilla.containerizer.types import (
     ContainerTermination,
 )
 from mesilla.v1.mesos import ContainerID, Image, Reason, Resource
+
+if TYPE_CHECKING:  # imported when an image provider is enabled
+    from mesilla.containerizer.provisioner.provisioner import Provisioner
 
 log = logging.getLogger(__name__)
 
@@ -110,7 +113,7 @@ class Containerizer:
         flags: Any,
         launcher: Launcher,
         isolators: list[Isolator],
-        provisioner: Any | None,
+        provisioner: Provisioner | None,
     ) -> None:
         self._flags = flags
         self._launcher = launcher
@@ -618,9 +621,10 @@ def _default_launcher(flags: Any) -> str:
     return "linux" if available else "posix"
 
 
-async def _construct(cls: type[Any], flags: Any) -> Any:
+async def _construct(cls: type[Launcher], flags: Any) -> Launcher:
     """`await cls.create(flags)` when the class defines it, else `cls(flags)`."""
     create = getattr(cls, "create", None)
     if create is not None and asyncio.iscoroutinefunction(create):
-        return await create(flags)
+        launcher: Launcher = await create(flags)
+        return launcher
     return cls(flags)

@@ -17,7 +17,12 @@ class LaunchError(Exception):
 
 
 class Launcher:
+    """Created with the agent's flags: `cls(flags)`, or `await cls.create(flags)` where defined."""
+
     name: str = ""
+
+    def __init__(self, flags: Any) -> None:
+        pass
 
     @staticmethod
     def available(flags: Any = None) -> bool:

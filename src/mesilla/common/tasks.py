@@ -74,13 +74,18 @@ class TaskOwner:
         await self._wait(None, shielded=False)
 
     async def close(self, grace: float = 0.0) -> None:
-        """Lets the tasks end on their own for `grace` seconds, then cancels and awaits the rest."""
-        if grace > 0 and not self._closed:
-            await self._wait(asyncio.get_running_loop().time() + grace, shielded=False)
-        self._closed = True
-        for task in self._others():
-            task.cancel()
-        await self._wait(asyncio.get_running_loop().time() + self.cleanup_timeout, shielded=True)
+        """Lets the tasks end on their own for `grace` seconds, then cancels and awaits the rest.
+
+        Cancelled while granting the grace, it still cancels and awaits them, then propagates.
+        """
+        try:
+            if grace > 0 and not self._closed:
+                await self._wait(asyncio.get_running_loop().time() + grace, shielded=False)
+        finally:
+            self._closed = True
+            for task in self._others():
+                task.cancel()
+            await self._wait(asyncio.get_running_loop().time() + self.cleanup_timeout, shielded=True)
 
     def _others(self) -> set[asyncio.Task[Any]]:
         """The tasks to wait for: all but the caller's own (a task may close its owner)."""

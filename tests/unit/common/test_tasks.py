@@ -178,3 +178,21 @@ async def test_join_waits_for_every_task_and_cancels_nothing() -> None:
     step.set()
     await joining
     assert results == ["first", "second"] and not owner.closed
+
+
+async def test_a_close_cancelled_during_its_grace_still_ends_every_task() -> None:
+    owner = TaskOwner("owner")
+    started = asyncio.Event()
+
+    async def job() -> None:
+        started.set()
+        await asyncio.Event().wait()
+
+    task = owner.spawn(job(), "job")
+    await started.wait()
+    closing = asyncio.create_task(owner.close(grace=60))
+    await asyncio.sleep(0)
+    closing.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await closing
+    assert task.cancelled() and owner.closed

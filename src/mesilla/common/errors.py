@@ -2,6 +2,7 @@
 
     HttpError
     ├── BadRequest          400  malformed or invalid input; the message names the field
+    │   └── Invalid              input that breaks a rule; `field` names it
     ├── Unauthorized        401
     ├── Forbidden           403  e.g. a wrong Mesos-Stream-Id
     ├── NotFound            404  unknown container, file, ...
@@ -66,3 +67,12 @@ class TemporaryRedirect(HttpError):
 
 class ServiceUnavailable(HttpError):
     status = 503
+
+
+class Invalid(BadRequest):
+    """Input that breaks a rule (a Mesos validation); `field` names the offending field
+    (``framework_info.roles``), None when the message alone can say it."""
+
+    def __init__(self, reason: str = "", *, field: str | None = None) -> None:
+        super().__init__(reason)
+        self.field = field

@@ -149,8 +149,7 @@ async def serve(flags: Flags) -> AsyncIterator[MasterServer]:
         network = await NetworkService.in_work_dir(flags.work_dir) if flags.get("network_service") else None
     except BookError as exc:
         raise MasterStartError(str(exc)) from None
-    master = Master(flags, make_registry(flags))
-    master.authorizer = authorizer
+    master = Master(flags, make_registry(flags), authorizer)
     router = Router("master")
     scheduler_api.install(router, master)
     v0_scheduler.install(router, master)

@@ -24,7 +24,7 @@ from aiohttp import web
 from mesilla import MESOS_VERSION
 from mesilla.common import secrets
 from mesilla.common.authorization import require
-from mesilla.common.errors import BadRequest, NotFound, ServiceUnavailable
+from mesilla.common.errors import BadRequest, Invalid, NotFound, ServiceUnavailable
 from mesilla.common.http import (
     EventStream,
     Router,
@@ -326,9 +326,10 @@ class OperatorApi:
         for info in update.weight_infos:
             if info.role is None:
                 raise BadRequest("Expecting 'weight_infos[].role' to be present")
-            error = validate_role(info.role)
-            if error is not None:
-                raise BadRequest(f"Invalid 'weight_infos[].role': {error}")
+            try:
+                validate_role(info.role)
+            except Invalid as exc:
+                raise Invalid(f"Invalid 'weight_infos[].role': {exc.reason}", field="weight_infos[].role") from exc
             if not info.weight > 0:
                 raise BadRequest(f"Invalid weight {info.weight} for role '{info.role}': weights must be positive")
             weights[info.role] = info.weight
@@ -338,7 +339,7 @@ class OperatorApi:
         framework = self.master.frameworks.get(framework_id)
         if framework is None:
             raise BadRequest(f"No framework found with ID '{framework_id}'")
-        await self.master.teardown(framework)
+        await self.master.framework_streams.teardown(framework)
 
     async def _mark_agent_gone(self, agent_id: str) -> None:
         master = self.master
@@ -346,7 +347,7 @@ class OperatorApi:
             return
         if agent_id not in master.agents and agent_id not in master.recovered_agents and agent_id not in master.unreachable_agents:
             raise NotFound(f"Agent '{agent_id}' not found")
-        await master.mark_agent_gone(agent_id)
+        await master.agent_links.mark_gone(agent_id)
 
     # --- SUBSCRIBE ---------------------------------------------------------------------------
 

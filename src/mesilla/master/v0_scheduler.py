@@ -34,8 +34,7 @@ from mesilla.common.errors import BadRequest
 from mesilla.common.http import Router
 from mesilla.master.framework import Framework
 from mesilla.master.master import Master
-from mesilla.master.scheduler_api import dispatch
-from mesilla.master.validation import validate_call
+from mesilla.master.scheduler_api import checked_call, dispatch
 from mesilla.v1 import codec, proto
 from mesilla.v1 import scheduler as sched
 from mesilla.v1.mesos import FrameworkID
@@ -49,7 +48,8 @@ class V0Stream(libprocess.MessageStream):
     """The SUBSCRIBE stream of a v0 framework: v1 events out as v0 messages."""
 
     def __init__(self, master: Master, pid: libprocess.UPID, reregister: bool) -> None:
-        super().__init__(libprocess.Link(master.master_info.pid or "", pid, master.spawn), master.spawn)
+        spawn = master.owner.spawn
+        super().__init__(libprocess.Link(master.master_info.pid or "", pid, spawn), spawn)
         self.pid = pid
         self.reregister = reregister
         self.framework_id: str | None = None
@@ -167,30 +167,26 @@ class V0Schedulers:
             )
             return
         call = codec.convert({"type": "SUBSCRIBE", "subscribe": {"framework_info": info}}, sched.Call)
-        error = validate_call(call)
-        if error is not None:
-            raise BadRequest(f"Failed to validate scheduler::Call: {error}")
+        checked_call(call)
         assert call.subscribe is not None
         stream = V0Stream(master, pid, reregister)
         stream_id = str(uuid.uuid4())
-        framework = await master.subscribe(stream, stream_id, call.subscribe)
+        framework = await master.framework_streams.subscribe(stream, stream_id, call.subscribe)
         if framework is None:
             return
         self._by_pid[pid] = framework.id
-        master.spawn(self._disconnected(framework, stream, stream_id))
+        master.owner.spawn(self._disconnected(framework, stream, stream_id))
 
     async def _disconnected(self, framework: Framework, stream: V0Stream, stream_id: str) -> None:
         await stream.closed.wait()
         if self._by_pid.get(stream.pid) == framework.id and framework.stream is stream:
-            self.master.framework_disconnected(framework, stream_id)
+            self.master.framework_streams.disconnected(framework, stream_id)
 
     async def _call(self, pid: libprocess.UPID, body: dict[str, Any]) -> None:
         framework = self._framework(pid, body.get("framework_id"))
         body = {**body, "framework_id": {"value": framework.id}}
         call = codec.convert(body, sched.Call)
-        error = validate_call(call)
-        if error is not None:
-            raise BadRequest(f"Failed to validate scheduler::Call: {error}")
+        checked_call(call)
         self.master.counters["master/valid_scheduler_calls"] += 1
         await dispatch(self.master, framework, call)
 

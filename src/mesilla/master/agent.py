@@ -57,7 +57,9 @@ class Agent:
     ping_timeouts: int = 0
     #: `total_resources` parsed from this `info` (replaced, never changed in place, on re-registration).
     _total: tuple[AgentInfo, Resources] | None = field(default=None, repr=False, compare=False)
-    _offered: accounting.OfferedCache = field(default_factory=accounting.OfferedCache, repr=False, compare=False)
+    _offered: accounting.OfferedCache = field(
+        default_factory=accounting.OfferedCache, repr=False, compare=False
+    )
 
     @property
     def hostname(self) -> str:

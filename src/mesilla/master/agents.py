@@ -159,7 +159,9 @@ class AgentLinks:
             info, pid, version=call.version, capabilities=list(call.capabilities), now=time.time()
         )
         self._adopt_reported(agent, call)
-        self._allocator.add_agent(agent.id, agent.hostname, agent.total_resources, used=agent.used_resources())
+        self._allocator.add_agent(
+            agent.id, agent.hostname, agent.total_resources, used=agent.used_resources()
+        )
         self._outbox.notify("AGENT_ADDED", agent)
         return agent
 
@@ -248,7 +250,9 @@ class AgentLinks:
             if missing:
                 asks.append(
                     internal.ReconcileTasks(
-                        framework_id=FrameworkID(value=framework_id), task_ids=missing, framework_info=framework.info
+                        framework_id=FrameworkID(value=framework_id),
+                        task_ids=missing,
+                        framework_info=framework.info,
                     )
                 )
         return asks
@@ -273,7 +277,9 @@ class AgentLinks:
             # (its offers go, as the allocator forgets what it had offered).
             self._offerer.remove_all(agent.offers, rescind=True, recover=False)
             self._allocator.remove_agent(agent.id)
-            self._allocator.add_agent(agent.id, agent.hostname, agent.total_resources, used=agent.used_resources())
+            self._allocator.add_agent(
+                agent.id, agent.hostname, agent.total_resources, used=agent.used_resources()
+            )
         self._allocator.activate_agent(agent.id)
         return agent
 
@@ -348,7 +354,8 @@ class AgentLinks:
         message: str,
         unreachable_time: float | None = None,
     ) -> None:
-        """Takes an agent out of the cluster; its tasks go `state` (TASK_LOST for frameworks not PARTITION_AWARE)."""
+        """Takes an agent out of the cluster; its tasks go `state` (TASK_LOST for frameworks
+        not PARTITION_AWARE)."""
         self._allocator.remove_agent(agent.id)
         self._offerer.remove_all(agent.offers, rescind=True, recover=False)
         for framework_id, tasks in list(agent.tasks.items()):
@@ -374,7 +381,9 @@ class AgentLinks:
         """UNREGISTER: the agent is leaving for good (its tasks are lost)."""
         await self._registry.remove_agent(agent.id)
         self._counters["master/slave_removals"] += 1
-        await self._remove(agent, TaskState.TASK_LOST, Reason.REASON_AGENT_REMOVED, f"Agent {agent.hostname} removed")
+        await self._remove(
+            agent, TaskState.TASK_LOST, Reason.REASON_AGENT_REMOVED, f"Agent {agent.hostname} removed"
+        )
 
     async def mark_gone(self, agent_id: str) -> None:
         """The operator's MARK_AGENT_GONE: the agent never comes back; its tasks are gone."""

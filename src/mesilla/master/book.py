@@ -101,9 +101,7 @@ class Book:
 
     # --- frameworks -------------------------------------------------------------------------
 
-    def add_framework(
-        self, framework_id: str, info: FrameworkInfo, *, recovered: bool = False
-    ) -> Framework:
+    def add_framework(self, framework_id: str, info: FrameworkInfo, *, recovered: bool = False) -> Framework:
         """A new framework record, its info carrying `framework_id`."""
         info = msgspec.structs.replace(info, id=FrameworkID(value=framework_id))
         framework = Framework(
@@ -214,9 +212,7 @@ class Book:
         framework.tasks[task_id] = task
         agent.tasks.setdefault(framework.id, {})[task_id] = task
 
-    def update_task(
-        self, task: Task, status: TaskStatus, latest: TaskState | None = None
-    ) -> bool:
+    def update_task(self, task: Task, status: TaskStatus, latest: TaskState | None = None) -> bool:
         """Applies `status` to `task` (`latest`: the agent's newest state, when it is ahead);
         True when the task has just become terminal."""
         was_terminal = task.state.terminal
@@ -256,9 +252,7 @@ class Book:
         self.agents[agent_id].executors.setdefault(framework_id, {})[executor_id] = executor
         self.frameworks[framework_id].executors.setdefault(agent_id, {})[executor_id] = executor
 
-    def remove_executor(
-        self, agent: Agent, framework_id: str, executor_id: str
-    ) -> ExecutorInfo | None:
+    def remove_executor(self, agent: Agent, framework_id: str, executor_id: str) -> ExecutorInfo | None:
         """The executor leaves its agent and framework; it is returned if the agent had it."""
         executors = agent.executors.get(framework_id, {})
         executor = executors.pop(executor_id, None)

@@ -51,7 +51,9 @@ class Framework:
     #: Pending removal after a disconnection (`failover_timeout`).
     failover_timer: asyncio.TimerHandle | None = None
     heartbeat_task: asyncio.Task[None] | None = None
-    _offered: accounting.OfferedCache = field(default_factory=accounting.OfferedCache, repr=False, compare=False)
+    _offered: accounting.OfferedCache = field(
+        default_factory=accounting.OfferedCache, repr=False, compare=False
+    )
 
     def __post_init__(self) -> None:
         self.completed_tasks = deque(maxlen=self.max_completed_tasks)

@@ -104,9 +104,7 @@ class FrameworkStreams:
             self._outbox.notify("FRAMEWORK_ADDED", framework)
         return framework
 
-    async def subscribe(
-        self, stream: EventStream, stream_id: str, call: sched.Subscribe
-    ) -> Framework | None:
+    async def subscribe(self, stream: EventStream, stream_id: str, call: sched.Subscribe) -> Framework | None:
         """SUBSCRIBE on an open stream: registers, re-registers or fails over the framework.
 
         Returns None when the subscription was refused (with an ERROR event on the stream).

@@ -217,7 +217,10 @@ class Launcher:
         if executor.type == "DEFAULT":
             executor.resources = with_default_executor_resources(executor.resources, ctx.role)
         refusal = next(
-            filter(None, (self._unauthorized(framework, _with_executor(t, executor)) for t in op.task_group.tasks)),
+            filter(
+                None,
+                (self._unauthorized(framework, _with_executor(t, executor)) for t in op.task_group.tasks),
+            ),
             None,
         )
         if refusal is not None:

@@ -240,8 +240,6 @@ def parse_weights(text: str | None) -> dict[str, float] | None:
         except ValueError:
             value = -1.0
         if not role.strip() or value <= 0:
-            raise ValueError(
-                f"expected role=weight with a positive weight, got '{item}'"
-            )
+            raise ValueError(f"expected role=weight with a positive weight, got '{item}'")
         weights[role.strip()] = value
     return weights

@@ -42,7 +42,7 @@ from mesilla.master.framework import Framework
 from mesilla.master.validation import validate_role
 from mesilla.v1 import codec
 from mesilla.v1 import master as m
-from mesilla.v1.mesos import AgentID, FrameworkID, Offer, Resource, Task, TimeInfo
+from mesilla.v1.mesos import AgentID, Flag, FrameworkID, Metric, Offer, Resource, Task, TimeInfo
 
 if TYPE_CHECKING:
     from mesilla.master.master import Master
@@ -182,12 +182,12 @@ def get_roles(master: Master) -> m.GetRoles:
 
 def get_metrics(master: Master) -> m.GetMetrics:
     return m.GetMetrics(
-        metrics=[m.Metric(name=k, value=float(v)) for k, v in sorted(metrics.snapshot(master).items())]
+        metrics=[Metric(name=k, value=float(v)) for k, v in sorted(metrics.snapshot(master).items())]
     )
 
 
 def get_flags(master: Master) -> m.GetFlags:
-    return m.GetFlags(flags=[m.Flag(name=k, value=v) for k, v in master.flags.as_strings().items()])
+    return m.GetFlags(flags=[Flag(name=k, value=v) for k, v in master.flags.as_strings().items()])
 
 
 def get_weights(master: Master) -> m.GetWeights:
@@ -196,7 +196,9 @@ def get_weights(master: Master) -> m.GetWeights:
 
 
 def get_master(master: Master) -> m.GetMaster:
-    return m.GetMaster(master_info=master.master_info, start_time=master.start_time, elected_time=master.elected_time)
+    return m.GetMaster(
+        master_info=master.master_info, start_time=master.start_time, elected_time=master.elected_time
+    )
 
 
 _READ_ONLY: dict[m.CallType, Callable[[Master], Any]] = {
@@ -329,9 +331,13 @@ class OperatorApi:
             try:
                 validate_role(info.role)
             except Invalid as exc:
-                raise Invalid(f"Invalid 'weight_infos[].role': {exc.reason}", field="weight_infos[].role") from exc
+                reason = f"Invalid 'weight_infos[].role': {exc.reason}"
+                raise Invalid(reason, field="weight_infos[].role") from exc
             if not info.weight > 0:
-                raise BadRequest(f"Invalid weight {info.weight} for role '{info.role}': weights must be positive")
+                raise Invalid(
+                    f"Invalid weight {info.weight} for role '{info.role}': weights must be positive",
+                    field="weight_infos[].weight",
+                )
             weights[info.role] = info.weight
         self.master.allocator.update_weights(weights)
 
@@ -345,7 +351,8 @@ class OperatorApi:
         master = self.master
         if agent_id in master.gone_agents:
             return
-        if agent_id not in master.agents and agent_id not in master.recovered_agents and agent_id not in master.unreachable_agents:
+        known = (master.agents, master.recovered_agents, master.unreachable_agents)
+        if all(agent_id not in each for each in known):
             raise NotFound(f"Agent '{agent_id}' not found")
         await master.agent_links.mark_gone(agent_id)
 

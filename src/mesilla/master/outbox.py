@@ -86,7 +86,9 @@ class Outbox:
             heartbeat_interval_seconds=heartbeat_interval,
             master_info=master_info,
         )
-        await self.to_framework(framework, sched.Event(type=sched.EventType.SUBSCRIBED, subscribed=subscribed))
+        await self.to_framework(
+            framework, sched.Event(type=sched.EventType.SUBSCRIBED, subscribed=subscribed)
+        )
 
     async def error(self, stream: EventStream, message: str) -> None:
         """ERROR on a scheduler's stream, which then closes (a refused or replaced subscription)."""
@@ -136,9 +138,7 @@ class Outbox:
             return False
         return await agent.stream.send(event)
 
-    async def registered(
-        self, agent: Agent, master_info: MasterInfo, total_ping_timeout: float
-    ) -> None:
+    async def registered(self, agent: Agent, master_info: MasterInfo, total_ping_timeout: float) -> None:
         registered = internal.Registered(
             agent_id=AgentID(value=agent.id),
             master_info=master_info,
@@ -148,7 +148,9 @@ class Outbox:
 
     async def reconcile_tasks(self, agent: Agent, asks: list[internal.ReconcileTasks]) -> None:
         for each in asks:
-            await self.to_agent(agent, _agent_event(internal.AgentEventType.RECONCILE_TASKS, reconcile_tasks=each))
+            await self.to_agent(
+                agent, _agent_event(internal.AgentEventType.RECONCILE_TASKS, reconcile_tasks=each)
+            )
 
     async def ping(self, agent: Agent) -> None:
         await self.to_agent(agent, _agent_event(internal.AgentEventType.PING))
@@ -178,9 +180,7 @@ class Outbox:
         )
         await self.to_agent(agent, _agent_event(internal.AgentEventType.KILL_TASK, kill_task=kill))
 
-    async def acknowledge(
-        self, agent: Agent, framework_id: str, task_id: TaskID, uuid: bytes | None
-    ) -> None:
+    async def acknowledge(self, agent: Agent, framework_id: str, task_id: TaskID, uuid: bytes | None) -> None:
         """Relays a framework's acknowledgement of a status update (none without a uuid)."""
         if uuid is None:
             return
@@ -198,7 +198,9 @@ class Outbox:
         )
 
     async def shutdown_executor(self, agent: Agent, framework_id: str, executor_id: ExecutorID) -> None:
-        shutdown = internal.ShutdownExecutor(framework_id=FrameworkID(value=framework_id), executor_id=executor_id)
+        shutdown = internal.ShutdownExecutor(
+            framework_id=FrameworkID(value=framework_id), executor_id=executor_id
+        )
         await self.to_agent(
             agent, _agent_event(internal.AgentEventType.SHUTDOWN_EXECUTOR, shutdown_executor=shutdown)
         )
@@ -212,4 +214,6 @@ class Outbox:
 
     async def update_framework(self, agent: Agent, info: FrameworkInfo) -> None:
         update = internal.UpdateFramework(framework_info=info)
-        await self.to_agent(agent, _agent_event(internal.AgentEventType.UPDATE_FRAMEWORK, update_framework=update))
+        await self.to_agent(
+            agent, _agent_event(internal.AgentEventType.UPDATE_FRAMEWORK, update_framework=update)
+        )

@@ -59,27 +59,24 @@ class TaskOwner:
         if self._group is None and not self.closing:
             coro.close()
             raise RuntimeError(f"{self.name}: a task spawned before start")
-        guarded = self._guarded(coro, name)
-        try:
-            if self._group is None:
-                raise RuntimeError(f"{self.name}: closed")
-            task = self._group.create_task(guarded, name=name)
-        except RuntimeError:
-            # The group is over: a task that never runs (cancelled before its first step).
-            orphan = asyncio.get_running_loop().create_task(guarded, name=name)
+        if self._group is None or self.closing:
+            # A task that never runs: cancelled before its first step.
+            coro.close()
+            orphan = asyncio.get_running_loop().create_task(self._guarded(coro, name), name=name)
             orphan.cancel()
             return orphan
+        task = self._group.create_task(self._guarded(coro, name), name=name)
         self._children.add(task)
         task.add_done_callback(self._children.discard)
-        if self.closing:
-            task.cancel()
         return task
 
     async def _guarded(self, coro: Coroutine[Any, Any, Any], name: str | None) -> None:
         try:
             await coro
         except Exception:
-            log.exception("%s: background task %s failed", self.name, name or getattr(coro, "__qualname__", coro))
+            log.exception(
+                "%s: background task %s failed", self.name, name or getattr(coro, "__qualname__", coro)
+            )
 
     async def aclose(self) -> None:
         """Cancels every child and waits for them (at most `grace` seconds)."""

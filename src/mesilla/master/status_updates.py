@@ -93,15 +93,11 @@ class StatusUpdates:
             return
         agent = self._book.agents.get(task.agent_id.value)
         if agent is None or not agent.connected:
-            log.warning(
-                "cannot kill task %s: its agent is not connected", kill.task_id.value
-            )
+            log.warning("cannot kill task %s: its agent is not connected", kill.task_id.value)
             return
         await self._outbox.kill_task(agent, framework.id, kill.task_id, kill.kill_policy)
 
-    async def reconcile(
-        self, framework: Framework, tasks: list[sched.ReconcileTask]
-    ) -> None:
+    async def reconcile(self, framework: Framework, tasks: list[sched.ReconcileTask]) -> None:
         """RECONCILE: explicit for the given tasks, implicit (all tasks) when none are given."""
         self._counters["master/messages_reconcile_tasks"] += 1
         if not tasks:
@@ -133,9 +129,7 @@ class StatusUpdates:
             status.unreachable_time = last.unreachable_time
         return status
 
-    def _reconcile_one(
-        self, framework: Framework, item: sched.ReconcileTask
-    ) -> TaskStatus | None:
+    def _reconcile_one(self, framework: Framework, item: sched.ReconcileTask) -> TaskStatus | None:
         task = framework.task(item.task_id.value)
         if task is not None:
             return self._latest_status(task)
@@ -173,4 +167,3 @@ class StatusUpdates:
             agent_id=agent_id,
             unreachable_time=unreachable_time,
         )
-

@@ -60,9 +60,7 @@ def master_status(
         agent_id=AgentID(value=agent_id) if agent_id else None,
         executor_id=executor_id,
         timestamp=time.time(),
-        unreachable_time=(
-            TimeInfo(nanoseconds=int(unreachable_time * 1e9)) if unreachable_time else None
-        ),
+        unreachable_time=(TimeInfo(nanoseconds=int(unreachable_time * 1e9)) if unreachable_time else None),
     )
 
 

@@ -66,7 +66,10 @@ class V0Stream(libprocess.MessageStream):
             subscribed = e["subscribed"]
             self.framework_id = subscribed["framework_id"]["value"]  # the first event sent
             name = "FrameworkReregisteredMessage" if self.reregister else "FrameworkRegisteredMessage"
-            return name, {"framework_id": subscribed["framework_id"], "master_info": subscribed.get("master_info", {})}
+            return name, {
+                "framework_id": subscribed["framework_id"],
+                "master_info": subscribed.get("master_info", {}),
+            }
         if kind is sched.EventType.OFFERS:
             offers = e["offers"].get("offers", [])
             return "ResourceOffersMessage", {
@@ -86,10 +89,12 @@ class V0Stream(libprocess.MessageStream):
                 if key in status:
                     update[key] = status[key]
             # The UPID set (the agent's) tells the driver to acknowledge the update.
-            pid = self._agent_pid(status["agent_id"]["value"]) if "uuid" in status and "agent_id" in status else ""
+            acked = "uuid" in status and "agent_id" in status
+            pid = self._agent_pid(status["agent_id"]["value"]) if acked else ""
             return "StatusUpdateMessage", {"update": update, "pid": pid}
         if kind is sched.EventType.MESSAGE:
-            return "ExecutorToFrameworkMessage", {"framework_id": {"value": self._framework_id()}, **e["message"]}
+            framework_id = {"value": self._framework_id()}
+            return "ExecutorToFrameworkMessage", {"framework_id": framework_id, **e["message"]}
         if kind is sched.EventType.FAILURE:
             failure = e["failure"]
             if "executor_id" in failure:
@@ -193,7 +198,8 @@ class V0Schedulers:
 
 def _call(type_: str, message: dict[str, Any], **fields: Any) -> dict[str, Any]:
     """The v1 call of `type_` with `fields`, for the framework `message` names."""
-    return {"type": type_, "framework_id": message.get("framework_id"), **({type_.lower(): fields} if fields else {})}
+    call = {"type": type_, "framework_id": message.get("framework_id")}
+    return {**call, **({type_.lower(): fields} if fields else {})}
 
 
 # Registration and deactivation: the framework's connection itself.
@@ -219,7 +225,9 @@ _CALLS: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {
         "MESSAGE", m, agent_id=m["agent_id"], executor_id=m["executor_id"], data=m["data"]
     ),
     "ReconcileTasksMessage": lambda m: _call(
-        "RECONCILE", m, tasks=[{k: s[k] for k in ("task_id", "agent_id") if k in s} for s in m.get("statuses", [])]
+        "RECONCILE",
+        m,
+        tasks=[{k: s[k] for k in ("task_id", "agent_id") if k in s} for s in m.get("statuses", [])],
     ),
     "ResourceRequestMessage": lambda m: _call("REQUEST", m, requests=m.get("requests", [])),
 }

@@ -57,9 +57,7 @@ def _role_error(role: str) -> str | None:
         if part.startswith("-"):
             return f"Role component '{part}' is invalid because it starts with a dash"
         if not _ROLE_INVALID_CHARACTERS.isdisjoint(part):
-            return (
-                f"Role component '{part}' is invalid because it contains backspace or whitespace"
-            )
+            return f"Role component '{part}' is invalid because it contains backspace or whitespace"
     return None
 
 
@@ -143,9 +141,7 @@ def _without_launches(call: sched.Call) -> sched.Call:
     operations = [
         msgspec.structs.replace(op, launch=None, launch_group=None) for op in call.accept.operations
     ]
-    return msgspec.structs.replace(
-        call, accept=msgspec.structs.replace(call.accept, operations=operations)
-    )
+    return msgspec.structs.replace(call, accept=msgspec.structs.replace(call.accept, operations=operations))
 
 
 def validate_call(call: sched.Call) -> None:
@@ -173,7 +169,8 @@ def validate_call(call: sched.Call) -> None:
         assert call.acknowledge is not None
         if len(call.acknowledge.uuid) != 16:
             raise Invalid(
-                "Failed to parse 'acknowledge.uuid': expecting the 16 bytes of a UUID", field="acknowledge.uuid"
+                "Failed to parse 'acknowledge.uuid': expecting the 16 bytes of a UUID",
+                field="acknowledge.uuid",
             )
     if call.type is sched.CallType.UPDATE_FRAMEWORK:
         assert call.update_framework is not None
@@ -293,7 +290,8 @@ def _validate_default_executor(executor: ExecutorInfo) -> None:
     container = executor.container
     if container is not None and container.type != "MESOS":
         raise InvalidTask(
-            f"Executor {executor_id} of type DEFAULT must use a MESOS container", field="executor.container.type"
+            f"Executor {executor_id} of type DEFAULT must use a MESOS container",
+            field="executor.container.type",
         )
     if container is not None and container.mesos is not None and container.mesos.image is not None:
         raise InvalidTask(
@@ -317,7 +315,8 @@ def _validate_task_basics(task: TaskInfo, ctx: LaunchContext) -> Resources:
         raise InvalidTask(f"Task has duplicate ID: {task_id}", field="task_id")
     if task.agent_id.value != ctx.agent_id:
         raise InvalidTask(
-            f"Task uses agent {task.agent_id.value} but the offer is for agent {ctx.agent_id}", field="agent_id"
+            f"Task uses agent {task.agent_id.value} but the offer is for agent {ctx.agent_id}",
+            field="agent_id",
         )
     if task.kill_policy and task.kill_policy.grace_period and task.kill_policy.grace_period.nanoseconds < 0:
         raise InvalidTask(
@@ -358,7 +357,9 @@ def check_task(task: TaskInfo, ctx: LaunchContext) -> Resources:
         if task.executor.executor_id.value not in ctx.executors:
             needed = needed + Resources.from_list(task.executor.resources)
     if not ctx.available.contains(needed):
-        raise InvalidTask(f"Task uses more resources {needed} than available {ctx.available}", field="resources")
+        raise InvalidTask(
+            f"Task uses more resources {needed} than available {ctx.available}", field="resources"
+        )
     return needed
 
 
@@ -399,16 +400,21 @@ def _check_executor_minimum(executor: ExecutorInfo, resources: Resources) -> Non
     """A group's new executor needs Mesos's least cpus and mem, and some disk."""
     executor_id = executor.executor_id.value
     if resources.scalar_fixed("cpus") < to_fixed(MIN_EXECUTOR_CPUS):
-        raise InvalidTask(f"Executor {executor_id} needs at least {MIN_EXECUTOR_CPUS} cpus", field="executor.resources")
+        raise InvalidTask(
+            f"Executor {executor_id} needs at least {MIN_EXECUTOR_CPUS} cpus", field="executor.resources"
+        )
     if resources.scalar_fixed("mem") < to_fixed(MIN_EXECUTOR_MEM_MB):
         raise InvalidTask(
-            f"Executor {executor_id} needs at least {MIN_EXECUTOR_MEM_MB} MB of mem", field="executor.resources"
+            f"Executor {executor_id} needs at least {MIN_EXECUTOR_MEM_MB} MB of mem",
+            field="executor.resources",
         )
     if resources.scalar_fixed("disk") <= 0:
         raise InvalidTask(f"Executor {executor_id} needs some disk", field="executor.resources")
 
 
-def _check_group_task(task: TaskInfo, executor: ExecutorInfo, ctx: LaunchContext, seen: set[str]) -> Resources:
+def _check_group_task(
+    task: TaskInfo, executor: ExecutorInfo, ctx: LaunchContext, seen: set[str]
+) -> Resources:
     """One task of a group: its resources, or `InvalidTask` naming it."""
     task_id = task.task_id.value
     try:
@@ -425,7 +431,9 @@ def _check_group_task(task: TaskInfo, executor: ExecutorInfo, ctx: LaunchContext
             field="executor",
         )
     if task.container is not None and (task.container.type == "DOCKER" or task.container.docker):
-        raise InvalidTask(f"Task {task_id}: tasks of a group cannot use a DOCKER container", field="container")
+        raise InvalidTask(
+            f"Task {task_id}: tasks of a group cannot use a DOCKER container", field="container"
+        )
     if (
         task.container is not None
         and task.container.network_infos

@@ -28,10 +28,12 @@ import random
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from mesilla.common.resources import UNRESERVED, Resources, to_fixed
 from mesilla.master.metrics import Timer
 from mesilla.master.offer_filters import RefuseFilters
+from mesilla.master.owner import Spawn
 
 log = logging.getLogger(__name__)
 
@@ -124,13 +126,14 @@ class HierarchicalDRFAllocator:
         self._latency_timer = Timer(_METRIC_PREFIX + "allocation_run_latency_ms")
         self._requested_at: float | None = None
         self._wakeup = asyncio.Event()
-        self._task: asyncio.Task[None] | None = None
+        self._task: asyncio.Task[Any] | None = None
 
     # --- the allocation loop -------------------------------------------------------
 
-    async def start(self) -> None:
+    def start(self, spawn: Spawn) -> None:
+        """Runs the allocation loop, as a task of `spawn`'s owner, until `stop`."""
         if self._task is None:
-            self._task = asyncio.create_task(self._run(), name="allocator")
+            self._task = spawn(self._run())
 
     async def stop(self) -> None:
         task, self._task = self._task, None

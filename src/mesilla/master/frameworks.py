@@ -22,7 +22,8 @@ from mesilla.master.allocator import HierarchicalDRFAllocator
 from mesilla.master.book import Book
 from mesilla.master.framework import Framework
 from mesilla.master.offers import Offerer
-from mesilla.master.outbox import Outbox, Spawn
+from mesilla.master.outbox import Outbox
+from mesilla.master.owner import Spawn
 from mesilla.master.registry import Registry
 from mesilla.master.tasks import Tasks, master_status
 from mesilla.master.validation import validate_framework_info, validate_framework_update

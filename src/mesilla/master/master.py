@@ -161,11 +161,11 @@ class Master:
         for framework_id, info in state.frameworks.items():
             self.framework_streams.recover(framework_id, info)
         self.agent_links.start()
-        self.streams.start()
-        self.heap.start()
+        self.streams.start(self.owner.spawn)
+        self.heap.start(self.owner.spawn)
         self.recovered = True
         self.elected_time = time.time()
-        await self.allocator.start()
+        self.allocator.start(self.owner.spawn)
         log.info(
             "master %s recovered %d agent(s) and %d framework(s)",
             self.id,

@@ -416,30 +416,31 @@ class OperatorApi:
         self, request: web.Request, stream: EventStream, queue: asyncio.Queue[msgspec.Raw], heartbeat: m.Event
     ) -> None:
         """Sends queued events, and a HEARTBEAT every interval, until the stream closes."""
-        # The master's watch of held streams notices a client that went away.
-        closed = asyncio.create_task(self.master.streams.hold(request, stream))
-        deadline = time.monotonic() + self.heartbeat_interval
-        try:
-            while True:
-                next_event = asyncio.ensure_future(queue.get())
-                done, _ = await asyncio.wait(
-                    {next_event, closed},
-                    timeout=max(0.0, deadline - time.monotonic()),
-                    return_when=asyncio.FIRST_COMPLETED,
-                )
-                if next_event not in done:
-                    next_event.cancel()
-                if closed in done:
-                    return
-                if next_event in done:
-                    event: Any = next_event.result()
-                else:
-                    event = heartbeat
-                    deadline = time.monotonic() + self.heartbeat_interval
-                if not await stream.send(event):
-                    return
-        finally:
-            closed.cancel()
+        async with asyncio.TaskGroup() as group:  # every wait below is awaited on the way out
+            # The master's watch of held streams notices a client that went away.
+            closed = group.create_task(self.master.streams.hold(request, stream))
+            deadline = time.monotonic() + self.heartbeat_interval
+            try:
+                while True:
+                    next_event = group.create_task(queue.get())
+                    done, _ = await asyncio.wait(
+                        {next_event, closed},
+                        timeout=max(0.0, deadline - time.monotonic()),
+                        return_when=asyncio.FIRST_COMPLETED,
+                    )
+                    if next_event not in done:
+                        next_event.cancel()
+                    if closed in done:
+                        return
+                    if next_event in done:
+                        event: Any = next_event.result()
+                    else:
+                        event = heartbeat
+                        deadline = time.monotonic() + self.heartbeat_interval
+                    if not await stream.send(event):
+                        return
+            finally:
+                closed.cancel()
 
 
 def _required(value: Any, field: str, call_type: m.CallType) -> Any:

@@ -15,14 +15,14 @@ Framework), ("FRAMEWORK_UPDATED", Framework), ("FRAMEWORK_REMOVED", Framework).
 
 from __future__ import annotations
 
-import asyncio
 import logging
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable
 from typing import Any
 
 from mesilla.common.http import EventStream
 from mesilla.master.agent import Agent
 from mesilla.master.framework import Framework
+from mesilla.master.owner import Spawn
 from mesilla.v1 import internal
 from mesilla.v1 import scheduler as sched
 from mesilla.v1.mesos import (
@@ -44,7 +44,6 @@ from mesilla.v1.mesos import (
 log = logging.getLogger(__name__)
 
 Observer = Callable[[str, Any], None]
-Spawn = Callable[[Coroutine[Any, Any, Any]], "asyncio.Task[None]"]
 
 
 def _agent_event(kind: internal.AgentEventType, **fields: Any) -> internal.AgentEvent:

@@ -15,10 +15,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from typing import Any
 
 log = logging.getLogger(__name__)
+
+#: What a part is given to start background work: `TaskOwner.spawn`.
+Spawn = Callable[[Coroutine[Any, Any, Any]], "asyncio.Task[Any]"]
 
 #: How long `aclose` waits for the cancelled children.
 GRACE_SECONDS = 5.0
@@ -68,6 +71,9 @@ class TaskOwner:
         task = self._group.create_task(self._guarded(coro, name), name=name)
         self._children.add(task)
         task.add_done_callback(self._children.discard)
+        # A child cancelled before its first step never started `coro`: close it (a no-op
+        # for one that ran) so that it is not reported as never awaited.
+        task.add_done_callback(lambda _: coro.close())
         return task
 
     async def _guarded(self, coro: Coroutine[Any, Any, Any], name: str | None) -> None:

@@ -97,3 +97,20 @@ async def test_spawn_before_start_is_a_bug() -> None:
 
     with pytest.raises(RuntimeError, match="before start"):
         TaskOwner("test").spawn(early())
+
+
+async def test_a_child_cancelled_before_it_ran_is_closed() -> None:
+    owner = TaskOwner("test")
+    await owner.start()
+    ran = False
+
+    async def never() -> None:
+        nonlocal ran
+        ran = True
+
+    task = owner.spawn(never(), "never")
+    task.cancel()  # before its first step
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert not ran
+    await owner.aclose()

@@ -1,6 +1,6 @@
 """The master's health checks of agents (Mesos's `SlaveObserver`), without HTTP.
 
-Agents register through `Master.register_agent` on a recording stream, a fake
+Agents register through `AgentLinks.register` on a recording stream, a fake
 below the interface under test that can answer each PING with a PONG. Pings are
 short; every assertion is about counts and states, none about time.
 """

@@ -125,6 +125,7 @@ class AgentLinks:
                 agent = await self._reregister_known(known, info, pid, call)
             else:
                 agent = await self._reregister_unknown(info, pid, call)
+                reconcile = self._unreported_unreachable(agent)
         agent.stream, agent.stream_id = stream, stream_id
         agent.connected = agent.active = True
         await self._outbox.registered(agent, self._master_info(), self.health.total_ping_timeout)
@@ -253,6 +254,32 @@ class AgentLinks:
                     internal.ReconcileTasks(
                         framework_id=FrameworkID(value=framework_id),
                         task_ids=missing,
+                        framework_info=framework.info,
+                    )
+                )
+        return asks
+
+    def _unreported_unreachable(self, agent: Agent) -> list[internal.ReconcileTasks]:
+        """As Mesos, once an unreachable agent is back none of its tasks stay unreachable:
+        those it reported were adopted, the others leave the master. Those it never
+        received (launched while it hung), their framework told TASK_UNREACHABLE and no
+        end, are asked of the agent, which ends them with a TASK_DROPPED of its own."""
+        asks = []
+        for framework_id, left in self._book.drop_unreachable_tasks(agent.id).items():
+            framework = self._book.frameworks[framework_id]
+            unheard = [
+                t.task_id for t in left
+                if t.status_update_state is None or not t.status_update_state.terminal
+            ]  # fmt: skip
+            if unheard:
+                log.warning(
+                    "tasks %s of framework %s unknown to agent %s, back from unreachable: "
+                    "reconciling with the agent", [t.value for t in unheard], framework.id, agent.id,
+                )  # fmt: skip
+                asks.append(
+                    internal.ReconcileTasks(
+                        framework_id=FrameworkID(value=framework.id),
+                        task_ids=unheard,
                         framework_info=framework.info,
                     )
                 )

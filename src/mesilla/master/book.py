@@ -244,6 +244,18 @@ class Book:
             framework.unreachable_tasks.pop(task_id, None)
             framework.completed_tasks.append(task)
 
+    def drop_unreachable_tasks(self, agent_id: str) -> dict[str, list[Task]]:
+        """The tasks of `agent_id` still unreachable, taken out of the book (the agent is back
+        without them), by framework."""
+        dropped: dict[str, list[Task]] = {}
+        for framework in self.frameworks.values():
+            left = [t for t in framework.unreachable_tasks.values() if t.agent_id.value == agent_id]
+            for task in left:
+                del framework.unreachable_tasks[task.task_id.value]
+            if left:
+                dropped[framework.id] = left
+        return dropped
+
     # --- executors ----------------------------------------------------------------------------------
 
     def add_executor(self, framework_id: str, agent_id: str, executor: ExecutorInfo) -> None:

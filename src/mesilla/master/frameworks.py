@@ -16,7 +16,7 @@ from collections.abc import Callable
 
 import msgspec
 
-from mesilla.common.errors import BadRequest, Invalid
+from mesilla.common.errors import BadRequest
 from mesilla.common.http import EventStream
 from mesilla.master.allocator import HierarchicalDRFAllocator
 from mesilla.master.book import Book
@@ -42,7 +42,7 @@ def check_allowed_roles(info: FrameworkInfo, allowed: str | None) -> None:
         return
     unknown = sorted(set(info.effective_roles()) - set(allowed.split(",")) - {"*"})
     if unknown:
-        raise Invalid(
+        raise BadRequest(
             f"Role(s) {', '.join(unknown)} are not in the master's --roles ({allowed})",
             field="framework_info.roles",
         )
@@ -114,7 +114,7 @@ class FrameworkStreams:
         try:
             validate_framework_info(info, call.suppressed_roles)
             check_allowed_roles(info, self._allowed_roles)
-        except Invalid as exc:
+        except BadRequest as exc:
             await self._outbox.error(stream, exc.reason)
             return None
         if info.id is not None and self._book.is_completed_framework(info.id.value):
@@ -225,8 +225,8 @@ class FrameworkStreams:
         try:
             validate_framework_info(info, call.suppressed_roles)
             validate_framework_update(framework.info, info)
-        except Invalid as exc:
-            raise Invalid(f"Supplied FrameworkInfo is not valid: {exc.reason}", field=exc.field) from exc
+        except BadRequest as exc:
+            raise BadRequest(f"Supplied FrameworkInfo is not valid: {exc.reason}", field=exc.field) from exc
         changed = info != framework.info
         framework.info = info
         framework.suppressed_roles = set(call.suppressed_roles)

@@ -24,7 +24,7 @@ from aiohttp import web
 from mesilla import MESOS_VERSION
 from mesilla.common import secrets
 from mesilla.common.authorization import require
-from mesilla.common.errors import BadRequest, Invalid, NotFound, ServiceUnavailable
+from mesilla.common.errors import BadRequest, NotFound, ServiceUnavailable
 from mesilla.common.http import (
     EventStream,
     Router,
@@ -330,12 +330,12 @@ class OperatorApi:
                 raise BadRequest("Expecting 'weight_infos[].role' to be present")
             try:
                 validate_role(info.role)
-            except Invalid as exc:
-                reason = f"Invalid 'weight_infos[].role': {exc.reason}"
-                raise Invalid(reason, field="weight_infos[].role") from exc
+            except BadRequest as exc:
+                reason = f"BadRequest 'weight_infos[].role': {exc.reason}"
+                raise BadRequest(reason, field="weight_infos[].role") from exc
             if not info.weight > 0:
-                raise Invalid(
-                    f"Invalid weight {info.weight} for role '{info.role}': weights must be positive",
+                raise BadRequest(
+                    f"BadRequest weight {info.weight} for role '{info.role}': weights must be positive",
                     field="weight_infos[].weight",
                 )
             weights[info.role] = info.weight

@@ -17,7 +17,7 @@ from aiohttp import web
 
 from mesilla.common.authentication import MASTER_SCHEDULER, principal_of
 from mesilla.common.authorization import require
-from mesilla.common.errors import BadRequest, Forbidden, Invalid, ServiceUnavailable
+from mesilla.common.errors import BadRequest, Forbidden, ServiceUnavailable
 from mesilla.common.http import EventStream, Router, check_accept, read_message
 from mesilla.master.validation import validate_call
 from mesilla.v1 import scheduler as sched
@@ -46,7 +46,7 @@ async def scheduler(request: web.Request, master: Master) -> web.StreamResponse:
     call: sched.Call = await read_message(request, sched.Call)
     try:
         checked_call(call)
-    except Invalid:
+    except BadRequest:
         master.counters["master/invalid_scheduler_calls"] += 1
         raise
     principal = principal_of(request)
@@ -97,8 +97,8 @@ def checked_call(call: sched.Call) -> None:
     """`validate_call`, its error worded as Mesos answers it."""
     try:
         validate_call(call)
-    except Invalid as exc:
-        raise Invalid(f"Failed to validate scheduler::Call: {exc.reason}", field=exc.field) from exc
+    except BadRequest as exc:
+        raise BadRequest(f"Failed to validate scheduler::Call: {exc.reason}", field=exc.field) from exc
 
 
 async def _subscribe(

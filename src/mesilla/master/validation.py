@@ -1,7 +1,7 @@
 """Validation of scheduler input as Mesos's `src/master/validation.cpp` does it.
 
-Every function returns when the input is valid and raises otherwise: an
-`Invalid` (400) whose message names the object at fault and whose `field`
+Every function returns when the input is valid and raises otherwise: a
+`BadRequest` (400) whose message names the object at fault and whose `field`
 names the field. The caller decides what an error becomes: a 400 answer
 (`mesilla.common.http`), an ERROR event (a refused SUBSCRIBE), TASK_ERROR
 with REASON_TASK_INVALID / REASON_TASK_GROUP_INVALID (`InvalidTask`), or
@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 import msgspec
 
-from mesilla.common.errors import Invalid
+from mesilla.common.errors import BadRequest
 from mesilla.common.resources import Resources, ResourcesError, to_fixed
 from mesilla.common.validation import validate_ids
 from mesilla.v1 import scheduler as sched
@@ -34,10 +34,10 @@ _ROLE_INVALID_CHARACTERS = frozenset("\t\n\v\f\r \x7f")
 
 
 def validate_role(role: str, field: str = "role") -> None:
-    """Raises `Invalid` if `role` is not a valid role name, by Mesos's rules (`roles::validate`)."""
+    """Raises `BadRequest` if `role` is not a valid role name, by Mesos's rules (`roles::validate`)."""
     error = _role_error(role)
     if error is not None:
-        raise Invalid(error, field=field)
+        raise BadRequest(error, field=field)
 
 
 def _role_error(role: str) -> str | None:
@@ -68,33 +68,33 @@ def validate_framework_info(info: FrameworkInfo, suppressed_roles: Iterable[str]
     """A SUBSCRIBE's or UPDATE_FRAMEWORK's FrameworkInfo and suppressed roles."""
     multi_role = info.has_capability("MULTI_ROLE")
     if multi_role and info.role is not None:
-        raise Invalid(
+        raise BadRequest(
             "'FrameworkInfo.role' must not be set when the MULTI_ROLE capability is declared; use 'roles'",
             field="framework_info.role",
         )
     if not multi_role and info.roles:
-        raise Invalid(
+        raise BadRequest(
             "'FrameworkInfo.roles' needs the MULTI_ROLE capability; use 'role' otherwise",
             field="framework_info.roles",
         )
     roles = info.effective_roles()
     field = "framework_info.roles" if multi_role else "framework_info.role"
     if len(set(roles)) != len(roles):
-        raise Invalid(f"'FrameworkInfo.roles' contains duplicates: {roles}", field=field)
+        raise BadRequest(f"'FrameworkInfo.roles' contains duplicates: {roles}", field=field)
     for role in roles:
         error = _role_error(role)
         if error is not None:
             if multi_role:
-                raise Invalid(f"'FrameworkInfo.roles' contains invalid role: {error}", field=field)
-            raise Invalid(f"'FrameworkInfo.role' is not a valid role: {error}", field=field)
+                raise BadRequest(f"'FrameworkInfo.roles' contains invalid role: {error}", field=field)
+            raise BadRequest(f"'FrameworkInfo.role' is not a valid role: {error}", field=field)
     if info.failover_timeout < 0:
-        raise Invalid(
+        raise BadRequest(
             f"'FrameworkInfo.failover_timeout' must not be negative, got {info.failover_timeout}",
             field="framework_info.failover_timeout",
         )
     unknown = sorted(set(suppressed_roles) - set(roles))
     if unknown:
-        raise Invalid(
+        raise BadRequest(
             f"suppressed role(s) {', '.join(unknown)} are not among the framework's roles {roles}",
             field="suppressed_roles",
         )
@@ -103,11 +103,11 @@ def validate_framework_info(info: FrameworkInfo, suppressed_roles: Iterable[str]
 def validate_framework_update(old: FrameworkInfo, new: FrameworkInfo) -> None:
     """UPDATE_FRAMEWORK may not change the framework's identity, principal, user or checkpointing."""
     if new.id != old.id:
-        raise Invalid("'FrameworkInfo.id' must be set to the framework's id", field="framework_info.id")
+        raise BadRequest("'FrameworkInfo.id' must be set to the framework's id", field="framework_info.id")
     for name in ("principal", "user", "checkpoint"):
         before, after = getattr(old, name), getattr(new, name)
         if after != before:
-            raise Invalid(
+            raise BadRequest(
                 f"'FrameworkInfo.{name}' cannot be changed (from {before!r} to {after!r})",
                 field=f"framework_info.{name}",
             )
@@ -150,32 +150,34 @@ def validate_call(call: sched.Call) -> None:
     The message is what follows Mesos's "Failed to validate scheduler::Call: ".
     """
     if call.type is sched.CallType.UNKNOWN:
-        raise Invalid("Expecting 'type' to be present and known", field="type")
+        raise BadRequest("Expecting 'type' to be present and known", field="type")
     error = validate_ids(_without_launches(call))
     if error is not None:
-        raise Invalid(error)  # the message names the id's field path
+        raise BadRequest(error)  # the message names the id's field path
     name = _CALL_FIELDS.get(call.type)
     if name is not None and getattr(call, name) is None:
-        raise Invalid(f"Expecting '{name}' to be present", field=name)
+        raise BadRequest(f"Expecting '{name}' to be present", field=name)
     if call.type is sched.CallType.SUBSCRIBE:
         assert call.subscribe is not None
         info_id = call.subscribe.framework_info.id
         if info_id is not None and call.framework_id != info_id:
-            raise Invalid("'framework_id' differs from 'subscribe.framework_info.id'", field="framework_id")
+            raise BadRequest(
+                "'framework_id' differs from 'subscribe.framework_info.id'", field="framework_id"
+            )
         return
     if call.framework_id is None:
-        raise Invalid("Expecting 'framework_id' to be present", field="framework_id")
+        raise BadRequest("Expecting 'framework_id' to be present", field="framework_id")
     if call.type is sched.CallType.ACKNOWLEDGE:
         assert call.acknowledge is not None
         if len(call.acknowledge.uuid) != 16:
-            raise Invalid(
+            raise BadRequest(
                 "Failed to parse 'acknowledge.uuid': expecting the 16 bytes of a UUID",
                 field="acknowledge.uuid",
             )
     if call.type is sched.CallType.UPDATE_FRAMEWORK:
         assert call.update_framework is not None
         if call.update_framework.framework_info.id != call.framework_id:
-            raise Invalid(
+            raise BadRequest(
                 "'framework_id' differs from 'update_framework.framework_info.id'", field="framework_id"
             )
 
@@ -183,7 +185,7 @@ def validate_call(call: sched.Call) -> None:
 # --- offers ----------------------------------------------------------------------------------
 
 
-class InvalidOffers(Invalid):
+class InvalidOffers(BadRequest):
     """The offers of an ACCEPT cannot be used; its tasks are answered TASK_DROPPED or TASK_LOST."""
 
     def __init__(self, reason: str) -> None:
@@ -238,7 +240,7 @@ class LaunchContext:
     role: str | None = None
 
 
-class InvalidTask(Invalid):
+class InvalidTask(BadRequest):
     """A task (or task group) that cannot be launched; the message, which says why, is its
     TASK_ERROR's."""
 
@@ -247,7 +249,7 @@ def _resources(kind: str, resources: list[Resource]) -> Resources:
     try:
         return Resources.from_list(resources)
     except ResourcesError as exc:
-        raise InvalidTask(f"Invalid {kind} resources: {exc}", field="resources") from exc
+        raise InvalidTask(f"BadRequest {kind} resources: {exc}", field="resources") from exc
 
 
 def _validate_executor(executor: ExecutorInfo, ctx: LaunchContext) -> None:

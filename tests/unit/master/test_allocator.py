@@ -54,7 +54,7 @@ def test_an_agent_is_offered_whole_to_one_framework(
 
 
 def test_allocated_resources_are_not_offered_again_until_recovered(
-    allocator: HierarchicalDRFAllocator
+    allocator: HierarchicalDRFAllocator,
 ) -> None:
     allocator.add_framework("fw-a", ["*"])
     allocator.add_agent("agent-1", "host1", AGENT)
@@ -86,7 +86,7 @@ def test_no_offer_no_empty_callback(allocator: HierarchicalDRFAllocator, offers:
 
 
 def test_drf_offers_to_the_framework_with_the_lowest_dominant_share(
-    allocator: HierarchicalDRFAllocator
+    allocator: HierarchicalDRFAllocator,
 ) -> None:
     # fw-a would win a tie (ids break ties) but already holds agent-1 wholly.
     allocator.add_agent("agent-1", "host1", AGENT)
@@ -301,7 +301,7 @@ def test_remove_agent_drops_its_resources_and_allocations(allocator: Hierarchica
 
 
 def test_agent_used_resources_count_before_the_framework_resubscribes(
-    allocator: HierarchicalDRFAllocator
+    allocator: HierarchicalDRFAllocator,
 ) -> None:
     # After a master failover agents re-register with their tasks first.
     allocator.add_agent("agent-1", "host1", AGENT, used={"fw-a": SMALL})

@@ -185,3 +185,15 @@ def test_completed_frameworks_are_bounded(book: Book) -> None:
 def test_a_framework_carries_its_id(book: Book) -> None:
     framework = book.add_framework("fw", FrameworkInfo(user="u", name="n"), recovered=True)
     assert framework.info.id == FrameworkID(value="fw") and framework.recovered
+
+
+def test_an_agent_back_without_its_unreachable_tasks_takes_them_out(book: Book) -> None:
+    framework, _ = cluster(book)
+    away, elsewhere = task("away"), task("elsewhere", agent_id="b")
+    book.add_agent(agent_info("b"), "pid", version=None, capabilities=[], now=1.0)
+    for each in (away, elsewhere):
+        book.add_task(each)
+        book.remove_task(each, unreachable=True)
+    assert book.drop_unreachable_tasks("a") == {"fw": [away]}
+    assert framework.unreachable_tasks == {"elsewhere": elsewhere}
+    assert book.drop_unreachable_tasks("a") == {}

@@ -8,7 +8,7 @@ from typing import Any
 import msgspec
 import pytest
 
-from mesilla.common.errors import Invalid
+from mesilla.common.errors import BadRequest
 from mesilla.common.resources import Resources
 from mesilla.master import validation
 from mesilla.master.validation import InvalidOffers, InvalidTask, LaunchContext, check_task, check_task_group
@@ -18,12 +18,12 @@ from mesilla.v1.mesos import ExecutorInfo, FrameworkInfo, Offer, TaskGroupInfo, 
 
 def _message(rule: Callable[..., object]) -> Callable[..., str | None]:
     """A rule as the tests below read it: None when the input passes, else the reason of
-    its `Invalid` (a 400 that names the field)."""
+    its `BadRequest` (a 400 that names the field)."""
 
     def run(*args: Any) -> str | None:
         try:
             rule(*args)
-        except Invalid as exc:
+        except BadRequest as exc:
             assert exc.status == 400
             return exc.reason
         return None
@@ -300,7 +300,7 @@ def test_valid_command_task() -> None:
         (
             {"resources": [{"name": "cpus", "type": "SCALAR"}]},
             {},
-            "Invalid task resources",
+            "BadRequest task resources",
         ),
         (
             {"resources": [{"name": "cpus", "type": "SCALAR", "scalar": {"value": 8}}]},
@@ -484,7 +484,7 @@ def test_checks_return_what_the_launch_takes_from_the_offer() -> None:
 
 
 def test_errors_name_the_offending_field() -> None:
-    with pytest.raises(Invalid) as raised:
+    with pytest.raises(BadRequest) as raised:
         validation.validate_framework_info(info(failover_timeout=-1))
     assert raised.value.field == "framework_info.failover_timeout"
     with pytest.raises(InvalidOffers) as offers:

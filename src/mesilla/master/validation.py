@@ -35,30 +35,25 @@ _ROLE_INVALID_CHARACTERS = frozenset("\t\n\v\f\r \x7f")
 
 def validate_role(role: str, field: str = "role") -> None:
     """Raises `BadRequest` if `role` is not a valid role name, by Mesos's rules (`roles::validate`)."""
-    error = _role_error(role)
-    if error is not None:
-        raise BadRequest(error, field=field)
-
-
-def _role_error(role: str) -> str | None:
     if role == "*":
-        return None
+        return
     if role.startswith("/"):
-        return f"Role '{role}' cannot start with a slash"
+        raise BadRequest(f"Role '{role}' cannot start with a slash", field=field)
     if role.endswith("/"):
-        return f"Role '{role}' cannot end with a slash"
+        raise BadRequest(f"Role '{role}' cannot end with a slash", field=field)
     if "//" in role:
-        return f"Role '{role}' cannot contain two adjacent slashes"
+        raise BadRequest(f"Role '{role}' cannot contain two adjacent slashes", field=field)
     if not role:
-        return "Role names cannot be the empty string"
+        raise BadRequest("Role names cannot be the empty string", field=field)
     for part in role.split("/"):
         if part in (".", "..", "*"):
-            return f"Role '{role}' cannot include '{part}' as a component"
+            raise BadRequest(f"Role '{role}' cannot include '{part}' as a component", field=field)
         if part.startswith("-"):
-            return f"Role component '{part}' is invalid because it starts with a dash"
+            raise BadRequest(f"Role component '{part}' is invalid because it starts with a dash", field=field)
         if not _ROLE_INVALID_CHARACTERS.isdisjoint(part):
-            return f"Role component '{part}' is invalid because it contains backspace or whitespace"
-    return None
+            raise BadRequest(
+                f"Role component '{part}' is invalid because it contains backspace or whitespace", field=field
+            )
 
 
 # --- frameworks ----------------------------------------------------------------------------
@@ -82,11 +77,15 @@ def validate_framework_info(info: FrameworkInfo, suppressed_roles: Iterable[str]
     if len(set(roles)) != len(roles):
         raise BadRequest(f"'FrameworkInfo.roles' contains duplicates: {roles}", field=field)
     for role in roles:
-        error = _role_error(role)
-        if error is not None:
-            if multi_role:
-                raise BadRequest(f"'FrameworkInfo.roles' contains invalid role: {error}", field=field)
-            raise BadRequest(f"'FrameworkInfo.role' is not a valid role: {error}", field=field)
+        try:
+            validate_role(role, field)
+        except BadRequest as exc:
+            what = (
+                "'FrameworkInfo.roles' contains invalid role"
+                if multi_role
+                else "'FrameworkInfo.role' is not a valid role"
+            )
+            raise BadRequest(f"{what}: {exc.reason}", field=field) from exc
     if info.failover_timeout < 0:
         raise BadRequest(
             f"'FrameworkInfo.failover_timeout' must not be negative, got {info.failover_timeout}",

@@ -20,6 +20,7 @@ from collections.abc import Callable
 import msgspec
 
 from mesilla.common.http import EventStream
+from mesilla.common.tasks import TaskOwner
 from mesilla.master.agent import Agent
 from mesilla.master.agent_health import AgentHealth, forgive
 from mesilla.master.allocator import HierarchicalDRFAllocator
@@ -28,7 +29,6 @@ from mesilla.master.framework import Framework
 from mesilla.master.frameworks import FrameworkStreams
 from mesilla.master.offers import Offerer
 from mesilla.master.outbox import Outbox
-from mesilla.master.owner import Spawn
 from mesilla.master.registry import Registry
 from mesilla.master.tasks import Tasks, master_status
 from mesilla.v1 import internal
@@ -57,7 +57,7 @@ class AgentLinks:
         frameworks: FrameworkStreams,
         outbox: Outbox,
         counters: Counter[str],
-        spawn: Spawn,
+        owner: TaskOwner,
         master_info: Callable[[], MasterInfo],
         *,
         ping_timeout: float,
@@ -72,7 +72,7 @@ class AgentLinks:
         self._frameworks = frameworks
         self._outbox = outbox
         self._counters = counters
-        self._spawn = spawn
+        self._owner = owner
         self._master_info = master_info
         self.health = AgentHealth(
             outbox,
@@ -90,7 +90,8 @@ class AgentLinks:
         """Agents recovered from the registry have ``--agent_reregister_timeout`` to come back."""
         if self._book.recovered_agents:
             self._reregister_timer = asyncio.get_running_loop().call_later(
-                self._reregister_timeout, lambda: self._spawn(self._expire_recovered_agents())
+                self._reregister_timeout,
+                lambda: self._owner.spawn(self._expire_recovered_agents(), "expiry of recovered agents"),
             )
 
     def stop(self) -> None:
@@ -132,7 +133,7 @@ class AgentLinks:
         await self._outbox.reconcile_tasks(agent, reconcile)
         await self._shutdown_completed_frameworks(agent, call)
         if agent.observer is None:  # a known agent that re-registers keeps its observer
-            agent.observer = self._spawn(self.health.observe(agent))
+            agent.observer = self._owner.spawn(self.health.observe(agent), f"health of agent {agent.id}")
         log.info("agent %s (%s) registered at %s", agent.id, agent.hostname, pid)
         return agent
 
@@ -350,7 +351,8 @@ class AgentLinks:
         for framework_id in sorted(set(agent.tasks) | set(agent.executors)):
             framework = self._book.frameworks.get(framework_id)
             if framework is not None and not framework.info.checkpoint:
-                self._spawn(self._outbox.updates(framework, self._remove_framework_from(agent, framework)))
+                lost = self._remove_framework_from(agent, framework)
+                self._owner.spawn(self._outbox.updates(framework, lost), f"updates to {framework.id}")
         log.info(
             "agent %s disconnected; unreachable after %d missed pings unless it comes back",
             agent.id,

@@ -31,9 +31,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from mesilla.common.resources import UNRESERVED, Resources, to_fixed
+from mesilla.common.tasks import TaskOwner
 from mesilla.master.metrics import Timer
 from mesilla.master.offer_filters import RefuseFilters
-from mesilla.master.owner import Spawn
 
 log = logging.getLogger(__name__)
 
@@ -130,10 +130,10 @@ class HierarchicalDRFAllocator:
 
     # --- the allocation loop -------------------------------------------------------
 
-    def start(self, spawn: Spawn) -> None:
-        """Runs the allocation loop, as a task of `spawn`'s owner, until `stop`."""
+    def start(self, owner: TaskOwner) -> None:
+        """Runs the allocation loop, as a task of `owner`, until `stop`."""
         if self._task is None:
-            self._task = spawn(self._run())
+            self._task = owner.spawn(self._run(), "allocator")
 
     async def stop(self) -> None:
         task, self._task = self._task, None

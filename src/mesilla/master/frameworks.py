@@ -18,12 +18,12 @@ import msgspec
 
 from mesilla.common.errors import BadRequest
 from mesilla.common.http import EventStream
+from mesilla.common.tasks import TaskOwner
 from mesilla.master.allocator import HierarchicalDRFAllocator
 from mesilla.master.book import Book
 from mesilla.master.framework import Framework
 from mesilla.master.offers import Offerer
 from mesilla.master.outbox import Outbox
-from mesilla.master.owner import Spawn
 from mesilla.master.registry import Registry
 from mesilla.master.tasks import Tasks, master_status
 from mesilla.master.validation import validate_framework_info, validate_framework_update
@@ -67,7 +67,7 @@ class FrameworkStreams:
         tasks: Tasks,
         outbox: Outbox,
         counters: Counter[str],
-        spawn: Spawn,
+        owner: TaskOwner,
         master_info: Callable[[], MasterInfo],
         *,
         heartbeat_interval: float,
@@ -80,7 +80,7 @@ class FrameworkStreams:
         self._tasks = tasks
         self._outbox = outbox
         self._counters = counters
-        self._spawn = spawn
+        self._owner = owner
         self._master_info = master_info
         self.heartbeat_interval = heartbeat_interval
         self._allowed_roles = allowed_roles
@@ -135,7 +135,7 @@ class FrameworkStreams:
         framework.suppressed_roles = set(call.suppressed_roles)
         framework.connect(stream, stream_id)
         await self._outbox.subscribed(framework, self.heartbeat_interval, self._master_info())
-        framework.heartbeat_task = self._spawn(self._heartbeat(stream))
+        framework.heartbeat_task = self._owner.spawn(self._heartbeat(stream), f"heartbeats to {framework.id}")
         self._counters[
             "master/messages_register_framework" if added else "master/messages_reregister_framework"
         ] += 1
@@ -174,7 +174,9 @@ class FrameworkStreams:
         log.info("framework %s disconnected; failover timeout %ss", framework.id, timeout)
         framework.failover_timer = asyncio.get_running_loop().call_later(
             min(max(timeout, 0.0), _MAX_FAILOVER_TIMEOUT),
-            lambda: self._spawn(self._failover_expired(framework)),
+            lambda: self._owner.spawn(
+                self._failover_expired(framework), f"failover timeout of {framework.id}"
+            ),
         )
         self._outbox.notify("FRAMEWORK_UPDATED", framework)
 

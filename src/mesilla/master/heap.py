@@ -25,7 +25,7 @@ import logging
 import time
 from typing import Any
 
-from mesilla.master.owner import Spawn
+from mesilla.common.tasks import TaskOwner
 
 log = logging.getLogger(__name__)
 
@@ -44,13 +44,13 @@ class HeapKeeper:
         self.thaw_interval = thaw_interval
         self._task: asyncio.Task[Any] | None = None
 
-    def start(self, spawn: Spawn) -> None:
+    def start(self, owner: TaskOwner) -> None:
         """Called once the registry is recovered: what exists then is long-lived. The
-        periodic thaw runs as a task of `spawn`'s owner, until `stop`."""
+        periodic thaw runs as a task of `owner`, until `stop`."""
         if self._task is None:
             gc.freeze()
             gc.callbacks.append(_freeze_survivors)
-            self._task = spawn(self._thaw())
+            self._task = owner.spawn(self._thaw(), "heap keeper")
 
     async def stop(self) -> None:
         task, self._task = self._task, None

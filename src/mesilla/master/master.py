@@ -16,7 +16,8 @@ constructor and nothing else:
 * `status_updates` (`StatusUpdates`): task updates, acknowledgements, kills,
   reconciliation;
 * `relay` (`Relay`): messages between schedulers and executors;
-* `owner` (`TaskOwner`): every background task, cancelled and awaited at `stop`.
+* `owner` (`mesilla.common.tasks.TaskOwner`): every background task, cancelled and
+  awaited at `stop`.
 
 The HTTP modules (`scheduler_api`, `agent_api`, `operator_api`, `v0_scheduler`
 and `endpoints`) turn requests into calls on these parts.
@@ -40,6 +41,7 @@ from collections import Counter, deque
 from mesilla import MESOS_VERSION
 from mesilla.common.authorization import Authorizer
 from mesilla.common.flags import Flags
+from mesilla.common.tasks import TaskOwner
 from mesilla.master.agent import Agent
 from mesilla.master.agents import AgentLinks
 from mesilla.master.allocator import HierarchicalDRFAllocator
@@ -51,7 +53,6 @@ from mesilla.master.launch import Launcher
 from mesilla.master.messages import Relay
 from mesilla.master.offers import Offerer
 from mesilla.master.outbox import Observer, Outbox
-from mesilla.master.owner import TaskOwner
 from mesilla.master.registry import Registry
 from mesilla.master.status_updates import StatusUpdates
 from mesilla.master.streams import StreamWatch
@@ -91,7 +92,7 @@ class Master:
             max_completed_tasks=flags.get("max_completed_tasks_per_framework") or 1000,
         )
         self.owner = TaskOwner("master")
-        self.outbox = Outbox(self.owner.spawn)
+        self.outbox = Outbox(self.owner)
         self.allocator = HierarchicalDRFAllocator(
             allocation_interval=flags.allocation_interval,
             # The allocator runs once started, after the offerer below exists.
@@ -113,7 +114,7 @@ class Master:
             self.tasks,
             self.outbox,
             self.counters,
-            self.owner.spawn,
+            self.owner,
             lambda: self.master_info,
             heartbeat_interval=flags.heartbeat_interval,
             allowed_roles=flags.get("roles"),
@@ -127,7 +128,7 @@ class Master:
             self.framework_streams,
             self.outbox,
             self.counters,
-            self.owner.spawn,
+            self.owner,
             lambda: self.master_info,
             ping_timeout=flags.agent_ping_timeout,
             max_ping_timeouts=flags.max_agent_ping_timeouts,
@@ -155,17 +156,16 @@ class Master:
 
     async def start(self) -> None:
         """Recovers the registry, then starts allocating; until then calls get 503."""
-        await self.owner.start()
         state = await self.registry.recover()
         self.book.recover(state, time.time())
         for framework_id, info in state.frameworks.items():
             self.framework_streams.recover(framework_id, info)
         self.agent_links.start()
-        self.streams.start(self.owner.spawn)
-        self.heap.start(self.owner.spawn)
+        self.streams.start(self.owner)
+        self.heap.start(self.owner)
         self.recovered = True
         self.elected_time = time.time()
-        self.allocator.start(self.owner.spawn)
+        self.allocator.start(self.owner)
         log.info(
             "master %s recovered %d agent(s) and %d framework(s)",
             self.id,
@@ -182,7 +182,7 @@ class Master:
         await self.allocator.stop()
         await self.streams.stop()
         await self.heap.stop()
-        await self.owner.aclose()
+        await self.owner.close()
         await self.registry.close()
 
     # --- what the operator surfaces read ------------------------------------------------

@@ -20,9 +20,9 @@ from collections.abc import Callable
 from typing import Any
 
 from mesilla.common.http import EventStream
+from mesilla.common.tasks import TaskOwner
 from mesilla.master.agent import Agent
 from mesilla.master.framework import Framework
-from mesilla.master.owner import Spawn
 from mesilla.v1 import internal
 from mesilla.v1 import scheduler as sched
 from mesilla.v1.mesos import (
@@ -51,8 +51,8 @@ def _agent_event(kind: internal.AgentEventType, **fields: Any) -> internal.Agent
 
 
 class Outbox:
-    def __init__(self, spawn: Spawn) -> None:
-        self._spawn = spawn
+    def __init__(self, owner: TaskOwner) -> None:
+        self._owner = owner
         self._observers: list[Observer] = []
 
     # --- observers ----------------------------------------------------------------------
@@ -107,12 +107,12 @@ class Outbox:
 
     def offers(self, framework: Framework, offers: list[Offer]) -> None:
         event = sched.Event(type=sched.EventType.OFFERS, offers=sched.Offers(offers=offers))
-        self._spawn(self.to_framework(framework, event))
+        self._owner.spawn(self.to_framework(framework, event), f"OFFERS to {framework.id}")
 
     def rescind(self, framework: Framework, offer_id: OfferID) -> None:
         if framework.connected:
             event = sched.Event(type=sched.EventType.RESCIND, rescind=sched.Rescind(offer_id=offer_id))
-            self._spawn(self.to_framework(framework, event))
+            self._owner.spawn(self.to_framework(framework, event), f"RESCIND to {framework.id}")
 
     async def executor_message(
         self, framework: Framework, agent_id: str, executor_id: ExecutorID, data: bytes

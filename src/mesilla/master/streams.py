@@ -15,7 +15,7 @@ from typing import Any
 from aiohttp import web
 
 from mesilla.common.http import EventStream
-from mesilla.master.owner import Spawn
+from mesilla.common.tasks import TaskOwner
 
 
 class StreamWatch:
@@ -24,10 +24,10 @@ class StreamWatch:
         self._held: dict[EventStream, web.Request] = {}
         self._task: asyncio.Task[Any] | None = None
 
-    def start(self, spawn: Spawn) -> None:
-        """Runs the periodic check, as a task of `spawn`'s owner, until `stop`."""
+    def start(self, owner: TaskOwner) -> None:
+        """Runs the periodic check, as a task of `owner`, until `stop`."""
         if self._task is None:
-            self._task = spawn(self._run())
+            self._task = owner.spawn(self._run(), "stream watch")
 
     async def stop(self) -> None:
         task, self._task = self._task, None

@@ -48,8 +48,11 @@ class V0Stream(libprocess.MessageStream):
     """The SUBSCRIBE stream of a v0 framework: v1 events out as v0 messages."""
 
     def __init__(self, master: Master, pid: libprocess.UPID, reregister: bool) -> None:
-        spawn = master.owner.spawn
-        super().__init__(libprocess.Link(master.master_info.pid or "", pid, spawn), spawn)
+        owner = master.owner
+        link = libprocess.Link(
+            master.master_info.pid or "", pid, lambda coro: owner.spawn(coro, f"link to {pid}")
+        )
+        super().__init__(link, lambda coro: owner.spawn(coro, f"watch of {pid}"))
         self.pid = pid
         self.reregister = reregister
         self.framework_id: str | None = None
@@ -180,7 +183,7 @@ class V0Schedulers:
         if framework is None:
             return
         self._by_pid[pid] = framework.id
-        master.owner.spawn(self._disconnected(framework, stream, stream_id))
+        master.owner.spawn(self._disconnected(framework, stream, stream_id), f"v0 framework {framework.id}")
 
     async def _disconnected(self, framework: Framework, stream: V0Stream, stream_id: str) -> None:
         await stream.closed.wait()

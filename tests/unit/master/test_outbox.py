@@ -2,16 +2,15 @@
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import AsyncIterator, Coroutine
+from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
 
+from mesilla.common.tasks import TaskOwner
 from mesilla.master.agent import Agent
 from mesilla.master.framework import Framework
 from mesilla.master.outbox import Outbox
-from mesilla.master.owner import TaskOwner
 from mesilla.v1.mesos import (
     AgentID,
     AgentInfo,
@@ -40,9 +39,8 @@ class Recording:
 @pytest.fixture
 async def owner() -> AsyncIterator[TaskOwner]:
     owner = TaskOwner("test")
-    await owner.start()
     yield owner
-    await owner.aclose()
+    await owner.close()
 
 
 def framework(stream: Recording | None) -> Framework:
@@ -59,7 +57,7 @@ def agent(stream: Recording | None) -> Agent:
 
 
 async def test_updates_go_to_connected_frameworks_only(owner: TaskOwner) -> None:
-    outbox = Outbox(owner.spawn)
+    outbox = Outbox(owner)
     status = TaskStatus(task_id=TaskID(value="t"), state=TaskState.TASK_RUNNING)
     stream = Recording()
     await outbox.update(framework(stream), status)
@@ -68,24 +66,18 @@ async def test_updates_go_to_connected_frameworks_only(owner: TaskOwner) -> None
 
 
 async def test_a_rescind_is_sent_in_the_background_when_connected(owner: TaskOwner) -> None:
-    sends: list[asyncio.Task[Any]] = []
-
-    def spawn(coro: Coroutine[Any, Any, Any]) -> asyncio.Task[Any]:
-        sends.append(owner.spawn(coro))
-        return sends[-1]
-
-    outbox = Outbox(spawn)
+    outbox = Outbox(owner)
+    outbox.rescind(framework(None), OfferID(value="o0"))  # disconnected: nothing to send
+    assert len(owner) == 0
     stream = Recording()
     outbox.rescind(framework(stream), OfferID(value="o1"))
-    assert stream.events == []  # not yet: the allocator's callback does not wait
-    await sends[0]
+    assert stream.events == [] and len(owner) == 1  # the allocator's callback does not wait
+    await owner.close(grace=10)  # lets it finish
     assert [e.rescind.offer_id.value for e in stream.events] == ["o1"]
-    outbox.rescind(framework(None), OfferID(value="o2"))  # disconnected: nothing to send
-    assert len(sends) == 1
 
 
 async def test_an_error_closes_the_stream_and_no_uuid_means_no_ack(owner: TaskOwner) -> None:
-    outbox = Outbox(owner.spawn)
+    outbox = Outbox(owner)
     stream = Recording()
     await outbox.error(stream, "Framework failed over")  # type: ignore[arg-type]
     assert stream.closed and stream.events[0].error.message == "Framework failed over"

@@ -229,10 +229,8 @@ async def kill_all(history: History, framework: RecordingFramework) -> list[str]
     except FrameworkError:
         left = {t: records(history, framework)[t].states() for t in live}
         return [f"{framework.info['name']}: KILL did not end every task within {SETTLE_TIMEOUT}s: {left}"]
-    # The acknowledgements of the last updates, still in flight: polled (they end on their
-    # own, each one call), for a minute at most.
-    for _ in range(1200):
-        if not len(framework._acks):
-            break
-        await asyncio.sleep(0.05)
+    # The acknowledgements of the last updates, still in flight: they end on their
+    # own, each one call; a minute at most.
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(framework.acknowledged(), 60)
     return []

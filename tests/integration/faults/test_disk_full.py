@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import asyncio
 import subprocess
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
+from pathlib import Path
 
 import pytest
 from tests.integration.faults.workload import idle_in_master, pod_executor, task, tid
@@ -29,59 +30,62 @@ MakeCluster = Callable[..., Cluster]
 MakeFramework = Callable[..., Awaitable[Framework]]
 
 
-async def test_a_full_sandbox_disk_drops_the_launch_and_the_agent_goes_on(
-    make_cluster: MakeCluster, make_framework: MakeFramework
-) -> None:
+@pytest.fixture
+def on_small_disk(make_cluster: MakeCluster) -> Iterator[tuple[Cluster, Path]]:
+    """A started cluster whose agent keeps its sandboxes on a small tmpfs (the chaos
+    harness's), and that disk, unmounted at the end."""
     cluster = make_cluster(start=False)
     [disk] = mount_disks(cluster)
     try:
         cluster.start()
-        registered = cluster.await_agent_active(0)
-        framework = await make_framework(cluster, capabilities=["PARTITION_AWARE"])
-        fill(disk)
-        starved = task("starved", "sleep 3600")
-        await framework.launch(await framework.offer(), [starved])
-        await framework.until_state([tid(starved)], "TERMINAL")
-        [end] = framework.terminal(tid(starved))
-        assert (end.state, end.reason, end.status["source"]) == (
-            "TASK_DROPPED", "REASON_EXECUTOR_TERMINATED", "SOURCE_AGENT"
-        ), end.status
-        assert "Failed to create executor directory" in end.status["message"], end.status
-        assert "No space left on device" in end.status["message"], end.status
-
-        (disk / FILL).unlink()
-        fed = task("fed", "sleep 3600")
-        await framework.launch(await framework.offer(), [fed])
-        await framework.until_state([tid(fed)], "TASK_RUNNING")
-        # The same registration all along: the full disk never cost the agent its master.
-        agent = cluster.await_agent_active(0)
-        assert agent.get("reregistered_time") == registered.get("reregistered_time"), agent
-        await framework.kill(tid(fed))
-        await framework.until_state([tid(fed)], "TASK_KILLED")
-        assert [item for item in cluster.await_no_leftovers() if item != f"mount {disk}"] == []
+        yield cluster, disk
     finally:
         subprocess.run(["umount", str(disk)], check=False, capture_output=True)
+
+
+async def test_a_full_sandbox_disk_drops_the_launch_and_the_agent_goes_on(
+    on_small_disk: tuple[Cluster, Path], make_framework: MakeFramework
+) -> None:
+    cluster, disk = on_small_disk
+    registered = cluster.await_agent_active(0)
+    framework = await make_framework(cluster, capabilities=["PARTITION_AWARE"])
+    fill(disk)
+    starved = task("starved", "sleep 3600")
+    await framework.launch(await framework.offer(), [starved])
+    await framework.until_state([tid(starved)], "TERMINAL")
+    [end] = framework.terminal(tid(starved))
+    assert (end.state, end.reason, end.status["source"]) == (
+        "TASK_DROPPED", "REASON_EXECUTOR_TERMINATED", "SOURCE_AGENT"
+    ), end.status
+    assert "Failed to create executor directory" in end.status["message"], end.status
+    assert "No space left on device" in end.status["message"], end.status
+
+    (disk / FILL).unlink()
+    fed = task("fed", "sleep 3600")
+    await framework.launch(await framework.offer(), [fed])
+    await framework.until_state([tid(fed)], "TASK_RUNNING")
+    # The same registration all along: the full disk never cost the agent its master.
+    agent = cluster.await_agent_active(0)
+    assert agent.get("reregistered_time") == registered.get("reregistered_time"), agent
+    await framework.kill(tid(fed))
+    await framework.until_state([tid(fed)], "TASK_KILLED")
+    assert [item for item in cluster.await_no_leftovers() if item != f"mount {disk}"] == []
 
 
 async def test_a_pod_whose_sandbox_cannot_be_created_leaves_the_master(
-    make_cluster: MakeCluster, make_framework: MakeFramework
+    on_small_disk: tuple[Cluster, Path], make_framework: MakeFramework
 ) -> None:
-    cluster = make_cluster(start=False)
-    [disk] = mount_disks(cluster)
-    try:
-        cluster.start()
-        framework = await make_framework(cluster, capabilities=["PARTITION_AWARE"])
-        fill(disk)
-        starved = task("starved", "sleep 3600")
-        await framework.launch_group(await framework.offer(), pod_executor(), [starved])
-        await framework.until_state([tid(starved)], "TASK_DROPPED")
+    cluster, disk = on_small_disk
+    framework = await make_framework(cluster, capabilities=["PARTITION_AWARE"])
+    fill(disk)
+    starved = task("starved", "sleep 3600")
+    await framework.launch_group(await framework.offer(), pod_executor(), [starved])
+    await framework.until_state([tid(starved)], "TASK_DROPPED")
 
-        # The executor's exit reaches the master asynchronously: polled, in a thread (the
-        # framework acknowledges meanwhile).
-        agent = await asyncio.to_thread(
-            cluster.agents[0].await_ready, lambda: idle_in_master(cluster), "master without the executor", 30
-        )
-        assert agent["used_resources"].get("mem", 0) == 0, agent
-        assert [item for item in cluster.await_no_leftovers() if item != f"mount {disk}"] == []
-    finally:
-        subprocess.run(["umount", str(disk)], check=False, capture_output=True)
+    # The executor's exit reaches the master asynchronously: polled, in a thread (the
+    # framework acknowledges meanwhile).
+    agent = await asyncio.to_thread(
+        cluster.agents[0].await_ready, lambda: idle_in_master(cluster), "master without the executor", 30
+    )
+    assert agent["used_resources"].get("mem", 0) == 0, agent
+    assert [item for item in cluster.await_no_leftovers() if item != f"mount {disk}"] == []

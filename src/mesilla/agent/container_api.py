@@ -4,8 +4,10 @@
   parent) runs in ``<parent sandbox>/containers/<id>`` under an existing
   container; a container without a parent is *standalone*: it has its own
   sandbox under ``<work_dir>/containers/<id>`` and is not part of any
-  executor. 200 when launched, 202 when the id is already in use, 400 when
-  the launch fails (with the reason).
+  executor. 200 when launched, 202 when the id is already in use; a failed
+  launch answers its `ContainerError`'s status with the reason: 400 for what
+  cannot be launched (bad input), 503 when the image's registry failed, 500
+  when the agent's own machinery did (a runc crash).
 * WAIT_*: long poll until the container ends: raw `exit_status`, and the
   `state`/`reason`/`message` a limitation or a failed launch decided; 404 for
   an unknown container.
@@ -28,31 +30,20 @@ from typing import TypeVar
 
 from aiohttp import web
 
-from mesilla.agent import checkpoints
 from mesilla.agent.agent import Agent
 from mesilla.agent.agent_api import AgentApi
 from mesilla.agent.container_io import Sessions
 from mesilla.agent.io_switchboard import Servers, requires_server
 from mesilla.common import files
-from mesilla.common.errors import BadRequest, HttpError, NotFound, UnsupportedMediaType
+from mesilla.common.blocking import in_thread
+from mesilla.common.errors import BadRequest, ContainerError, NotFound, UnsupportedMediaType
 from mesilla.common.validation import validate_container_id
-from mesilla.containerizer.containerizer import (
-    ContainerLaunchError,
-    ContainerNotRemovable,
-    LaunchResult,
-    UnknownContainer,
-)
+from mesilla.containerizer.interface import Containerizer, LaunchResult
 from mesilla.containerizer.types import ContainerClass, ContainerConfig
 from mesilla.v1 import agent as api
 from mesilla.v1.mesos import CommandInfo, ContainerID, TaskResourceLimitation, TaskState
 
 log = logging.getLogger(__name__)
-
-class ContainerStillRunning(HttpError):
-    """REMOVE of a container that has not ended (Mesos answers 500 Internal Server Error)."""
-
-    status = 500
-
 
 def standalone_marker_dir(work_dir: str) -> str:
     """Checkpointed ids of standalone containers, so that a restarted agent keeps them."""
@@ -111,7 +102,7 @@ class ContainerCalls:
         self.servers = servers
 
     @property
-    def containerizer(self):  # type: ignore[no-untyped-def]
+    def containerizer(self) -> Containerizer:
         return self.agent.containerizer
 
     def _marker(self, container_id: ContainerID) -> str:
@@ -150,7 +141,7 @@ class ContainerCalls:
         if container_id.parent is None:
             if not launch.resources:
                 raise BadRequest(f"Expecting '{field}.resources' for a standalone container")
-            checkpoints.touch(self._marker(container_id))
+            await self.agent.checkpointer.marker(self._marker(container_id))
         parent_config = (
             self.containerizer.config(container_id.root()) if container_id.parent else None
         )
@@ -179,11 +170,13 @@ class ContainerCalls:
                 raise BadRequest(f"Failed to start the I/O switchboard: {exc}") from None
         try:
             result = await self.containerizer.launch(container_id, config)
-        except BaseException as exc:
+        except ContainerError as exc:
             if server:
                 await self.servers.stop(container_id)
-            if isinstance(exc, ContainerLaunchError):
-                raise BadRequest(str(exc)) from None
+            raise exc.http_error() from exc
+        except BaseException:
+            if server:
+                await self.servers.stop(container_id)
             raise
         if server:
             if result is LaunchResult.SUCCESS:
@@ -225,15 +218,14 @@ class ContainerCalls:
                 sandboxes = os.path.join(parent.sandbox, "containers")
         try:
             await self.containerizer.remove(container_id)
-        except ContainerNotRemovable as exc:
-            raise ContainerStillRunning(str(exc)) from None
-        except UnknownContainer:
-            raise NotFound(f"Container {container_id} cannot be found") from None
+        except ContainerError as exc:
+            raise exc.http_error() from exc
         if container_id.parent is None and os.path.exists(self._marker(container_id)):
             files.remove_file(standalone_marker_dir(work_dir), self._marker(container_id))
             sandboxes = standalone_sandboxes(work_dir)
         if sandboxes is not None:
-            files.remove_tree(sandboxes, container_id.value, ignore_errors=True)
+            # A sandbox can be a big tree: not on the loop.
+            await in_thread(files.remove_tree, sandboxes, container_id.value, ignore_errors=True)
         return web.Response(status=200)
 
 
@@ -246,6 +238,7 @@ def install(agent_api: AgentApi, agent: Agent) -> None:
 
     async def session(call: api.Call, request: web.Request) -> web.StreamResponse:
         launch = _part(call, "launch_nested_container_session")
+        assert isinstance(launch, api.LaunchContainerCall)
         return await sessions.launch(request, launch, calls)
 
     async def attach_output(call: api.Call, request: web.Request) -> web.StreamResponse:

@@ -268,9 +268,11 @@ class Sessions:
     def directory(self, container_id: ContainerID) -> str:
         return os.path.join(self.root, *container_id.path())
 
-    async def launch(self, request: web.Request, launch: Any, calls: Any) -> web.StreamResponse:
+    async def launch(
+        self, request: web.Request, launch: api.LaunchContainerCall, calls: ContainerLauncher
+    ) -> web.StreamResponse:
         """Launches the container with a switchboard and streams its output until it ends."""
-        container_id: ContainerID = launch.container_id
+        container_id = launch.container_id
         if container_id.parent is None:
             raise BadRequest(
                 "Expecting 'launch_nested_container_session.container_id.parent' to be present"
@@ -437,13 +439,30 @@ async def _relay(reader: asyncio.StreamReader, queue: asyncio.Queue[bytes | None
         queue.put_nowait(None)
 
 
-async def _calls(request: web.Request) -> Any:
+async def _calls(request: web.Request) -> AsyncIterator[api.Call]:
     decoder = recordio.Decoder()
     async for chunk in request.content.iter_any():
         for record in decoder.feed(chunk):
             yield codec.decode(record, api.Call)
     if decoder.pending:
         raise BadRequest("The request body ended in the middle of a RecordIO record")
+
+
+class ContainerLauncher(Protocol):
+    """`container_api.ContainerCalls`, as a session launches its container."""
+
+    async def launch(
+        self,
+        launch: api.LaunchContainerCall,
+        field: str,
+        *,
+        nested: bool,
+        stdin: str | None = None,
+        stdout: str | None = None,
+        stderr: str | None = None,
+        console_socket: str | None = None,
+        container_class: ContainerClass = ContainerClass.DEFAULT,
+    ) -> web.Response: ...
 
 
 class _Input(Protocol):

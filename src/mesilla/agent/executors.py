@@ -26,6 +26,7 @@ from mesilla.v1.mesos import (
     ExecutorID,
     ExecutorInfo,
     FrameworkInfo,
+    Resource,
     TaskInfo,
 )
 
@@ -213,7 +214,7 @@ def container_config(
     directory: str,
     environment: dict[str, str],
     task: TaskInfo | None,
-    resources: list,
+    resources: list[Resource],
     user: str | None,
     limits: dict[str, float] | None = None,
 ) -> ContainerConfig:

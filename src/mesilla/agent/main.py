@@ -17,11 +17,13 @@ import socket
 
 from aiohttp import web
 
-from mesilla.agent import agent_api, container_api, executor_api, v0_executor
-from mesilla.agent.agent import Agent
+from mesilla.agent import agent_api, container_api, executor_api, terminations, v0_executor
+from mesilla.agent.agent import Agent, Security
 from mesilla.agent.executor_auth import ExecutorTokens
 from mesilla.agent.executors import domain_socket, executor_environment_variables
+from mesilla.agent.flags import AgentFlags
 from mesilla.agent.host import detect_resources, parse_attributes
+from mesilla.agent.master_events import MasterEvents
 from mesilla.agent.master_link import MasterLink
 from mesilla.agent.recovery import recover
 from mesilla.agent.status_update_manager import RETRY_INTERVAL_MIN
@@ -154,7 +156,7 @@ async def start_server(agent: Agent, authenticate: authentication.Authentication
     port = runner.addresses[0][1]
     agent.info.port = port
     agent.endpoint = f"{agent.flags.ip}:{port}"
-    socket_path = domain_socket(agent.flags)
+    socket_path = domain_socket(agent.flags.parsed)
     if socket_path is not None:
         await _serve_unix(runner, socket_path)
     return runner
@@ -177,7 +179,7 @@ def _handle_sigusr1(agent: Agent) -> bool:
 
     def shutdown() -> None:
         log.info("Received SIGUSR1: shutting down every executor and unregistering")
-        agent.shutdown(unregister=True)
+        terminations.shutdown(agent, unregister=True)
 
     try:
         asyncio.get_running_loop().add_signal_handler(signal.SIGUSR1, shutdown)
@@ -210,13 +212,18 @@ async def run(
         # A start-up error, not a crash: the message is all the operator needs.
         raise SystemExit(f"mesilla agent: {exc}") from None
     containerizer = await Containerizer.create(flags)
-    agent = Agent(flags, containerizer, info, status_update_interval=status_update_interval)
-    agent.authorizer = authorizer
-    agent.http_credentials = http_credentials
-    agent.tls = tls_config
+    link = MasterLink(
+        flags.master, float(flags.registration_backoff_factor), credential,
+        tls_config.client_context() if tls_config is not None else None,
+    )  # fmt: skip
+    security = Security(tokens, http_credentials, authorizer, tls_config)
+    agent = Agent(
+        AgentFlags.from_flags(flags), containerizer, info,
+        master=link, security=security, status_update_interval=status_update_interval,
+    )  # fmt: skip
     if tokens is not None:
-        agent.executor_tokens = tokens
         tokens.live = agent.executor_alive
+    await agent.start()
     runner = await start_server(agent, authenticate)
     link_task: asyncio.Task[None] | None = None
     shutdown_on_signal = False
@@ -231,11 +238,7 @@ async def run(
         if flags.recover == "cleanup":
             log.info("Cleanup done; exiting")
             return agent
-        link = MasterLink(
-            agent, flags.master, float(flags.registration_backoff_factor), credential,
-            tls_config.client_context() if tls_config is not None else None,
-        )
-        link_task = asyncio.create_task(link.run(), name="master link")
+        link_task = asyncio.create_task(link.run(MasterEvents(agent)), name="master link")
         if ready is not None and not ready.done():
             ready.set_result(agent)
         shutdown_on_signal = _handle_sigusr1(agent)

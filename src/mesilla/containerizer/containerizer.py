@@ -4,7 +4,9 @@ As Mesos's `MesosContainerizer` (`src/slave/containerizer/mesos/containerizer.cp
 a launch goes STARTING -> PROVISIONING (image only) -> PREPARING (isolators'
 `prepare`, in order; the launcher forks the first process, held) -> ISOLATING
 (`isolate(pid)`) -> FETCHING (CommandInfo.uris) -> RUNNING (the process execs).
-A failure at any step destroys what was built and raises ContainerLaunchError.
+A failure at any step destroys what was built and raises ContainerLaunchError
+(`mesilla.common.errors`): InvalidContainer (400) for what cannot be launched,
+ImageUnavailable (503) when the registry fails, else ContainerLaunchError (500).
 A container ends when its first process exits, when an isolator reports a
 limitation, or when it is destroyed; destroying a container destroys its
 nested containers first. Runtime checkpoints live under `--runtime_dir` (see
@@ -15,7 +17,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import enum
 import logging
 import os
 import signal
@@ -24,7 +25,17 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any
 
+from mesilla.common.errors import (
+    BadRequest,
+    ContainerLaunchError,
+    ContainerNotRemovable,
+    ImageUnavailable,
+    InvalidContainer,
+    UnknownContainer,
+)
 from mesilla.containerizer import fetcher
+from mesilla.containerizer.fetcher import FetchError
+from mesilla.containerizer.interface import LaunchResult, ResourceStatistics
 from mesilla.containerizer.isolator import Isolator
 from mesilla.containerizer.isolators import load_isolators
 from mesilla.containerizer.launch_info import (
@@ -35,6 +46,12 @@ from mesilla.containerizer.launch_info import (
 )
 from mesilla.containerizer.launcher import load_launcher
 from mesilla.containerizer.launcher.base import Launcher, LaunchError
+from mesilla.containerizer.provisioner.errors import (
+    ImageNotFound,
+    RegistryAuthError,
+    RegistryError,
+    UnsupportedImage,
+)
 from mesilla.containerizer.runtime_paths import RuntimeDir
 from mesilla.containerizer.types import (
     ContainerClass,
@@ -45,7 +62,8 @@ from mesilla.containerizer.types import (
     ContainerState,
     ContainerTermination,
 )
-from mesilla.v1.mesos import ContainerID, Image, Reason, Resource
+from mesilla.v1 import codec
+from mesilla.v1.mesos import ContainerID, ContainerStatus, Image, Reason, Resource
 
 log = logging.getLogger(__name__)
 
@@ -53,32 +71,6 @@ log = logging.getLogger(__name__)
 MAX_NESTING_DEPTH = 32
 # How many ended executor containers' terminations stay available to wait().
 RECENTLY_ENDED_KEPT = 1000
-
-
-class LaunchResult(enum.Enum):
-    SUCCESS = "SUCCESS"
-    ALREADY_LAUNCHED = "ALREADY_LAUNCHED"
-    NOT_SUPPORTED = "NOT_SUPPORTED"
-
-
-class ContainerLaunchError(Exception):
-    """A launch failed at `step` (a ContainerState name) because of `cause`."""
-
-    reason = Reason.REASON_CONTAINER_LAUNCH_FAILED
-
-    def __init__(self, container_id: ContainerID, step: str, cause: str) -> None:
-        super().__init__(f"Failed to launch container {container_id} during {step}: {cause}")
-        self.container_id = container_id
-        self.step = step
-        self.cause = cause
-
-
-class ContainerNotRemovable(Exception):
-    """`remove` was asked for a container that is still running."""
-
-
-class UnknownContainer(Exception):
-    """`remove` was asked for a container that neither runs nor has ended and been kept."""
 
 
 @dataclass
@@ -207,18 +199,18 @@ class Containerizer:
         if container_id.parent is not None:
             depth = len(container_id.path()) - 1
             if depth > MAX_NESTING_DEPTH:
-                raise ContainerLaunchError(
+                raise InvalidContainer(
                     container_id, ContainerState.STARTING.value,
                     f"nesting depth {depth} exceeds the maximum of {MAX_NESTING_DEPTH}",
                 )  # fmt: skip
             parent = self._containers.get(container_id.parent)
             if parent is None or parent.state == ContainerState.DESTROYING:
-                raise ContainerLaunchError(
+                raise InvalidContainer(
                     container_id, ContainerState.STARTING.value,
                     f"parent container {container_id.parent} does not exist or is being destroyed",
                 )  # fmt: skip
         if self._has_image(config) and self._provisioner is None:
-            raise ContainerLaunchError(
+            raise InvalidContainer(
                 container_id, ContainerState.STARTING.value,
                 "the container has an image but no image provider is enabled: "
                 "set --image_providers=docker",
@@ -333,7 +325,7 @@ class Containerizer:
                 "Launch of container %s failed during %s: %s", container_id, step.value, cause
             )
             await self._abort(container, f"Failed to launch during {step.value}: {cause}")
-            raise ContainerLaunchError(container_id, step.value, cause) from exc
+            raise _launch_error(exc)(container_id, step.value, cause) from exc
 
     async def _abort(self, container: _Container, message: str) -> None:
         """Undoes a failed launch; waiters see a termination with the launch failure."""
@@ -492,16 +484,16 @@ class Containerizer:
     ) -> None:
         container = self._containers.get(container_id)
         if container is None:
-            raise KeyError(f"Unknown container {container_id}")
+            raise UnknownContainer(f"Container {container_id} cannot be found", container_id=container_id)
         container.config.resources = list(resources)
         container.config.limits = dict(limits)
         for isolator in self._isolators_for(container):
             await isolator.update(container_id, resources, limits)
 
-    async def usage(self, container_id: ContainerID) -> dict[str, Any]:
+    async def usage(self, container_id: ContainerID) -> ResourceStatistics:
         container = self._containers.get(container_id)
         if container is None:
-            raise KeyError(f"Unknown container {container_id}")
+            raise UnknownContainer(f"Container {container_id} cannot be found", container_id=container_id)
         statistics: dict[str, Any] = {"timestamp": time.time()}
         for resource in container.config.resources:
             if resource.name == "cpus" and resource.scalar is not None:
@@ -512,18 +504,23 @@ class Containerizer:
                 )
         for isolator in self._isolators_for(container):
             statistics.update(await isolator.usage(container_id))
-        return statistics
+        return ResourceStatistics.from_fields(statistics)
 
-    async def status(self, container_id: ContainerID) -> dict[str, Any]:
+    async def status(self, container_id: ContainerID) -> ContainerStatus:
         container = self._containers.get(container_id)
         if container is None:
-            raise KeyError(f"Unknown container {container_id}")
-        result: dict[str, Any] = {}
-        if container.pid is not None:
-            result["executor_pid"] = container.pid
+            raise UnknownContainer(f"Container {container_id} cannot be found", container_id=container_id)
+        fields: dict[str, Any] = {}
         for isolator in self._isolators_for(container):
-            result.update(await isolator.status(container_id))
-        return result
+            fields.update(await isolator.status(container_id))
+        try:
+            # Isolators report ContainerStatus fields as JSON.
+            status = codec.convert(fields, ContainerStatus)
+        except BadRequest as exc:
+            log.warning("Ignoring a malformed status of container %s: %s", container_id, exc.reason)
+            status = ContainerStatus()
+        status.executor_pid = container.pid
+        return status
 
     def containers(self) -> list[ContainerID]:
         return list(self._containers)
@@ -539,12 +536,13 @@ class Containerizer:
     async def remove(self, container_id: ContainerID) -> None:
         if container_id in self._containers:
             raise ContainerNotRemovable(
-                f"Container {container_id} is still running: kill it and wait for it first"
+                f"Container {container_id} is still running: kill it and wait for it first",
+                container_id=container_id,
             )
         if self._terminated.pop(container_id, None) is None and not os.path.isdir(
             self._runtime.path(container_id)
         ):
-            raise UnknownContainer(f"Unknown container {container_id}")
+            raise UnknownContainer(f"Container {container_id} cannot be found", container_id=container_id)
         self._runtime.remove(container_id)
         parent = self._containers.get(container_id.parent) if container_id.parent else None
         if parent is not None:
@@ -573,6 +571,16 @@ class Containerizer:
                 log.exception("Isolator %s failed to close", isolator.name)
         if self._provisioner is not None:
             await self._provisioner.close()
+
+
+def _launch_error(cause: Exception) -> type[ContainerLaunchError]:
+    """What kind of launch failure `cause` is: the input (400), the registry (503), or
+    the agent's own machinery (500: a runc crash is not the caller's fault)."""
+    if isinstance(cause, RegistryError) and not isinstance(cause, RegistryAuthError):
+        return ImageUnavailable
+    if isinstance(cause, ValueError | LookupError | ImageNotFound | UnsupportedImage | FetchError):
+        return InvalidContainer
+    return ContainerLaunchError
 
 
 def _default_launcher(flags: Any) -> str:

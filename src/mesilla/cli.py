@@ -16,6 +16,7 @@ import sys
 from collections.abc import Awaitable, Callable, Sequence
 
 from mesilla.common import mesos_flags
+from mesilla.common.errors import ConfigurationError
 from mesilla.common.flags import Flag, FlagError, Flags, parse, usage
 
 USAGE = """Usage: mesilla <command> [--flag=value ...]
@@ -75,13 +76,20 @@ def _refuse_unsafe_to_ignore(flags: Flags) -> None:
         )
 
 
-def _run_daemon(kind: str, argv: Sequence[str]) -> int:
+def _daemon_run(kind: str) -> Callable[[Flags], Awaitable[object]]:
+    """The daemon's `run` (imported only for the daemon chosen)."""
     if kind == "master":
-        from mesilla.master.main import run
-    elif kind == "network":
-        from mesilla.network.main import run
-    else:
-        from mesilla.agent.main import run
+        from mesilla.master.main import run as master
+        return master
+    if kind == "network":
+        from mesilla.network.main import run as network
+        return network
+    from mesilla.agent.main import run as agent
+    return agent
+
+
+def _run_daemon(kind: str, argv: Sequence[str]) -> int:
+    run = _daemon_run(kind)
     specs, accepted = _daemon_flags(kind)
     if "--help" in argv:
         print(usage(f"mesilla {kind}", specs))
@@ -98,11 +106,17 @@ def _run_daemon(kind: str, argv: Sequence[str]) -> int:
             "Mesos flags without effect in Mesilla (accepted, ignored): %s",
             ", ".join(f"--{name}" for name in flags.without_effect),
         )
-    asyncio.run(_serve(run, flags))
+    try:
+        asyncio.run(_serve(run, flags))
+    except ConfigurationError as exc:
+        # Found while starting (an unknown isolator, an unusable backend): the
+        # message is all the operator needs, as for a malformed flag.
+        print(f"mesilla {kind}: {exc}", file=sys.stderr)
+        return 1
     return 0
 
 
-async def _serve(run: Callable[[Flags], Awaitable[None]], flags: Flags) -> None:
+async def _serve(run: Callable[[Flags], Awaitable[object]], flags: Flags) -> None:
     """Runs a daemon until SIGINT or SIGTERM cancels it, which makes it shut down cleanly."""
     loop = asyncio.get_running_loop()
     task = asyncio.current_task()

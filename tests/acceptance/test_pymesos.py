@@ -14,7 +14,9 @@ import pytest
 
 from mesilla.testing.cluster import LocalCluster
 
-ACCEPTANCE = Path(os.environ.get("MESILLA_SHARED", Path(__file__).resolve().parents[3] / "shared")) / "acceptance"
+ACCEPTANCE = (
+    Path(os.environ.get("MESILLA_SHARED", Path(__file__).resolve().parents[3] / "shared")) / "acceptance"
+)
 PYMESOS_PYTHON = Path(os.environ.get("PYMESOS_VENV", "/tmp/acceptance-pymesos")) / "bin" / "python"
 
 pytestmark = [pytest.mark.acceptance, pytest.mark.integration]

@@ -39,7 +39,9 @@ def test_passes_with_credentials(cluster: LocalCluster, script: str) -> None:
     run_check(cluster, script, env={"PRINCIPAL": PRINCIPAL, "SECRET": SECRET})
 
 
-@pytest.mark.parametrize("credentials", [{}, {"PRINCIPAL": PRINCIPAL, "SECRET": "wrong"}], ids=["none", "wrong"])
+@pytest.mark.parametrize(
+    "credentials", [{}, {"PRINCIPAL": PRINCIPAL, "SECRET": "wrong"}], ids=["none", "wrong"]
+)
 @pytest.mark.parametrize("script", ["pymesos_launch.py", "pymesos_group.py"])
 def test_fails_cleanly_without_them(cluster: LocalCluster, script: str, credentials: dict[str, str]) -> None:
     result = subprocess.run(

@@ -20,7 +20,13 @@ from mesilla.testing.registry import Registry
 from tests.chaos.conftest import chaos_seconds
 from tests.fixtures.images import PushedImage
 
-pytestmark = [pytest.mark.root, pytest.mark.integration, pytest.mark.slow, pytest.mark.registry, pytest.mark.chaos]
+pytestmark = [
+    pytest.mark.root,
+    pytest.mark.integration,
+    pytest.mark.slow,
+    pytest.mark.registry,
+    pytest.mark.chaos,
+]
 
 # Fixed for CI: the same schedules on every run.
 SEEDS = [1, 2]

@@ -199,7 +199,10 @@ class FakeAgent:
             await self._notify()
             if self.auto_acknowledge:
                 await self.send(
-                    {"type": "ACKNOWLEDGED", "acknowledged": {"task_id": status["task_id"], "uuid": status["uuid"]}}
+                    {
+                        "type": "ACKNOWLEDGED",
+                        "acknowledged": {"task_id": status["task_id"], "uuid": status["uuid"]},
+                    }
                 )
             return web.Response(status=202)
         return web.Response(status=202)

@@ -23,7 +23,10 @@ USERS = {"ops": "ops-secret", "blind": "blind-secret"}
 NONE, ANY = {"type": "NONE"}, {"type": "ANY"}
 BLIND = {"values": ["blind"]}
 ACLS = {
-    "manage_nested_containers": [{"principals": {"values": ["ops"]}, "users": ANY}, {"principals": ANY, "users": NONE}],
+    "manage_nested_containers": [
+        {"principals": {"values": ["ops"]}, "users": ANY},
+        {"principals": ANY, "users": NONE},
+    ],
     "remove_nested_containers": [{"principals": BLIND, "users": NONE}],
     "view_tasks": [{"principals": BLIND, "users": NONE}],
     "view_executors": [{"principals": BLIND, "users": NONE}],
@@ -58,7 +61,9 @@ async def agent(tmp_path: Path) -> AsyncIterator[tuple[AgentProcess, str, str]]:
             name="t", task_id=TaskID(value="t-z"), agent_id=AgentID(value=master.agent_id or ""),
             command=CommandInfo(value="echo in-sandbox; sleep 1000"),
         )
-        await master.send(AgentEvent(type=AgentEventType.RUN_TASK, run_task=RunTask(framework_info=framework, task=task)))
+        await master.send(
+            AgentEvent(type=AgentEventType.RUN_TASK, run_task=RunTask(framework_info=framework, task=task))
+        )
         await master.wait_update("t-z", "TASK_RUNNING")
         executor = agent.frameworks["fw-z"].executors["t-z"]
         yield proc, executor.container_id.value, executor.directory
@@ -67,7 +72,9 @@ async def agent(tmp_path: Path) -> AsyncIterator[tuple[AgentProcess, str, str]]:
         await master.stop()
 
 
-async def _call(session: aiohttp.ClientSession, proc: AgentProcess, call: dict[str, Any], who: str) -> tuple[int, Any]:
+async def _call(
+    session: aiohttp.ClientSession, proc: AgentProcess, call: dict[str, Any], who: str
+) -> tuple[int, Any]:
     assert proc.agent is not None
     async with session.post(f"http://{proc.agent.endpoint}/api/v1", json=call, headers=auth(who)) as r:
         text = await r.text()
@@ -81,14 +88,23 @@ def _has_task(document: Any) -> bool:
 async def test_nested_container_acls(agent: tuple[AgentProcess, str, str]) -> None:
     proc, cid, _ = agent
     child = {"value": "c1", "parent": {"value": cid}}
-    launch = {"type": "LAUNCH_NESTED_CONTAINER", "launch_nested_container": {"container_id": child, "command": {"value": "sleep 1000"}}}
+    launch = {
+        "type": "LAUNCH_NESTED_CONTAINER",
+        "launch_nested_container": {"container_id": child, "command": {"value": "sleep 1000"}},
+    }
     kill = {"type": "KILL_NESTED_CONTAINER", "kill_nested_container": {"container_id": child}}
     wait = {"type": "WAIT_NESTED_CONTAINER", "wait_nested_container": {"container_id": child}}
     remove = {"type": "REMOVE_NESTED_CONTAINER", "remove_nested_container": {"container_id": child}}
     async with aiohttp.ClientSession() as s:
         status, text = await _call(s, proc, launch, "blind")
-        assert status == 403 and "launch_nested_containers_under_parent_with_user" in text and "'root'" in text
-        assert proc.agent is not None and proc.agent.containerizer.config(proc.agent.frameworks["fw-z"].executors["t-z"].container_id) is not None
+        assert (
+            status == 403 and "launch_nested_containers_under_parent_with_user" in text and "'root'" in text
+        )
+        assert (
+            proc.agent is not None
+            and proc.agent.containerizer.config(proc.agent.frameworks["fw-z"].executors["t-z"].container_id)
+            is not None
+        )
         assert (await _call(s, proc, launch, "ops"))[0] == 200
         for call in (kill, wait):
             assert (await _call(s, proc, call, "blind"))[0] == 403
@@ -106,14 +122,23 @@ async def test_views_sandboxes_and_flags(agent: tuple[AgentProcess, str, str]) -
         for who, sees in (("ops", True), ("blind", False)):
             async with s.get(base + "/state", headers=auth(who)) as r:
                 assert r.status == 200 and _has_task(await r.json()) is sees
-            for call, marker in (("GET_STATE", "t-z"), ("GET_TASKS", "t-z"), ("GET_FRAMEWORKS", "fw-z"), ("GET_EXECUTORS", "t-z")):
+            for call, marker in (
+                ("GET_STATE", "t-z"),
+                ("GET_TASKS", "t-z"),
+                ("GET_FRAMEWORKS", "fw-z"),
+                ("GET_EXECUTORS", "t-z"),
+            ):
                 status, body = await _call(s, proc, {"type": call}, who)
                 assert status == 200 and (marker in json.dumps(body)) is sees, (who, call, body)
             status, body = await _call(s, proc, {"type": "GET_CONTAINERS"}, who)
             assert status == 200 and (cid in json.dumps(body)) is sees
-            status, body = await _call(s, proc, {"type": "READ_FILE", "read_file": {"path": f"{sandbox}/stdout", "offset": 0}}, who)
+            status, body = await _call(
+                s, proc, {"type": "READ_FILE", "read_file": {"path": f"{sandbox}/stdout", "offset": 0}}, who
+            )
             assert status == (200 if sees else 403), body
-            async with s.get(base + "/files/read", params={"path": f"{sandbox}/stdout", "offset": "0"}, headers=auth(who)) as r:
+            async with s.get(
+                base + "/files/read", params={"path": f"{sandbox}/stdout", "offset": "0"}, headers=auth(who)
+            ) as r:
                 assert r.status == (200 if sees else 403)
                 if sees:
                     assert "in-sandbox" in (await r.json())["data"]

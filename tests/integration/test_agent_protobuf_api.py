@@ -77,12 +77,32 @@ async def test_executor_calls_in_protobuf(running: tuple[FakeMaster, AgentProces
     async with aiohttp.ClientSession() as s:
         for call, status in [
             ({"type": "MESSAGE", **ids, "message": {"data": "AGhp"}}, 202),
-            ({"type": "UPDATE", **ids, "update": {"status": {
-                "task_id": {"value": "t-ep"}, "state": "TASK_RUNNING", "source": "SOURCE_EXECUTOR",
-                "uuid": base64.b64encode(uuid.uuid4().bytes).decode(), "message": "again, in protobuf"}}}, 202),
-            ({"type": "SUBSCRIBE", "framework_id": {"value": "fw-ep"}, "executor_id": {"value": "nope"},
-              "subscribe": {}}, 400),
-        ]:  # fmt: skip
+            (
+                {
+                    "type": "UPDATE",
+                    **ids,
+                    "update": {
+                        "status": {
+                            "task_id": {"value": "t-ep"},
+                            "state": "TASK_RUNNING",
+                            "source": "SOURCE_EXECUTOR",
+                            "uuid": base64.b64encode(uuid.uuid4().bytes).decode(),
+                            "message": "again, in protobuf",
+                        }
+                    },
+                },
+                202,
+            ),
+            (
+                {
+                    "type": "SUBSCRIBE",
+                    "framework_id": {"value": "fw-ep"},
+                    "executor_id": {"value": "nope"},
+                    "subscribe": {},
+                },
+                400,
+            ),
+        ]:
             async with s.post(
                 url, data=pb(executor_api.Call, call), headers={"Content-Type": PROTOBUF, "Accept": PROTOBUF}
             ) as r:
@@ -90,6 +110,10 @@ async def test_executor_calls_in_protobuf(running: tuple[FakeMaster, AgentProces
         async with s.post(url, data=b"\x0a\x05", headers={"Content-Type": PROTOBUF}) as r:
             assert r.status == 400
     await master.wait_for(
-        lambda: any(c.executor_message is not None and c.executor_message.data == b"\x00hi" for c in master.calls)
+        lambda: any(
+            c.executor_message is not None and c.executor_message.data == b"\x00hi" for c in master.calls
+        )
     )
-    await master.wait_for(lambda: [u for u in master.updates("t-ep") if u.status.message == "again, in protobuf"])
+    await master.wait_for(
+        lambda: [u for u in master.updates("t-ep") if u.status.message == "again, in protobuf"]
+    )

@@ -31,13 +31,18 @@ async def test_a_v0_executor_runs_its_task(master: FakeMaster, agent_proc: Agent
         command=CommandInfo(value=f"{sys.executable} {PROGRAM}"),
     )
     task = TaskInfo(
-        name="t", task_id=TaskID(value="t-v0"), agent_id=AgentID(value=master.agent_id or ""), executor=executor
+        name="t",
+        task_id=TaskID(value="t-v0"),
+        agent_id=AgentID(value=master.agent_id or ""),
+        executor=executor,
     )
     await run_task(master, task)
     running = await master.wait_update("t-v0", "TASK_RUNNING")
     assert running.status.executor_id.value == "v0-exec"
     await master.wait_update("t-v0", "TASK_FINISHED")
-    message = await master.wait_for(lambda: [c for c in master.calls if c.type is AgentCallType.EXECUTOR_MESSAGE])
+    message = await master.wait_for(
+        lambda: [c for c in master.calls if c.type is AgentCallType.EXECUTOR_MESSAGE]
+    )
     assert message[0].executor_message.data == b"hello from v0"  # type: ignore[index]
 
     # Stray and malformed messages are dropped; the agent stays healthy.
@@ -58,7 +63,9 @@ async def test_a_v0_executor_runs_its_task(master: FakeMaster, agent_proc: Agent
             shutdown_framework=ShutdownFramework(framework_id=FrameworkID(value="fw-1")),
         )
     )
-    exited = await master.wait_for(lambda: [c for c in master.calls if c.type is AgentCallType.EXITED_EXECUTOR])
+    exited = await master.wait_for(
+        lambda: [c for c in master.calls if c.type is AgentCallType.EXITED_EXECUTOR]
+    )
     assert exited[0].exited_executor.status == 0  # type: ignore[index]
 
 

@@ -97,9 +97,14 @@ async def test_every_master_route_refuses_missing_and_wrong_credentials(tmp_path
 
 async def test_a_refused_write_changes_nothing(tmp_path: Path) -> None:
     creds = credentials_file(tmp_path)
-    async with running_master(tmp_path / "m", "--authenticate_http_readwrite", f"--credentials={creds}") as server:
+    async with running_master(
+        tmp_path / "m", "--authenticate_http_readwrite", f"--credentials={creds}"
+    ) as server:
         url = base_url(server) + "/api/v1"
-        update = {"type": "UPDATE_WEIGHTS", "update_weights": {"weight_infos": [{"role": "r", "weight": 3.0}]}}
+        update = {
+            "type": "UPDATE_WEIGHTS",
+            "update_weights": {"weight_infos": [{"role": "r", "weight": 3.0}]},
+        }
         async with aiohttp.ClientSession() as session:
             for headers in REFUSED.values():
                 async with session.post(url, json=update, headers=headers) as r:
@@ -112,7 +117,9 @@ async def test_a_refused_write_changes_nothing(tmp_path: Path) -> None:
                 assert (await r.json())["get_weights"]["weight_infos"] == [{"role": "r", "weight": 3.0}]
 
 
-async def _subscribe(session: aiohttp.ClientSession, base: str, info: dict[str, Any], headers: dict[str, str]) -> tuple[int, str]:
+async def _subscribe(
+    session: aiohttp.ClientSession, base: str, info: dict[str, Any], headers: dict[str, str]
+) -> tuple[int, str]:
     call = {"type": "SUBSCRIBE", "subscribe": {"framework_info": info}}
     async with session.post(base + "/api/v1/scheduler", json=call, headers=headers) as r:
         if r.status == 200:
@@ -123,7 +130,9 @@ async def _subscribe(session: aiohttp.ClientSession, base: str, info: dict[str, 
 
 async def test_scheduler_principal_must_match_the_framework_info(tmp_path: Path) -> None:
     creds = credentials_file(tmp_path, ("fw", "fw-secret"))
-    async with running_master(tmp_path / "m", "--authenticate_frameworks", f"--credentials={creds}") as server:
+    async with running_master(
+        tmp_path / "m", "--authenticate_frameworks", f"--credentials={creds}"
+    ) as server:
         base = base_url(server)
         async with aiohttp.ClientSession() as session:
             status, text = await _subscribe(session, base, {"user": "root", "name": "x"}, {})
@@ -132,14 +141,18 @@ async def test_scheduler_principal_must_match_the_framework_info(tmp_path: Path)
                 session, base, {"user": "root", "name": "x", "principal": "other"}, basic("fw", "fw-secret")
             )
             assert status == 400 and "does not match principal 'other'" in text
-            status, _ = await _subscribe(session, base, {"user": "root", "name": "x"}, basic("fw", "fw-secret"))
+            status, _ = await _subscribe(
+                session, base, {"user": "root", "name": "x"}, basic("fw", "fw-secret")
+            )
             assert status == 200
             framework = next(iter(server.master.frameworks.values()))
             # As Mesos: an authenticated framework without a principal gets its own.
             assert framework.info.principal == "fw"
             teardown = {"type": "TEARDOWN", "framework_id": {"value": framework.id}}
             async with session.post(
-                base + "/api/v1/scheduler", json=teardown, headers={**basic(PRINCIPAL, SECRET), "Mesos-Stream-Id": framework.stream_id or ""}
+                base + "/api/v1/scheduler",
+                json=teardown,
+                headers={**basic(PRINCIPAL, SECRET), "Mesos-Stream-Id": framework.stream_id or ""},
             ) as r:
                 assert r.status == 400 and "does not match" in await r.text()
             assert server.master.frameworks.get(framework.id) is framework
@@ -193,10 +206,14 @@ async def test_every_agent_route_refuses_missing_and_wrong_credentials(tmp_path:
         assert agent.router is not None
         base = f"http://{agent.endpoint}"
         # The executor realm has its own switch (--authenticate_http_executors).
-        checked = await assert_every_route_refuses(base, agent.router, skip=frozenset({"mesos-agent-executor"}))
+        checked = await assert_every_route_refuses(
+            base, agent.router, skip=frozenset({"mesos-agent-executor"})
+        )
         assert checked >= 8
         async with aiohttp.ClientSession() as session:
-            async with session.post(base + "/api/v1", json={"type": "GET_FLAGS"}, headers=basic(PRINCIPAL, SECRET)) as r:
+            async with session.post(
+                base + "/api/v1", json={"type": "GET_FLAGS"}, headers=basic(PRINCIPAL, SECRET)
+            ) as r:
                 flags = {f["name"]: f.get("value") for f in (await r.json())["get_flags"]["flags"]}
                 assert flags["http_credentials"] == str(creds)
     finally:

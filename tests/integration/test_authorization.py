@@ -34,7 +34,10 @@ ACLS = {
     "view_executors": [{"principals": {"values": ["blind"]}, "users": NONE}],
     "view_flags": [{"principals": {"values": ["blind"]}, "flags": NONE}],
     "update_weights": [{"principals": {"values": ["ops"]}, "roles": ANY}, {"principals": ANY, "roles": NONE}],
-    "teardown_frameworks": [{"principals": {"values": ["ops"]}, "framework_principals": ANY}, {"principals": ANY, "framework_principals": NONE}],
+    "teardown_frameworks": [
+        {"principals": {"values": ["ops"]}, "framework_principals": ANY},
+        {"principals": ANY, "framework_principals": NONE},
+    ],
 }
 
 
@@ -57,13 +60,17 @@ async def master(tmp_path: Path) -> AsyncIterator[MasterServer]:
         yield server
 
 
-async def _subscribe_status(session: aiohttp.ClientSession, server: MasterServer, info: dict[str, Any], who: str) -> tuple[int, str]:
+async def _subscribe_status(
+    session: aiohttp.ClientSession, server: MasterServer, info: dict[str, Any], who: str
+) -> tuple[int, str]:
     call = {"type": "SUBSCRIBE", "subscribe": {"framework_info": {"user": "root", "name": "x", **info}}}
     async with session.post(base_url(server) + "/api/v1/scheduler", json=call, headers=auth(who)) as r:
         return r.status, (await r.text()) if r.status != 200 else ""
 
 
-async def _operator(session: aiohttp.ClientSession, server: MasterServer, call: dict[str, Any], who: str) -> tuple[int, Any]:
+async def _operator(
+    session: aiohttp.ClientSession, server: MasterServer, call: dict[str, Any], who: str
+) -> tuple[int, Any]:
     async with session.post(base_url(server) + "/api/v1", json=call, headers=auth(who)) as r:
         text = await r.text()
         return r.status, json.loads(text) if r.status == 200 and text else text
@@ -83,7 +90,11 @@ def _task_ids(document: Any) -> set[str]:
         if isinstance(node, dict):
             if "task_id" in node and isinstance(node["task_id"], dict) and "state" in node:
                 found.add(node["task_id"]["value"])
-            if key in ("tasks", "completed_tasks", "unreachable_tasks") and "id" in node and "statuses" in node:
+            if (
+                key in ("tasks", "completed_tasks", "unreachable_tasks")
+                and "id" in node
+                and "statuses" in node
+            ):
                 found.add(node["id"])
             for k, v in node.items():
                 walk(v, k)
@@ -111,7 +122,9 @@ async def test_acls_decide_and_views_filter(master: MasterServer) -> None:
         await agent.register()
         # register_frameworks: fw for its roles only, anyone else not at all (403, nothing registered).
         assert (await _subscribe_status(session, master, {"principal": "rogue"}, "rogue"))[0] == 403
-        status, text = await _subscribe_status(session, master, {"roles": ["db"], "capabilities": [{"type": "MULTI_ROLE"}]}, "fw")
+        status, text = await _subscribe_status(
+            session, master, {"roles": ["db"], "capabilities": [{"type": "MULTI_ROLE"}]}, "fw"
+        )
         assert status == 403 and "register_frameworks" in text and "'db'" in text
         assert not master.master.frameworks
         scheduler = Scheduler(fw_session, base_url(master))
@@ -150,10 +163,15 @@ async def test_acls_decide_and_views_filter(master: MasterServer) -> None:
                 assert r.status == 403 and "view_flags" in await r.text()
             assert (await _operator(session, master, {"type": "GET_FLAGS"}, "blind"))[0] == 403
             assert (await _operator(session, master, {"type": "GET_FLAGS"}, "ops"))[0] == 200
-            update = {"type": "UPDATE_WEIGHTS", "update_weights": {"weight_infos": [{"role": "web", "weight": 2.0}]}}
+            update = {
+                "type": "UPDATE_WEIGHTS",
+                "update_weights": {"weight_infos": [{"role": "web", "weight": 2.0}]},
+            }
             status, text = await _operator(session, master, update, "blind")
             assert status == 403 and "update_weights" in text
-            assert (await _operator(session, master, {"type": "GET_WEIGHTS"}, "ops"))[1]["get_weights"].get("weight_infos", []) == []
+            assert (await _operator(session, master, {"type": "GET_WEIGHTS"}, "ops"))[1]["get_weights"].get(
+                "weight_infos", []
+            ) == []
             # teardown_frameworks: only ops.
             teardown = {"type": "TEARDOWN", "teardown": {"framework_id": {"value": scheduler.framework_id}}}
             assert (await _operator(session, master, teardown, "blind"))[0] == 403

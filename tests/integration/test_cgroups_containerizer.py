@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from tests.fixtures.linux_launcher import LinuxEnv, linux_env  # noqa: F401
+from tests.fixtures.linux_launcher import LinuxEnv
 from tests.integration.cgroups_programs import FORK_BOMB
 
 from mesilla.containerizer.cgroups import Hierarchy, own_cgroup_path
@@ -54,7 +54,7 @@ def scalar(name: str, value: float) -> Resource:
 
 
 @pytest.fixture
-def env(linux_env: LinuxEnv) -> LinuxEnv:  # noqa: F811
+def env(linux_env: LinuxEnv) -> LinuxEnv:
     return linux_env
 
 

@@ -186,7 +186,7 @@ async def test_an_unsupported_version_or_missing_plugin_is_refused(pod_ns: str, 
     runner = PluginRunner(PLUGINS, 30)
     where = Attachment("ctr-5", pod_ns, "eth0")
     network = parse_config({**bridge_network("1.0.0", tmp_path), "cniVersion": "0.9.0"}, "x.conf")
-    with pytest.raises(CniError, match="does not support cniVersion 0.9.0"):
+    with pytest.raises(CniError, match=r"does not support cniVersion 0\.9\.0"):
         await runner.add(network, where)
     missing = parse_config({"cniVersion": "1.0.0", "name": "n", "type": "nope"}, "n.conf")
     with pytest.raises(CniError, match="'nope' is not in --network_cni_plugins_dir"):

@@ -130,7 +130,9 @@ async def test_kill_escalates_to_sigkill_after_the_grace_period(start_pod: Start
     pod = await start_pod()
     agent = pod.agent
     # The shell and its sleep ignore SIGTERM: only SIGKILL ends them.
-    await agent.launch_group(task("stubborn", "trap '' TERM; sleep 600", kill_policy={"grace_period": seconds(30)}))
+    await agent.launch_group(
+        task("stubborn", "trap '' TERM; sleep 600", kill_policy={"grace_period": seconds(30)})
+    )
     await agent.wait_for(agent.reached("stubborn", "TASK_RUNNING"))
     await agent.kill("stubborn", grace_seconds=0.3)
     await agent.kill("stubborn", grace_seconds=0.3)  # while killing: ignored
@@ -217,7 +219,9 @@ async def test_authentication_token_is_sent_on_every_call(start_pod: StartPod) -
     assert await pod.exited() == 0
 
 
-async def test_resubscribes_after_losing_the_agent_and_keeps_its_tasks(start_pod: StartPod, unused_port: int) -> None:
+async def test_resubscribes_after_losing_the_agent_and_keeps_its_tasks(
+    start_pod: StartPod, unused_port: int
+) -> None:
     pod = await start_pod(checkpoint=True)
     agent = pod.agent
     health = {"type": "TCP", "tcp": {"port": unused_port}, "grace_period_seconds": 30, **FAST}
@@ -265,7 +269,9 @@ async def test_always_restarts_keeping_the_sandbox(start_pod: StartPod) -> None:
     pod = await start_pod()
     agent = pod.agent
     policy = {"type": "ALWAYS", "min_restart_delay": seconds(0.05)}
-    await agent.launch_group(task("loop", "echo run >> runs; exit 0", restart_policy=policy), task("peer", "sleep 600"))
+    await agent.launch_group(
+        task("loop", "echo run >> runs; exit 0", restart_policy=policy), task("peer", "sleep 600")
+    )
     await agent.wait_for(agent.reached("loop", "TASK_RUNNING", 4))
     running = [u for u in agent.updates if u["task_id"]["value"] == "loop" and u["state"] == "TASK_RUNNING"]
     assert "restarted (restart 1)" in running[1]["message"]
@@ -335,7 +341,9 @@ async def test_http_health_check_passing_and_http_check_status(start_pod: StartP
     await agent.launch_group(task("web", web_server(unused_port), health_check=health, check=check))
     await agent.wait_for(lambda: any(u.get("healthy") is True for u in agent.updates))
     await agent.wait_for(
-        lambda: any(u.get("check_status", {}).get("http", {}).get("status_code") == 200 for u in agent.updates)
+        lambda: any(
+            u.get("check_status", {}).get("http", {}).get("status_code") == 200 for u in agent.updates
+        )
     )
     healthy = next(u for u in agent.updates if u.get("healthy") is True)
     assert healthy["reason"] == "REASON_TASK_HEALTH_CHECK_STATUS_UPDATED"
@@ -347,12 +355,16 @@ async def test_http_health_check_passing_and_http_check_status(start_pod: StartP
     assert await pod.exited() == 0
 
 
-async def test_tcp_server_reachable_from_a_sibling_and_tcp_health_check(start_pod: StartPod, unused_port: int) -> None:
+async def test_tcp_server_reachable_from_a_sibling_and_tcp_health_check(
+    start_pod: StartPod, unused_port: int
+) -> None:
     pod = await start_pod()
     agent = pod.agent
     health = {"type": "TCP", "tcp": {"port": unused_port}, "grace_period_seconds": 30, **FAST}
     check = {"type": "TCP", "tcp": {"port": unused_port}, **FAST}
-    client = f"{sys.executable} -c \"import socket; socket.create_connection(('127.0.0.1', {unused_port}), 5)\""
+    client = (
+        f"{sys.executable} -c \"import socket; socket.create_connection(('127.0.0.1', {unused_port}), 5)\""
+    )
     reach = {"type": "ON_FAILURE", "min_restart_delay": seconds(0.1)}
     await agent.launch_group(
         task("server", web_server(unused_port), health_check=health, check=check),
@@ -384,10 +396,18 @@ async def test_failing_http_health_check_kills_the_task(start_pod: StartPod, unu
     assert await pod.exited() == 0
 
 
-async def test_failing_tcp_health_check_kills_the_task_and_its_group(start_pod: StartPod, unused_port: int) -> None:
+async def test_failing_tcp_health_check_kills_the_task_and_its_group(
+    start_pod: StartPod, unused_port: int
+) -> None:
     pod = await start_pod()
     agent = pod.agent
-    health = {"type": "TCP", "tcp": {"port": unused_port}, "grace_period_seconds": 0, "consecutive_failures": 2, **FAST}
+    health = {
+        "type": "TCP",
+        "tcp": {"port": unused_port},
+        "grace_period_seconds": 0,
+        "consecutive_failures": 2,
+        **FAST,
+    }
     await agent.launch_group(task("sick", "sleep 600", health_check=health), task("peer", "sleep 600"))
     await agent.wait_for(agent.terminal("sick", "peer"))
     sick = agent.last("sick")

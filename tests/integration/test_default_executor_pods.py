@@ -64,7 +64,10 @@ class Framework:
         accept = {
             "offer_ids": [offer["id"]],
             "operations": [
-                {"type": "LAUNCH_GROUP", "launch_group": {"executor": executor, "task_group": {"tasks": group}}}
+                {
+                    "type": "LAUNCH_GROUP",
+                    "launch_group": {"executor": executor, "task_group": {"tasks": group}},
+                }
             ],
         }
         response = await self.scheduler.call("ACCEPT", accept)
@@ -175,7 +178,11 @@ async def test_a_pods_tasks_run_as_their_frameworks_user(cluster: LocalCluster) 
         ended = await framework.until_terminal(tid(plain), tid(as_root))
         assert all(e["state"] == "TASK_FINISHED" for e in ended.values()), ended
         sandboxes = {
-            name: next(Path(cluster.work_dir).glob(f"agent-*/slaves/*/frameworks/*/executors/*/runs/*/tasks/{tid(t)}"))
+            name: next(
+                Path(cluster.work_dir).glob(
+                    f"agent-*/slaves/*/frameworks/*/executors/*/runs/*/tasks/{tid(t)}"
+                )
+            )
             for name, t in (("plain", plain), ("as-root", as_root))
         }
         with open(os.path.join(sandboxes["plain"], "uid")) as f:
@@ -213,7 +220,11 @@ async def test_one_task_reaches_the_server_of_another_on_localhost(framework: Fr
     client = task(
         "client",
         f"{sys.executable} -c \"import socket; socket.create_connection(('127.0.0.1', {port}), 5)\"",
-        restart_policy={"type": "ON_FAILURE", "max_restarts": 20, "min_restart_delay": {"nanoseconds": 100_000_000}},
+        restart_policy={
+            "type": "ON_FAILURE",
+            "max_restarts": 20,
+            "min_restart_delay": {"nanoseconds": 100_000_000},
+        },
     )
     await framework.launch_group(server, client)
     ended = await framework.until_terminal(tid(client))
@@ -226,7 +237,11 @@ async def test_restart_policy_restarts_in_the_same_sandbox(framework: Framework)
     flaky = task(
         "flaky",
         "echo run >> runs; [ $(wc -l < runs) -ge 3 ] && exit 0; exit 1",
-        restart_policy={"type": "ON_FAILURE", "max_restarts": 5, "min_restart_delay": {"nanoseconds": 50_000_000}},
+        restart_policy={
+            "type": "ON_FAILURE",
+            "max_restarts": 5,
+            "min_restart_delay": {"nanoseconds": 50_000_000},
+        },
     )
     await framework.launch_group(flaky)
     ended = await framework.until_terminal(tid(flaky))
@@ -238,7 +253,9 @@ async def test_restart_policy_restarts_in_the_same_sandbox(framework: Framework)
         "TASK_FINISHED",
     ]
     containers = {
-        u["container_status"]["container_id"]["value"] for u in framework.updates if u["state"] == "TASK_RUNNING"
+        u["container_status"]["container_id"]["value"]
+        for u in framework.updates
+        if u["state"] == "TASK_RUNNING"
     }
     assert len(containers) == 3
     parents = {str(u["container_status"]["container_id"].get("parent")) for u in framework.updates}
@@ -249,7 +266,11 @@ async def test_failing_task_kills_its_group_and_exhausted_restarts_too(framework
     doomed = task(
         "doomed",
         "exit 4",
-        restart_policy={"type": "ON_FAILURE", "max_restarts": 1, "min_restart_delay": {"nanoseconds": 50_000_000}},
+        restart_policy={
+            "type": "ON_FAILURE",
+            "max_restarts": 1,
+            "min_restart_delay": {"nanoseconds": 50_000_000},
+        },
     )
     peer = task("peer", "sleep 600")
     await framework.launch_group(doomed, peer)
@@ -266,7 +287,9 @@ def test_tasks_sandboxes_are_linked_from_the_executor_sandbox(cluster: LocalClus
     assert links
     for link in links:
         target = os.readlink(link)
-        assert os.path.realpath(os.path.dirname(target)) == os.path.realpath(link.parent.parent / "containers")
+        assert os.path.realpath(os.path.dirname(target)) == os.path.realpath(
+            link.parent.parent / "containers"
+        )
         assert (link / "stdout").exists()
 
 
@@ -372,7 +395,12 @@ async def test_checks_of_every_kind_through_the_agent(framework: Framework) -> N
     health = {"type": "TCP", "tcp": {"port": port}, "grace_period_seconds": 30, **fast}
     http_check = {"type": "HTTP", "http": {"port": port, "path": "/"}, **fast}
     # COMMAND checks run as check-<uuid> containers nested in the task's.
-    command_health = {"type": "COMMAND", "command": {"value": "test -d ."}, "grace_period_seconds": 30, **fast}
+    command_health = {
+        "type": "COMMAND",
+        "command": {"value": "test -d ."},
+        "grace_period_seconds": 30,
+        **fast,
+    }
     command_check = {"type": "COMMAND", "command": {"command": {"value": "exit 3"}}, **fast}
     server = task("server", f"exec {sys.executable} -m http.server {port} --bind 127.0.0.1",
                   health_check=health, check=http_check)

@@ -13,12 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from tests.fixtures.images import (  # noqa: F401  (fixtures)
-    PushedImage,
-    RegistryFront,
-    busybox_image,
-    docker_registry,
-)
+from tests.fixtures.images import PushedImage, RegistryFront
 
 from mesilla.containerizer.provisioner.errors import (
     BlobDigestMismatch,

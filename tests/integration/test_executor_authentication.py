@@ -70,7 +70,9 @@ async def _run(master: FakeMaster, side: Side) -> None:
         agent_id=AgentID(value=master.agent_id or ""),
         command=CommandInfo(value="echo own-output; sleep 1000"),
     )
-    await master.send(AgentEvent(type=AgentEventType.RUN_TASK, run_task=RunTask(framework_info=framework, task=task)))
+    await master.send(
+        AgentEvent(type=AgentEventType.RUN_TASK, run_task=RunTask(framework_info=framework, task=task))
+    )
     # TASK_RUNNING came through the executor API: the executor's token passed.
     await master.wait_update(side.eid, "TASK_RUNNING")
 
@@ -100,7 +102,9 @@ async def cluster(tmp_path: Path) -> AsyncIterator[tuple[FakeMaster, AgentProces
         await master.stop()
 
 
-async def _call(session: aiohttp.ClientSession, proc: AgentProcess, call: dict[str, Any], headers: dict[str, str]) -> tuple[int, str]:
+async def _call(
+    session: aiohttp.ClientSession, proc: AgentProcess, call: dict[str, Any], headers: dict[str, str]
+) -> tuple[int, str]:
     assert proc.agent is not None
     async with session.post(f"http://{proc.agent.endpoint}/api/v1", json=call, headers=headers) as r:
         return r.status, await r.text()
@@ -123,19 +127,30 @@ def _launch(child: dict[str, Any], kind: str = "LAUNCH_NESTED_CONTAINER") -> dic
     return {"type": kind, field: {"container_id": child, "command": {"value": "sleep 1000"}}}
 
 
-async def _attach_input(session: aiohttp.ClientSession, proc: AgentProcess, child: dict[str, Any], headers: dict[str, str]) -> int:
+async def _attach_input(
+    session: aiohttp.ClientSession, proc: AgentProcess, child: dict[str, Any], headers: dict[str, str]
+) -> int:
     assert proc.agent is not None
-    first = {"type": "ATTACH_CONTAINER_INPUT", "attach_container_input": {"type": "CONTAINER_ID", "container_id": child}}
+    first = {
+        "type": "ATTACH_CONTAINER_INPUT",
+        "attach_container_input": {"type": "CONTAINER_ID", "container_id": child},
+    }
     async with session.post(
         f"http://{proc.agent.endpoint}/api/v1",
         data=recordio.encode(json.dumps(first).encode()),
-        headers={**headers, "Content-Type": "application/recordio", "Message-Content-Type": "application/json"},
+        headers={
+            **headers,
+            "Content-Type": "application/recordio",
+            "Message-Content-Type": "application/json",
+        },
     ) as r:
         return r.status
 
 
-async def test_a_token_reaches_its_own_containers_only(cluster: tuple[FakeMaster, AgentProcess, Side, Side]) -> None:
-    master, proc, a, b = cluster
+async def test_a_token_reaches_its_own_containers_only(
+    cluster: tuple[FakeMaster, AgentProcess, Side, Side],
+) -> None:
+    _master, proc, a, b = cluster
     b_child = {"value": "b-child", "parent": {"value": b.cid}}
     a_child = {"value": "a-child", "parent": {"value": a.cid}}
     async with aiohttp.ClientSession() as s:
@@ -165,17 +180,59 @@ async def test_a_token_reaches_its_own_containers_only(cluster: tuple[FakeMaster
 
         # The same calls on A's own tree pass.
         assert (await _call(s, proc, _launch(a_child), a.token()))[0] == 200
-        status, text = await _call(s, proc, {"type": "READ_FILE", "read_file": {"path": f"{a.executor.directory}/stdout", "offset": 0}}, a.token())
+        status, text = await _call(
+            s,
+            proc,
+            {"type": "READ_FILE", "read_file": {"path": f"{a.executor.directory}/stdout", "offset": 0}},
+            a.token(),
+        )
         assert status == 200, text
-        assert (await _call(s, proc, {"type": "LIST_FILES", "list_files": {"path": a.executor.directory}}, a.token()))[0] == 200
-        status, _ = await _call(s, proc, {"type": "ATTACH_CONTAINER_OUTPUT", "attach_container_output": {"container_id": a_child}}, a.token())
+        assert (
+            await _call(
+                s, proc, {"type": "LIST_FILES", "list_files": {"path": a.executor.directory}}, a.token()
+            )
+        )[0] == 200
+        status, _ = await _call(
+            s,
+            proc,
+            {"type": "ATTACH_CONTAINER_OUTPUT", "attach_container_output": {"container_id": a_child}},
+            a.token(),
+        )
         assert status != 403
-        assert (await _call(s, proc, {"type": "KILL_NESTED_CONTAINER", "kill_nested_container": {"container_id": a_child}}, a.token()))[0] == 200
-        assert (await _call(s, proc, {"type": "WAIT_NESTED_CONTAINER", "wait_nested_container": {"container_id": a_child}}, a.token()))[0] == 200
-        assert (await _call(s, proc, {"type": "REMOVE_NESTED_CONTAINER", "remove_nested_container": {"container_id": a_child}}, a.token()))[0] == 200
+        assert (
+            await _call(
+                s,
+                proc,
+                {"type": "KILL_NESTED_CONTAINER", "kill_nested_container": {"container_id": a_child}},
+                a.token(),
+            )
+        )[0] == 200
+        assert (
+            await _call(
+                s,
+                proc,
+                {"type": "WAIT_NESTED_CONTAINER", "wait_nested_container": {"container_id": a_child}},
+                a.token(),
+            )
+        )[0] == 200
+        assert (
+            await _call(
+                s,
+                proc,
+                {"type": "REMOVE_NESTED_CONTAINER", "remove_nested_container": {"container_id": a_child}},
+                a.token(),
+            )
+        )[0] == 200
         # Operators' credentials are not confined.
         assert (await _call(s, proc, {"type": "GET_STATE"}, OPERATOR))[0] == 200
-        assert (await _call(s, proc, {"type": "KILL_NESTED_CONTAINER", "kill_nested_container": {"container_id": b_child}}, OPERATOR))[0] == 200
+        assert (
+            await _call(
+                s,
+                proc,
+                {"type": "KILL_NESTED_CONTAINER", "kill_nested_container": {"container_id": b_child}},
+                OPERATOR,
+            )
+        )[0] == 200
 
 
 def _id(doc: dict[str, Any]) -> ContainerID:
@@ -183,11 +240,18 @@ def _id(doc: dict[str, Any]) -> ContainerID:
     return ContainerID(value=doc["value"], parent=_id(parent) if parent else None)
 
 
-async def test_the_executor_api_takes_a_token_for_its_own_executor_only(cluster: tuple[FakeMaster, AgentProcess, Side, Side]) -> None:
+async def test_the_executor_api_takes_a_token_for_its_own_executor_only(
+    cluster: tuple[FakeMaster, AgentProcess, Side, Side],
+) -> None:
     _, proc, a, b = cluster
     assert proc.agent is not None
     url = f"http://{proc.agent.endpoint}/api/v1/executor"
-    message = {"type": "MESSAGE", "framework_id": {"value": b.fid}, "executor_id": {"value": b.eid}, "message": {"data": "aGk="}}
+    message = {
+        "type": "MESSAGE",
+        "framework_id": {"value": b.fid},
+        "executor_id": {"value": b.eid},
+        "message": {"data": "aGk="},
+    }
     async with aiohttp.ClientSession() as s:
         async with s.post(url, json=message, headers=a.token()) as r:
             assert r.status == 403 and "'fid' claim" in await r.text()
@@ -214,18 +278,30 @@ async def test_a_token_ends_with_its_executor_and_is_never_written_down(
                         assert secret not in f.read(), path
     async with aiohttp.ClientSession() as s:
         own = {"value": "a-late", "parent": {"value": a.cid}}
-        await master.send(AgentEvent(type=AgentEventType.KILL_TASK, kill_task=KillTask(framework_id=FrameworkID(value=a.fid), task_id=TaskID(value=a.eid))))
+        await master.send(
+            AgentEvent(
+                type=AgentEventType.KILL_TASK,
+                kill_task=KillTask(framework_id=FrameworkID(value=a.fid), task_id=TaskID(value=a.eid)),
+            )
+        )
         await master.wait_update(a.eid, "TASK_KILLED")
-        await until(lambda: proc.agent is not None and not proc.agent.executor_alive(a.fid, a.eid, a_cid), "A's executor ended")
+        await until(
+            lambda: proc.agent is not None and not proc.agent.executor_alive(a.fid, a.eid, a_cid),
+            "A's executor ended",
+        )
         status, text = await _call(s, proc, _launch(own), token)
         assert status == 401 and "has ended" in text
 
 
-async def test_the_default_executor_runs_a_pod_with_its_token(cluster: tuple[FakeMaster, AgentProcess, Side, Side]) -> None:
+async def test_the_default_executor_runs_a_pod_with_its_token(
+    cluster: tuple[FakeMaster, AgentProcess, Side, Side],
+) -> None:
     """Its SUBSCRIBE, updates and LAUNCH_NESTED_CONTAINER calls all carry its token."""
-    master, proc, a, _ = cluster
+    master, _proc, a, _ = cluster
     executor = ExecutorInfo(
-        executor_id=ExecutorID(value="pod"), type="DEFAULT", resources=Resources.parse("cpus:0.1;mem:32").to_list()
+        executor_id=ExecutorID(value="pod"),
+        type="DEFAULT",
+        resources=Resources.parse("cpus:0.1;mem:32").to_list(),
     )
     group = TaskGroupInfo(
         tasks=[
@@ -276,7 +352,9 @@ async def test_an_executor_principal_gets_its_credentials(tmp_path: Path, princi
         await master.send(
             AgentEvent(
                 type=AgentEventType.RUN_TASK_GROUP,
-                run_task_group=RunTaskGroup(framework_info=framework, executor_info=executor, task_group=TaskGroupInfo(tasks=[task])),
+                run_task_group=RunTaskGroup(
+                    framework_info=framework, executor_info=executor, task_group=TaskGroupInfo(tasks=[task])
+                ),
             )
         )
         if principal is not None:

@@ -257,7 +257,7 @@ def test_a_runtime_that_cannot_run_a_container_is_refused_with_its_reason(
     broken.write_text("#!/bin/sh\necho 'no containers today' >&2\nexit 1\n")
     broken.chmod(0o755)
     linux_env.flags.set("oci_runtime", str(broken))
-    with pytest.raises(NoOciRuntime, match="no containers today.*--oci_runtime="):
+    with pytest.raises(NoOciRuntime, match=r"no containers today.*--oci_runtime="):
         LinuxLauncher(linux_env.flags)
     assert LinuxLauncher.available(linux_env.flags) is False
 

@@ -72,7 +72,9 @@ class Net:
 
     def leases(self, network: str = "pods") -> list[str]:
         directory = self.ipam / network
-        return sorted(p.name for p in directory.iterdir() if p.name[0].isdigit()) if directory.is_dir() else []
+        return (
+            sorted(p.name for p in directory.iterdir() if p.name[0].isdigit()) if directory.is_dir() else []
+        )
 
     def veths(self) -> list[str]:
         links = run_in(self.namespace, "ip", "-br", "link").stdout.split()
@@ -236,14 +238,19 @@ async def test_a_pods_containers_share_one_ip_that_is_reported(
     assert reported_ips(running_status(framework, tid(first))) == [[ip]]
     containers = cluster.agent_call({"type": "GET_CONTAINERS"})["get_containers"]["containers"]
     executor_entry = next(c for c in containers if c["executor_id"] == executor["executor_id"])
-    assert [[a["ip_address"] for a in n["ip_addresses"]] for n in executor_entry["container_status"]["network_infos"]] == [[ip]]
+    assert [
+        [a["ip_address"] for a in n["ip_addresses"]]
+        for n in executor_entry["container_status"]["network_infos"]
+    ] == [[ip]]
     assert executor_entry["container_status"]["network_infos"][0]["name"] == "pods"
     master_task = next(
         t for f in http_json(f"{cluster.master_url}/state")["frameworks"] for t in f["tasks"]
         if t["id"] == tid(first)
     )  # fmt: skip
     statuses = master_task["statuses"]
-    assert [a["ip_address"] for a in statuses[-1]["container_status"]["network_infos"][0]["ip_addresses"]] == [ip]
+    assert [
+        a["ip_address"] for a in statuses[-1]["container_status"]["network_infos"][0]["ip_addresses"]
+    ] == [ip]
     tasks = http_json(f"{cluster.master_url}/api/v1", {"type": "GET_TASKS"})["get_tasks"]["tasks"]
     [listed] = [t for t in tasks if t["task_id"]["value"] == tid(first)]
     assert listed["statuses"][-1]["container_status"]["network_infos"][0]["ip_addresses"] == [
@@ -316,7 +323,8 @@ async def test_a_pod_on_two_networks_gets_eth0_and_eth1(
     await framework.launch_group(await framework.offer(), executor, [probe])
     await framework.until_state([tid(probe)], "TASK_FINISHED", 60)
     addrs = dict(
-        line.split() for line in (task_sandbox(cluster, framework, executor, probe) / "addrs").read_text().splitlines()
+        line.split()
+        for line in (task_sandbox(cluster, framework, executor, probe) / "addrs").read_text().splitlines()
     )
     [[pods_ip], [other_ip]] = reported_ips(running_status(framework, tid(probe)))
     assert addrs["eth0"] == f"{pods_ip}/24" and pods_ip.startswith("10.99.0.")
@@ -468,7 +476,10 @@ async def test_a_pod_gets_ipv4_and_ipv6_on_a_dual_stack_network(
     net: Net, cluster: Cluster, framework: Framework
 ) -> None:
     executor = networked_pod("dual")
-    probe = task("probe", "ip -o addr show eth0 scope global | awk '{print $4}' > addrs; echo $MESOS_CONTAINER_IP > env_ip")
+    probe = task(
+        "probe",
+        "ip -o addr show eth0 scope global | awk '{print $4}' > addrs; echo $MESOS_CONTAINER_IP > env_ip",
+    )
     await framework.launch_group(await framework.offer(), executor, [probe])
     await framework.until_state([tid(probe)], "TASK_FINISHED", 60)
     sandbox = task_sandbox(cluster, framework, executor, probe)
@@ -651,7 +662,9 @@ async def test_after_agent_kill_and_restart_the_pod_keeps_its_network_and_releas
     ]
     # The agent's /state shows the executor with its tasks' statuses and their IP.
     state = http_json(f"{cluster.agent_url()}/state")
-    [shown] = [e for f in state["frameworks"] for e in f["executors"] if e["id"] == executor["executor_id"]["value"]]
+    [shown] = [
+        e for f in state["frameworks"] for e in f["executors"] if e["id"] == executor["executor_id"]["value"]
+    ]
     [shown_task] = shown["tasks"]
     infos = shown_task["statuses"][-1]["container_status"]["network_infos"]
     assert [a["ip_address"] for a in infos[0]["ip_addresses"]] == [ip]

@@ -103,7 +103,9 @@ async def launch(framework: Framework, site: NestedSite, host: int, network: str
     pod = Pod(host, network, executor, task(f"{network}{host}", f"{UNTIL_STOPPED} # pod {network}{host}"))
     await framework.launch_group(await offer_of(framework, site, host), executor, [pod.task])
     await framework.until_state([pod.task_id], "TASK_RUNNING", 90)
-    running = next(u.status for u in framework.updates if u.task_id == pod.task_id and u.state == "TASK_RUNNING")
+    running = next(
+        u.status for u in framework.updates if u.task_id == pod.task_id and u.state == "TASK_RUNNING"
+    )
     [info] = running["container_status"]["network_infos"]
     pod.ip = info["ip_addresses"][0]["ip_address"]
     pod.netns = pod_netns(site, pod)
@@ -119,7 +121,9 @@ def pod_netns(site: NestedSite, pod: Pod) -> str:
 
 
 def _container_of(site: NestedSite, pod: Pod) -> str:
-    for entry in site.cluster.agent_call({"type": "GET_CONTAINERS"}, pod.host)["get_containers"]["containers"]:
+    for entry in site.cluster.agent_call({"type": "GET_CONTAINERS"}, pod.host)["get_containers"][
+        "containers"
+    ]:
         if entry["executor_id"]["value"] == pod.executor["executor_id"]["value"]:
             return str(entry["container_id"]["value"])
     raise AssertionError(f"no container of {pod.executor['executor_id']}")

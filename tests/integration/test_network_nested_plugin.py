@@ -149,7 +149,9 @@ def cni(command: str, conf: dict[str, Any], netns: str, container: str = "ctr-1"
         ifname: str = "eth0") -> tuple[int, Any]:  # fmt: skip
     env = {"PATH": os.environ["PATH"], "CNI_COMMAND": command, "CNI_CONTAINERID": container,
            "CNI_NETNS": netns, "CNI_IFNAME": ifname, "CNI_PATH": str(Path(PLUGIN).parent)}  # fmt: skip
-    done = subprocess.run([PLUGIN], input=json.dumps(conf), capture_output=True, text=True, env=env, timeout=60)
+    done = subprocess.run(
+        [PLUGIN], input=json.dumps(conf), capture_output=True, text=True, env=env, timeout=60
+    )
     return done.returncode, json.loads(done.stdout) if done.stdout.strip() else None
 
 
@@ -280,10 +282,19 @@ def test_a_pool_keeps_ready_subports_that_attach_without_the_service(host: Host,
 
 
 def test_an_agent_without_its_trunk_nic_refuses_to_start(host: Host, tmp_path: Path) -> None:
-    agent = Daemon("agent", [
-        "--ip=127.0.0.1", "--port=0", f"--master={host.cluster.master_address}", f"--work_dir={tmp_path / 'w'}",
-        f"--runtime_dir={tmp_path / 'r'}", *host.extra, "--network_trunk_nic=nosuchnic0",
-    ], tmp_path / "agent.log")  # fmt: skip
+    agent = Daemon(
+        "agent",
+        [
+            "--ip=127.0.0.1",
+            "--port=0",
+            f"--master={host.cluster.master_address}",
+            f"--work_dir={tmp_path / 'w'}",
+            f"--runtime_dir={tmp_path / 'r'}",
+            *host.extra,
+            "--network_trunk_nic=nosuchnic0",
+        ],
+        tmp_path / "agent.log",
+    )
     agent.start()
     try:
         assert agent.wait_exit(60) != 0

@@ -125,10 +125,15 @@ def test_bad_requests_are_neutron_shaped(service: Service) -> None:
     assert error("POST", "/v2.0/trunks", b'{"trunks": [{}]}')[:2] == (400, "HTTPBadRequest")
     assert error("GET", "/v2.0/routers")[:2] == (404, "HTTPNotFound")
     assert error("DELETE", "/v2.0/networks")[:2] == (405, "HTTPMethodNotAllowed")
-    assert error("PUT", f"/v2.0/trunks/{missing}/add_subports", b'{"sub_ports": []}')[:2] == (404, "TrunkNotFound")
+    assert error("PUT", f"/v2.0/trunks/{missing}/add_subports", b'{"sub_ports": []}')[:2] == (
+        404,
+        "TrunkNotFound",
+    )
     status, created = service.http("POST", "/v2.0/networks", {"network": {"name": "n"}})
     assert status == 201
-    status, shown = service.http("GET", f"/v2.0/networks/{created['network']['id']}?fields=name&fields=status")
+    status, shown = service.http(
+        "GET", f"/v2.0/networks/{created['network']['id']}?fields=name&fields=status"
+    )
     assert shown == {"network": {"name": "n", "status": "ACTIVE"}}
     assert error("PUT", f"/v2.0/networks/{created['network']['id']}", b'{"network": {"shared": true}}') == (
         400, "HTTPBadRequest", "Cannot update read-only attribute shared")
@@ -169,7 +174,9 @@ def test_life_cycle(service: Service) -> None:
     # Filters, as kuryr looks a host's trunk port up; repeated keys; fields.
     assert [p.id for p in conn.network.ports(fixed_ips=["ip_address=10.10.0.10"])] == [host.id]
     assert [p.id for p in conn.network.ports(device_owner=SUBPORT, name="spare")] == [p.id for p in bulk]
-    status, body = service.http("GET", f"/v2.0/ports?name=host-1&name=spare&network_id={net.id}&fields=id&fields=name")
+    status, body = service.http(
+        "GET", f"/v2.0/ports?name=host-1&name=spare&network_id={net.id}&fields=id&fields=name"
+    )
     assert status == 200 and [sorted(p) for p in body["ports"]] == [["id", "name"]] * 4
     status, body = service.http("GET", "/v2.0/ports?tags=mesilla")
     assert [p["id"] for p in body["ports"]] == [host.id]
@@ -214,7 +221,9 @@ def test_life_cycle(service: Service) -> None:
         {"port_id": b.id, "segmentation_type": "vlan"},  # the lowest free
     ])
     assert [(s["port_id"], s["segmentation_id"]) for s in trunk.sub_ports] == [(a.id, 5), (b.id, 1)]
-    conn.network.add_trunk_subports(trunk2, [{"port_id": c.id, "segmentation_type": "vlan", "segmentation_id": 5}])
+    conn.network.add_trunk_subports(
+        trunk2, [{"port_id": c.id, "segmentation_type": "vlan", "segmentation_id": 5}]
+    )
     with pytest.raises(sdk_errors.ConflictException) as duplicate:
         conn.network.add_trunk_subports(trunk, [{"port_id": pinned.id, "segmentation_type": "vlan",
                                                  "segmentation_id": 1}])
@@ -301,7 +310,9 @@ def test_a_killed_service_restarts_with_everything(service: Service) -> None:
     net = conn.network.create_network(name="durable")
     subnet = conn.network.create_subnet(network_id=net.id, cidr="10.40.0.0/24", ip_version=4)
     parent = conn.network.create_port(network_id=net.id, binding_host_id="h1")
-    subports = list(conn.network.create_ports([{"network_id": net.id, "device_owner": SUBPORT} for _ in range(2)]))
+    subports = list(
+        conn.network.create_ports([{"network_id": net.id, "device_owner": SUBPORT} for _ in range(2)])
+    )
     trunk = conn.network.create_trunk(port_id=parent.id, sub_ports=[
         {"port_id": subports[0].id, "segmentation_type": "vlan", "segmentation_id": 100}])
     status, minted = service.http("POST", "/v2.0/mesilla/trunk_tokens", {"trunk_id": trunk.id})
@@ -314,7 +325,9 @@ def test_a_killed_service_restarts_with_everything(service: Service) -> None:
     conn = service.sdk()
     assert {c: service.http("GET", f"/v2.0/{c}")[1] for c in before} == before
     with pytest.raises(sdk_errors.ConflictException):
-        conn.network.create_port(network_id=net.id, fixed_ips=[{"ip_address": parent.fixed_ips[0]["ip_address"]}])
+        conn.network.create_port(
+            network_id=net.id, fixed_ips=[{"ip_address": parent.fixed_ips[0]["ip_address"]}]
+        )
     fresh = conn.network.create_port(network_id=net.id, fixed_ips=[{"subnet_id": subnet.id}])
     assert fresh.fixed_ips[0]["ip_address"] == "10.40.0.5"
     with pytest.raises(sdk_errors.ConflictException):

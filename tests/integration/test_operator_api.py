@@ -83,7 +83,9 @@ async def test_get_roles_lists_the_framework_role_and_its_resources(cluster: Clu
 async def test_get_metrics_reports_mesos_names(cluster: Cluster) -> None:
     await running_task(cluster)
 
-    metrics = {m["name"]: m.get("value") for m in (await cluster.call("GET_METRICS"))["get_metrics"]["metrics"]}
+    metrics = {
+        m["name"]: m.get("value") for m in (await cluster.call("GET_METRICS"))["get_metrics"]["metrics"]
+    }
 
     assert metrics["master/tasks_running"] == 1
     assert metrics["master/slaves_active"] == 1
@@ -99,7 +101,8 @@ async def test_get_metrics_reports_mesos_names(cluster: Cluster) -> None:
 
 async def test_update_weights_then_get_weights(cluster: Cluster) -> None:
     response = await cluster.post(
-        "/api/v1", {"type": "UPDATE_WEIGHTS", "update_weights": {"weight_infos": [{"role": "web", "weight": 2.5}]}}
+        "/api/v1",
+        {"type": "UPDATE_WEIGHTS", "update_weights": {"weight_infos": [{"role": "web", "weight": 2.5}]}},
     )
     assert response.status == 200
     weights = (await cluster.call("GET_WEIGHTS"))["get_weights"]["weight_infos"]
@@ -111,7 +114,9 @@ async def test_update_weights_then_get_weights(cluster: Cluster) -> None:
 async def test_teardown_kills_the_frameworks_tasks(cluster: Cluster) -> None:
     _agent, scheduler = await running_task(cluster)
 
-    response = await cluster.post("/api/v1", {"type": "TEARDOWN", "teardown": {"framework_id": {"value": scheduler.framework_id}}})
+    response = await cluster.post(
+        "/api/v1", {"type": "TEARDOWN", "teardown": {"framework_id": {"value": scheduler.framework_id}}}
+    )
 
     assert response.status == 200
     frameworks = (await cluster.call("GET_FRAMEWORKS"))["get_frameworks"]
@@ -125,13 +130,17 @@ async def test_teardown_kills_the_frameworks_tasks(cluster: Cluster) -> None:
 async def test_mark_agent_gone_removes_it_and_its_tasks(cluster: Cluster) -> None:
     agent, scheduler = await running_task(cluster)
 
-    response = await cluster.post("/api/v1", {"type": "MARK_AGENT_GONE", "mark_agent_gone": {"agent_id": {"value": agent_id(agent)}}})
+    response = await cluster.post(
+        "/api/v1", {"type": "MARK_AGENT_GONE", "mark_agent_gone": {"agent_id": {"value": agent_id(agent)}}}
+    )
 
     assert response.status == 200
     assert (await cluster.call("GET_AGENTS"))["get_agents"].get("agents", []) == []
     assert (await scheduler.update("t1"))["state"] in ("TASK_GONE_BY_OPERATOR", "TASK_LOST")
     # Marking it again is fine; the agent is told to shut down.
-    again = await cluster.post("/api/v1", {"type": "MARK_AGENT_GONE", "mark_agent_gone": {"agent_id": {"value": agent_id(agent)}}})
+    again = await cluster.post(
+        "/api/v1", {"type": "MARK_AGENT_GONE", "mark_agent_gone": {"agent_id": {"value": agent_id(agent)}}}
+    )
     assert again.status == 200
     assert (await agent.next_event("SHUTDOWN", skip=("*",)))["type"] == "SHUTDOWN"
 
@@ -150,13 +159,27 @@ async def test_mark_agent_gone_removes_it_and_its_tasks(cluster: Cluster) -> Non
         ({"type": "TEARDOWN", "teardown": {"framework_id": {"value": "nope"}}}, 400, "nope"),
         ({"type": "TEARDOWN", "teardown": {"framework_id": {"value": 7}}}, 400, "framework_id"),
         ({"type": "MARK_AGENT_GONE", "mark_agent_gone": {"agent_id": {"value": "nope"}}}, 404, "nope"),
-        ({"type": "UPDATE_WEIGHTS", "update_weights": {"weight_infos": [{"role": "a", "weight": -1}]}}, 400, "weight"),
+        (
+            {"type": "UPDATE_WEIGHTS", "update_weights": {"weight_infos": [{"role": "a", "weight": -1}]}},
+            400,
+            "weight",
+        ),
         ({"type": "UPDATE_WEIGHTS", "update_weights": {"weight_infos": [{"weight": 2}]}}, 400, "role"),
-        ({"type": "UPDATE_WEIGHTS", "update_weights": {"weight_infos": [{"role": "a/../b", "weight": 2}]}}, 400, "'..'"),
-        ({"type": "UPDATE_WEIGHTS", "update_weights": {"weight_infos": [{"role": "-a", "weight": 2}]}}, 400, "-a"),
+        (
+            {"type": "UPDATE_WEIGHTS", "update_weights": {"weight_infos": [{"role": "a/../b", "weight": 2}]}},
+            400,
+            "'..'",
+        ),
+        (
+            {"type": "UPDATE_WEIGHTS", "update_weights": {"weight_infos": [{"role": "-a", "weight": 2}]}},
+            400,
+            "-a",
+        ),
     ],
 )
-async def test_bad_calls_get_4xx_with_a_reason(cluster: Cluster, body: Json, status: int, reason: str) -> None:
+async def test_bad_calls_get_4xx_with_a_reason(
+    cluster: Cluster, body: Json, status: int, reason: str
+) -> None:
     response = await cluster.post("/api/v1", body)
     assert response.status == status
     assert reason in await response.text()
@@ -206,7 +229,9 @@ async def test_subscribe_streams_state_then_events(cluster: Cluster) -> None:
     added = await operator.next_of("AGENT_ADDED")
     assert added["agent_added"]["agent"]["agent_info"]["id"]["value"] == agent_id(agent)
     framework = await operator.next_of("FRAMEWORK_ADDED")
-    assert framework["framework_added"]["framework"]["framework_info"]["id"]["value"] == scheduler.framework_id
+    assert (
+        framework["framework_added"]["framework"]["framework_info"]["id"]["value"] == scheduler.framework_id
+    )
     task = await operator.next_of("TASK_ADDED")
     assert task["task_added"]["task"]["task_id"]["value"] == "t1"
     assert task["task_added"]["task"]["state"] == "TASK_STAGING"
@@ -221,11 +246,15 @@ async def test_subscribe_streams_state_then_events(cluster: Cluster) -> None:
     renamed = await operator.next_of("FRAMEWORK_UPDATED")
     assert renamed["framework_updated"]["framework"]["framework_info"]["name"] == "renamed"
 
-    await cluster.post("/api/v1", {"type": "TEARDOWN", "teardown": {"framework_id": {"value": scheduler.framework_id}}})
+    await cluster.post(
+        "/api/v1", {"type": "TEARDOWN", "teardown": {"framework_id": {"value": scheduler.framework_id}}}
+    )
     removed = await operator.next_of("FRAMEWORK_REMOVED")
     assert removed["framework_removed"]["framework_info"]["id"]["value"] == scheduler.framework_id
 
-    await cluster.post("/api/v1", {"type": "MARK_AGENT_GONE", "mark_agent_gone": {"agent_id": {"value": agent_id(agent)}}})
+    await cluster.post(
+        "/api/v1", {"type": "MARK_AGENT_GONE", "mark_agent_gone": {"agent_id": {"value": agent_id(agent)}}}
+    )
     gone = await operator.next_of("AGENT_REMOVED")
     assert gone["agent_removed"]["agent_id"]["value"] == agent_id(agent)
 

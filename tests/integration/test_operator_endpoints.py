@@ -183,7 +183,8 @@ async def test_state_summary_counts_tasks_per_agent_and_framework(cluster: Clust
 async def test_roles_show_weight_frameworks_and_allocation(cluster: Cluster) -> None:
     _agent, scheduler = await running_task(cluster)
     await cluster.post(
-        "/api/v1", {"type": "UPDATE_WEIGHTS", "update_weights": {"weight_infos": [{"role": "batch", "weight": 3}]}}
+        "/api/v1",
+        {"type": "UPDATE_WEIGHTS", "update_weights": {"weight_infos": [{"role": "batch", "weight": 3}]}},
     )
 
     roles = {r["name"]: r for r in (await cluster.get("/roles"))["roles"]}

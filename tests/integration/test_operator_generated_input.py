@@ -49,13 +49,17 @@ QUERY_KEYS = ["limit", "offset", "order", "task_id", "framework_id", "slave_id",
 
 json_values = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=20),
-    lambda children: st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=10), children, max_size=4),
+    lambda children: (
+        st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=10), children, max_size=4)
+    ),
     max_leaves=12,
 )
 # Payloads shaped like the calls' own fields, with generated values.
 call_fields = st.dictionaries(
     st.sampled_from(["framework_id", "agent_id", "weight_infos", "timeout", "value", "role", "weight"]),
-    st.one_of(json_values, st.dictionaries(st.sampled_from(["value", "role", "weight"]), json_values, max_size=2)),
+    st.one_of(
+        json_values, st.dictionaries(st.sampled_from(["value", "role", "weight"]), json_values, max_size=2)
+    ),
     max_size=3,
 )
 
@@ -128,7 +132,9 @@ def status_of(port: int, method: str, path: str, body: bytes | None = None) -> i
         connection.close()
 
 
-SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+SETTINGS = settings(
+    max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 
 
 @SETTINGS
@@ -142,7 +148,9 @@ def test_operator_api_answers_generated_input_without_5xx(port: int, body: bytes
     path=st.sampled_from(V0_PATHS),
     query=st.dictionaries(st.sampled_from(QUERY_KEYS), st.text(max_size=12), max_size=3),
 )
-def test_v0_endpoints_answer_generated_queries_without_5xx(port: int, path: str, query: dict[str, str]) -> None:
+def test_v0_endpoints_answer_generated_queries_without_5xx(
+    port: int, path: str, query: dict[str, str]
+) -> None:
     target = path + ("?" + urllib.parse.urlencode(query) if query else "")
     assert status_of(port, "GET", target) < 500, target
 

@@ -36,7 +36,7 @@ def ovs(tmp_path: Path) -> Iterator[tuple[OvsInstance, str]]:
 
 
 def test_bridge_ports_and_flows(ovs: tuple[OvsInstance, str]) -> None:
-    instance, namespace = ovs
+    instance, _namespace = ovs
     instance.add_bridge("br-test", "fail_mode=secure")
     datapath = instance.vsctl("get", "bridge", "br-test", "datapath_type").strip()
     assert datapath == ("system" if kernel_datapath() else "netdev")
@@ -81,17 +81,30 @@ def test_mesilla_network_keeps_its_fabric_bridge_equal_to_the_book(tmp_path: Pat
         port = free_port()
         url = f"http://127.0.0.1:{port}/"
         fabric = OvsInstance(str(tmp_path / "fabric-ovs"))
-        daemon = Daemon("network", [f"--port={port}", f"--work_dir={tmp_path / 'work'}", "--fabric_bridge=br-fab",
-                                    f"--fabric_ovs_dir={fabric.directory}"], tmp_path / "network.log")  # fmt: skip
+        daemon = Daemon(
+            "network",
+            [
+                f"--port={port}",
+                f"--work_dir={tmp_path / 'work'}",
+                "--fabric_bridge=br-fab",
+                f"--fabric_ovs_dir={fabric.directory}",
+            ],
+            tmp_path / "network.log",
+        )
         try:
             daemon.start()
             daemon.await_ready(lambda: answers(url), "an answer to GET /")
             net = http_json(url + "v2.0/networks", {"network": {"name": "a"}})["network"]
-            http_json(url + "v2.0/subnets", {"subnet": {"network_id": net["id"], "cidr": "10.9.0.0/24", "ip_version": 4}})
+            http_json(
+                url + "v2.0/subnets",
+                {"subnet": {"network_id": net["id"], "cidr": "10.9.0.0/24", "ip_version": 4}},
+            )
             parent = http_json(url + "v2.0/ports", {"port": {
                 "network_id": net["id"], "binding:profile": {"fabric_port": "t-host"}}})["port"]  # fmt: skip
             trunk = http_json(url + "v2.0/trunks", {"trunk": {"port_id": parent["id"]}})["trunk"]
-            sub = http_json(url + "v2.0/ports", {"port": {"network_id": net["id"], "device_owner": "trunk:subport"}})["port"]
+            sub = http_json(
+                url + "v2.0/ports", {"port": {"network_id": net["id"], "device_owner": "trunk:subport"}}
+            )["port"]
             request = urllib.request.Request(
                 f"{url}v2.0/trunks/{trunk['id']}/add_subports", method="PUT",
                 data=json.dumps({"sub_ports": [{"port_id": sub["id"], "segmentation_type": "vlan",
@@ -107,8 +120,9 @@ def test_mesilla_network_keeps_its_fabric_bridge_equal_to_the_book(tmp_path: Pat
             daemon.await_ready(lambda: wanted in flows(), "the subport's flows on br-fab", 30)
             assert fabric.ports("br-fab") == ["t-host"]
             assert fabric.vsctl("get", "bridge", "br-fab", "fail_mode").strip() == "secure"
-            urllib.request.urlopen(urllib.request.Request(url + f"v2.0/trunks/{trunk['id']}", method="DELETE"),
-                                   timeout=10).close()  # fmt: skip
+            urllib.request.urlopen(
+                urllib.request.Request(url + f"v2.0/trunks/{trunk['id']}", method="DELETE"), timeout=10
+            ).close()
             daemon.await_ready(lambda: "dl_vlan=42" not in flows() and fabric.ports("br-fab") == [],
                                "the trunk's flows and port gone", 30)  # fmt: skip
         finally:

@@ -54,7 +54,9 @@ class ProtobufStream:
                 return event
 
 
-async def post_pb(cluster: Cluster, path: str, type_: type, body: Json, **headers: str) -> aiohttp.ClientResponse:
+async def post_pb(
+    cluster: Cluster, path: str, type_: type, body: Json, **headers: str
+) -> aiohttp.ClientResponse:
     response = await cluster.session.post(
         cluster.base + path, data=pb(type_, body), headers={"Content-Type": PROTOBUF, **headers}
     )
@@ -146,12 +148,14 @@ async def test_a_scheduler_speaks_protobuf_for_every_call(cluster: Cluster) -> N
             message: Json = {"type": type_, "framework_id": framework_id}
             if body is not None:
                 message[type_.lower()] = body
-            async with await post_pb(cluster, url, sched.Call, message, **{"Mesos-Stream-Id": stream_id}) as r:
+            async with await post_pb(
+                cluster, url, sched.Call, message, **{"Mesos-Stream-Id": stream_id}
+            ) as r:
                 assert r.status == expect, (type_, await r.text())
 
         task = command_task("pb1", offer["agent_id"], cpus=1, mem=128)
         await call("ACCEPT", {"offer_ids": [offer["id"]],
-                              "operations": [{"type": "LAUNCH", "launch": {"task_infos": [task]}}]})  # fmt: skip
+                              "operations": [{"type": "LAUNCH", "launch": {"task_infos": [task]}}]})
         await agent.next_event("RUN_TASK")
         uuid = await agent.send_status(framework_id["value"], "pb1", "TASK_RUNNING")
         status = (await events.next("UPDATE"))["update"]["status"]
@@ -170,9 +174,9 @@ async def test_a_scheduler_speaks_protobuf_for_every_call(cluster: Cluster) -> N
         await agent.next_event("KILL_TASK", skip=("*",))
         await call("TEARDOWN")
         frameworks = await cluster.call("GET_FRAMEWORKS")
-        assert [f["framework_info"]["id"] for f in frameworks["get_frameworks"].get("completed_frameworks", [])] == [
-            framework_id
-        ]
+        assert [
+            f["framework_info"]["id"] for f in frameworks["get_frameworks"].get("completed_frameworks", [])
+        ] == [framework_id]
     finally:
         response.close()
 

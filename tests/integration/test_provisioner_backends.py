@@ -12,7 +12,6 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
-from tests.fixtures.images import busybox_image_dir, no_leftover_mounts  # noqa: F401  (fixtures)
 
 from mesilla.common.flags import Flags, parse
 from mesilla.containerizer.flags import CONTAINERIZER_FLAGS

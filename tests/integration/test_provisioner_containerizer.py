@@ -11,7 +11,6 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
-from tests.fixtures.images import docker_registry, no_leftover_mounts  # noqa: F401
 from tests.unit.executor.fake_agent import FakeAgent, launch_event
 
 from mesilla.common.flags import parse

@@ -33,8 +33,23 @@ def certs(tmp_path_factory: pytest.TempPathFactory) -> Path:
         _openssl("req", "-newkey", "rsa:2048", "-nodes", "-subj", f"/CN={name}",
                  "-keyout", str(d / f"{name}.key"), "-out", str(d / f"{name}.csr"))
         (d / f"{name}.ext").write_text(ext + "\n")
-        _openssl("x509", "-req", "-in", str(d / f"{name}.csr"), "-CA", str(d / "ca.pem"), "-CAkey", str(d / "ca.key"),
-                 "-CAcreateserial", "-days", "2", "-extfile", str(d / f"{name}.ext"), "-out", str(d / f"{name}.pem"))
+        _openssl(
+            "x509",
+            "-req",
+            "-in",
+            str(d / f"{name}.csr"),
+            "-CA",
+            str(d / "ca.pem"),
+            "-CAkey",
+            str(d / "ca.key"),
+            "-CAcreateserial",
+            "-days",
+            "2",
+            "-extfile",
+            str(d / f"{name}.ext"),
+            "-out",
+            str(d / f"{name}.pem"),
+        )
     return d
 
 
@@ -55,7 +70,9 @@ async def session(certs: Path) -> AsyncIterator[aiohttp.ClientSession]:
         yield s
 
 
-async def test_master_agent_and_executor_over_tls(tmp_path: Path, certs: Path, session: aiohttp.ClientSession) -> None:
+async def test_master_agent_and_executor_over_tls(
+    tmp_path: Path, certs: Path, session: aiohttp.ClientSession
+) -> None:
     async with running_master(tmp_path / "m", *tls_flags(certs)) as server:
         base = f"https://127.0.0.1:{server.port}"
         async with session.get(base + "/health") as r:
@@ -64,7 +81,9 @@ async def test_master_agent_and_executor_over_tls(tmp_path: Path, certs: Path, s
             with pytest.raises(aiohttp.ClientError):
                 async with plain.get(f"http://127.0.0.1:{server.port}/health") as r:
                     await r.read()
-        agent = AgentProcess(_Address(f"127.0.0.1:{server.port}"), str(tmp_path / "w"), str(tmp_path / "r"), *tls_flags(certs))  # type: ignore[arg-type]
+        agent = AgentProcess(
+            _Address(f"127.0.0.1:{server.port}"), str(tmp_path / "w"), str(tmp_path / "r"), *tls_flags(certs)
+        )  # type: ignore[arg-type]
         try:
             running = await agent.start()
             await until(lambda: bool(server.master.agents), "the agent registered over TLS")
@@ -82,7 +101,14 @@ async def test_master_agent_and_executor_over_tls(tmp_path: Path, certs: Path, s
                     status = await scheduler.update("over-tls")
                     states.append(status["state"])
                     if "uuid" in status:
-                        await scheduler.call("ACKNOWLEDGE", {"agent_id": status["agent_id"], "task_id": status["task_id"], "uuid": status["uuid"]})
+                        await scheduler.call(
+                            "ACKNOWLEDGE",
+                            {
+                                "agent_id": status["agent_id"],
+                                "task_id": status["task_id"],
+                                "uuid": status["uuid"],
+                            },
+                        )
                 assert states[-1] == "TASK_FINISHED", states
                 assert "TASK_RUNNING" in states
             finally:
@@ -97,7 +123,9 @@ async def test_require_cert(tmp_path: Path, certs: Path, session: aiohttp.Client
         with pytest.raises(aiohttp.ClientError):
             async with session.get(base + "/health") as r:
                 await r.read()
-        with_cert = client_context(str(certs / "ca.pem"), (str(certs / "client.pem"), str(certs / "client.key")))
+        with_cert = client_context(
+            str(certs / "ca.pem"), (str(certs / "client.pem"), str(certs / "client.key"))
+        )
         async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=with_cert)) as s:
             async with s.get(base + "/health") as r:
                 assert r.status == 200
@@ -108,7 +136,9 @@ def test_half_a_configuration_refuses_to_start(tmp_path: Path, certs: Path) -> N
     from mesilla.common.tls import from_flags
     from mesilla.master.main import MASTER_FLAGS
 
-    only_cert = parse(MASTER_FLAGS, [f"--work_dir={tmp_path}", f"--ssl_cert_file={certs / 'server.pem'}"], environ={})
+    only_cert = parse(
+        MASTER_FLAGS, [f"--work_dir={tmp_path}", f"--ssl_cert_file={certs / 'server.pem'}"], environ={}
+    )
     with pytest.raises(FlagError, match="both a certificate and its key"):
         from_flags(only_cert, environ={})
     env = {"LIBPROCESS_SSL_ENABLED": "true", "LIBPROCESS_SSL_CERT_FILE": str(certs / "server.pem"),

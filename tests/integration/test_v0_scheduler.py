@@ -38,7 +38,9 @@ class V0Driver:
     async def start(self) -> None:
         async def receive(request: web.Request) -> web.Response:
             name = request.match_info["name"].removeprefix("mesos.internal.")
-            await self.received.put((name, decode_v0(name, await request.read()), request.headers["Libprocess-From"]))
+            await self.received.put(
+                (name, decode_v0(name, await request.read()), request.headers["Libprocess-From"])
+            )
             return web.Response(status=202)
 
         app = web.Application()
@@ -54,7 +56,9 @@ class V0Driver:
         if self._runner is not None:
             await self._runner.cleanup()
 
-    async def send(self, name: str, message: Json, *, raw: bytes | None = None, pid: str | None = None) -> int:
+    async def send(
+        self, name: str, message: Json, *, raw: bytes | None = None, pid: str | None = None
+    ) -> int:
         body = raw if raw is not None else encode_v0(name, message)
         async with self.cluster.session.post(
             f"{self.cluster.base}/master/mesos.internal.{name}",
@@ -130,7 +134,10 @@ async def test_a_v0_framework_runs_a_task_beside_a_v1_framework(cluster: Cluster
     v0_tasks = next(f["tasks"] for f in state["frameworks"] if f["name"] == "v0-fw")
     assert [t["id"] for t in v0_tasks] == ["v0-t1"]
 
-    reconcile = {"framework_id": framework_id, "statuses": [{"task_id": {"value": "v0-t1"}, "state": "TASK_RUNNING"}]}
+    reconcile = {
+        "framework_id": framework_id,
+        "statuses": [{"task_id": {"value": "v0-t1"}, "state": "TASK_RUNNING"}],
+    }
     assert await driver.send("ReconcileTasksMessage", reconcile) == 202
     reconciled = await driver.next("StatusUpdateMessage")
     assert reconciled["update"]["status"]["reason"] == "REASON_RECONCILIATION"
@@ -141,7 +148,10 @@ async def test_a_v0_framework_runs_a_task_beside_a_v1_framework(cluster: Cluster
     assert await driver.send("FrameworkToExecutorMessage", message) == 202
     await agent.next_event("FRAMEWORK_MESSAGE", skip=("*",))
     assert await driver.send("ReviveOffersMessage", {"framework_id": framework_id}) == 202
-    assert await driver.send("KillTaskMessage", {"framework_id": framework_id, "task_id": {"value": "v0-t1"}}) == 202
+    assert (
+        await driver.send("KillTaskMessage", {"framework_id": framework_id, "task_id": {"value": "v0-t1"}})
+        == 202
+    )
     await agent.next_event("KILL_TASK", skip=("*",))
     assert await driver.send("UnregisterFrameworkMessage", {"framework_id": framework_id}) == 202
     await removed(cluster, framework_id)
@@ -154,8 +164,10 @@ async def test_malformed_or_stray_messages_are_dropped_and_the_master_stays_heal
         ("RegisterFrameworkMessage", b"\x0a\x05ab"),  # truncated
         ("RegisterFrameworkMessage", b""),  # a required field missing
         ("LaunchTasksMessage", b"\xff" * 64),  # garbage
-        ("KillTaskMessage", encode_v0("KillTaskMessage", {"framework_id": {"value": "nobody"},
-                                                          "task_id": {"value": "t"}})),  # fmt: skip
+        (
+            "KillTaskMessage",
+            encode_v0("KillTaskMessage", {"framework_id": {"value": "nobody"}, "task_id": {"value": "t"}}),
+        ),
     ]:
         assert await driver.send(name, {}, raw=raw) == 202, name
     assert await driver.send("KillTaskMessage", {}, raw=b"", pid="not a pid") == 400

@@ -4,7 +4,7 @@ outside a daemon's directories changed.
 `ids()` draws an id value with whether Mesos's rules refuse it: what climbs
 (`..`, `../../x`), separators (`/`, `a/b`, `\\`), NUL and control characters,
 more than a file name holds, and what only looks like them (`%2e%2e`,
-`\u2024\u2024`, fullwidth `／`), which Mesos accepts as ordinary characters.
+`\u2024\u2024`, fullwidth `\uff0f`), which Mesos accepts as ordinary characters.
 The classification is written out here, independent of the code under test.
 
 `Canary` plants files and directories beside the daemon's work and runtime

@@ -66,7 +66,11 @@ async def main() -> None:
             if running.pop(message["task_id"]["value"], None) is not None:
                 await update(message["task_id"], "TASK_KILLED")
         elif name == "ReconnectExecutorMessage":
-            reregister = {"framework_id": FRAMEWORK_ID, "executor_id": EXECUTOR_ID, "tasks": list(running.values())}
+            reregister = {
+                "framework_id": FRAMEWORK_ID,
+                "executor_id": EXECUTOR_ID,
+                "tasks": list(running.values()),
+            }
             await send("ReregisterExecutorMessage", reregister)
         elif name == "StatusUpdateAcknowledgementMessage":
             acked.append(message["task_id"]["value"])

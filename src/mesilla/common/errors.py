@@ -1,19 +1,36 @@
-"""Errors that cross the HTTP boundary, each carrying the status it maps to.
+"""Mesilla's exceptions: one tree, so that the type says who is at fault and what follows.
 
-    HttpError
-    ├── BadRequest          400  malformed or invalid input; the message names the field
-    ├── Unauthorized        401
-    ├── Forbidden           403  e.g. a wrong Mesos-Stream-Id
-    ├── NotFound            404  unknown container, file, ...
-    ├── Conflict            409
-    ├── PayloadTooLarge     413
-    ├── UnsupportedMediaType 415
-    ├── NotAcceptable       406
-    ├── TemporaryRedirect   307  not the leading master
-    └── ServiceUnavailable  503  no leader, still recovering
+    MesillaError
+    ├── ConfigurationError        the daemon cannot start as configured: `mesilla <daemon>`
+    │   │                         prints the one-line message and exits 1 (no traceback)
+    │   ├── FlagError             a flag unknown, malformed or missing (common/flags.py)
+    │   │   └── CredentialsError  a credentials file that cannot be read (common/authentication.py)
+    │   ├── IsolationError        --isolation names an unknown isolator, or two filesystems
+    │   │                         (containerizer/isolators)
+    │   └── UnknownLauncher       --launcher names an unknown launcher (containerizer/launcher)
+    ├── HttpError                 a request that cannot be served: `status`, `reason` and,
+    │   │                         for bad input, the `field` at fault
+    │   ├── BadRequest            400  malformed or invalid input; the message names the field
+    │   ├── Unauthorized          401
+    │   ├── Forbidden             403  e.g. a wrong Mesos-Stream-Id
+    │   ├── NotFound              404  unknown container, file, ...
+    │   ├── NotAcceptable         406
+    │   ├── Conflict              409
+    │   ├── PayloadTooLarge       413
+    │   ├── UnsupportedMediaType  415
+    │   ├── TemporaryRedirect     307  not the leading master
+    │   └── ServiceUnavailable    503  no leader, still recovering
+    ├── ProvisionerError          an image that cannot be provisioned
+    │                             (containerizer/provisioner/errors.py draws its subtree)
+    └── (container errors)        a launch, destroy or lookup of a container that failed,
+                                  each carrying its Mesos `TaskStatus.Reason` and the HTTP
+                                  status the agent API answers with; defined at the end of
+                                  this module
 
-Handlers raise these; `mesilla.common.http` turns them into plain-text
-responses in one place, so bad input is always a 4xx with a reason.
+HTTP handlers raise HttpError; `mesilla.common.http` turns it into a plain-text
+response in one place, so bad input is always a 4xx with a reason. Code that
+translates a lower layer's failure raises one of these `from` it, so that the
+original exception stays the cause.
 """
 
 from __future__ import annotations
@@ -21,12 +38,39 @@ from __future__ import annotations
 from mesilla.v1.mesos import ContainerID, Reason
 
 
-class HttpError(Exception):
+class MesillaError(Exception):
+    """Base of every error Mesilla raises on purpose."""
+
+
+# --- configuration ------------------------------------------------------------
+
+
+class ConfigurationError(MesillaError):
+    """The daemon cannot start as configured; the message (one line) names the flag and the fix."""
+
+
+# --- HTTP ---------------------------------------------------------------------
+
+
+class HttpError(MesillaError):
+    """A request that cannot be served, answered with `status` and `reason` as plain text.
+
+    `field` names the part of the request at fault (e.g. `task_infos[0].task_id`)
+    where there is one.
+    """
+
     status: int = 500
 
-    def __init__(self, reason: str = "", *, headers: dict[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        reason: str = "",
+        *,
+        field: str | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> None:
         super().__init__(reason)
         self.reason = reason
+        self.field = field
         self.headers = headers or {}
 
 
@@ -70,7 +114,7 @@ class ServiceUnavailable(HttpError):
     status = 503
 
 
-# --- container errors ------------------------------------------------------------------
+# --- containers -----------------------------------------------------------------
 #
 #     ContainerError                 500  a container operation failed
 #     ├── UnknownContainer           404  no such container (running or ended and kept)
@@ -84,7 +128,9 @@ class ServiceUnavailable(HttpError):
 # agent API (an HTTP status, `http_error`) translate them once, at their edges.
 
 
-class ContainerError(Exception):
+class ContainerError(MesillaError):
+    """A container operation that failed: `reason` for the task, `status` for the agent API."""
+
     reason: Reason | None = None
     status: int = 500
 

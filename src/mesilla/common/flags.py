@@ -20,9 +20,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from mesilla.common.durations import format_duration, parse_duration
+from mesilla.common.errors import ConfigurationError
 
 
-class FlagError(ValueError):
+class FlagError(ConfigurationError, ValueError):
     """A flag that is unknown, missing or malformed; the message names it."""
 
 

@@ -160,7 +160,9 @@ class Receiver:
     async def receive(self, request: web.Request, name: str) -> web.Response:
         pid = sender(request)
         if pid is None:
-            raise BadRequest("Expecting a libprocess message: 'Libprocess-From' or 'User-Agent: libprocess/<pid>'")
+            raise BadRequest(
+                "Expecting a libprocess message: 'Libprocess-From' or 'User-Agent: libprocess/<pid>'"
+            )
         body = await request.read()
         try:
             await self._handle(pid, name, body)

@@ -38,7 +38,8 @@ def attributes_json(attributes: list[Attribute]) -> dict[str, object]:
 
 
 def labels_json(labels: Any) -> list[Any]:
-    return msgspec.to_builtins(labels.labels)
+    out: list[Any] = msgspec.to_builtins(labels.labels)
+    return out
 
 
 def status_json(status: TaskStatus) -> dict[str, object]:

@@ -85,6 +85,9 @@ def _ranges_contain(outer: tuple[tuple[int, int], ...], inner: tuple[tuple[int, 
     return not _subtract_ranges(inner, outer)
 
 
+# A key's kind decides its value's type (SCALAR: fixed-point int, RANGES: the
+# merged ranges, SET: the items); code narrows on the value's type, which says
+# the same and lets the type checker follow.
 Value = int | tuple[tuple[int, int], ...] | frozenset[str]
 
 
@@ -123,12 +126,12 @@ def _merge(items: dict[_Key, Value], key: _Key, value: Value) -> None:
     mine = items.get(key)
     if mine is None:
         items[key] = value
-    elif key.kind is ValueType.SCALAR:
-        items[key] = mine + value  # type: ignore[operator]
-    elif key.kind is ValueType.RANGES:
-        items[key] = _normalize_ranges(mine + value)  # type: ignore[operator]
-    else:
-        items[key] = mine | value  # type: ignore[operator]
+    elif isinstance(mine, int) and isinstance(value, int):
+        items[key] = mine + value
+    elif isinstance(mine, tuple) and isinstance(value, tuple):
+        items[key] = _normalize_ranges(mine + value)
+    elif isinstance(mine, frozenset) and isinstance(value, frozenset):
+        items[key] = mine | value
 
 
 class Resources:
@@ -250,9 +253,7 @@ class Resources:
         return from_fixed(self.scalar_fixed(name))
 
     def scalar_fixed(self, name: str) -> int:
-        return sum(
-            v for k, v in self._items.items() if k.name == name and k.kind is ValueType.SCALAR
-        )  # type: ignore[misc]
+        return sum(v for k, v in self._items.items() if k.name == name and isinstance(v, int))
 
     def names(self) -> set[str]:
         return {k.name for k in self._items}
@@ -281,14 +282,15 @@ class Resources:
             mine = self._items.get(key)
             if mine is None:
                 return False
-            if key.kind is ValueType.SCALAR:
-                if mine < value:  # type: ignore[operator]
+            if isinstance(mine, int) and isinstance(value, int):
+                if mine < value:
                     return False
-            elif key.kind is ValueType.RANGES:
-                if not _ranges_contain(mine, value):  # type: ignore[arg-type]
+            elif isinstance(mine, tuple) and isinstance(value, tuple):
+                if not _ranges_contain(mine, value):
                     return False
-            elif not value <= mine:  # type: ignore[operator]
-                return False
+            elif isinstance(mine, frozenset) and isinstance(value, frozenset):
+                if not value <= mine:
+                    return False
         return True
 
     # -- arithmetic --
@@ -305,12 +307,12 @@ class Resources:
             mine = items.get(key)
             if mine is None:
                 continue
-            if key.kind is ValueType.SCALAR:
-                items[key] = max(0, mine - value)  # type: ignore[operator]
-            elif key.kind is ValueType.RANGES:
-                items[key] = _subtract_ranges(mine, value)  # type: ignore[arg-type]
-            else:
-                items[key] = mine - value  # type: ignore[operator]
+            if isinstance(mine, int) and isinstance(value, int):
+                items[key] = max(0, mine - value)
+            elif isinstance(mine, tuple) and isinstance(value, tuple):
+                items[key] = _subtract_ranges(mine, value)
+            elif isinstance(mine, frozenset) and isinstance(value, frozenset):
+                items[key] = mine - value
         return Resources(items)
 
     # -- output --
@@ -321,12 +323,12 @@ class Resources:
         for key in sorted(self._items, key=lambda k: (k.name, k.role)):
             value = self._items[key]
             resource = Resource(name=key.name, type=key.kind, role=key.role)
-            if key.kind is ValueType.SCALAR:
-                resource.scalar = Scalar(value=from_fixed(value))  # type: ignore[arg-type]
-            elif key.kind is ValueType.RANGES:
-                resource.ranges = Ranges(range=[Range(begin=b, end=e) for b, e in value])  # type: ignore[union-attr]
+            if isinstance(value, int):
+                resource.scalar = Scalar(value=from_fixed(value))
+            elif isinstance(value, tuple):
+                resource.ranges = Ranges(range=[Range(begin=b, end=e) for b, e in value])
             else:
-                resource.set = ValueSet(item=sorted(value))  # type: ignore[arg-type]
+                resource.set = ValueSet(item=sorted(value))
             if key.role != UNRESERVED:
                 resource.reservations = [ReservationInfo(type="STATIC", role=key.role)]
             if allocation_role is not None:
@@ -339,12 +341,14 @@ class Resources:
         summary: dict[str, object] = {}
         for key in sorted(self._items, key=lambda k: k.name):
             value = self._items[key]
-            if key.kind is ValueType.SCALAR:
-                summary[key.name] = float(summary.get(key.name, 0.0)) + from_fixed(value)  # type: ignore[arg-type]
-            elif key.kind is ValueType.RANGES:
-                summary[key.name] = "[" + ", ".join(f"{b}-{e}" for b, e in value) + "]"  # type: ignore[union-attr]
+            if isinstance(value, int):
+                total = summary.get(key.name, 0.0)
+                assert isinstance(total, float)  # only scalars add up under one name
+                summary[key.name] = total + from_fixed(value)
+            elif isinstance(value, tuple):
+                summary[key.name] = "[" + ", ".join(f"{b}-{e}" for b, e in value) + "]"
             else:
-                summary[key.name] = "{" + ", ".join(sorted(value)) + "}"  # type: ignore[arg-type]
+                summary[key.name] = "{" + ", ".join(sorted(value)) + "}"
         for name in ("cpus", "mem", "disk", "gpus"):
             summary.setdefault(name, 0.0)
         return summary
@@ -354,12 +358,12 @@ class Resources:
         for key in sorted(self._items, key=lambda k: (k.name, k.role)):
             value = self._items[key]
             role = "" if key.role == UNRESERVED else f"({key.role})"
-            if key.kind is ValueType.SCALAR:
-                text = f"{from_fixed(value):g}"  # type: ignore[arg-type]
-            elif key.kind is ValueType.RANGES:
-                text = "[" + ",".join(f"{b}-{e}" for b, e in value) + "]"  # type: ignore[union-attr]
+            if isinstance(value, int):
+                text = f"{from_fixed(value):g}"
+            elif isinstance(value, tuple):
+                text = "[" + ",".join(f"{b}-{e}" for b, e in value) + "]"
             else:
-                text = "{" + ",".join(sorted(value)) + "}"  # type: ignore[arg-type]
+                text = "{" + ",".join(sorted(value)) + "}"
             parts.append(f"{key.name}{role}:{text}")
         return ";".join(parts)
 

@@ -20,10 +20,17 @@ from dataclasses import dataclass
 from mesilla.common.flags import Flag, FlagError, Flags
 
 FLAGS: list[Flag] = [
-    Flag("ssl_cert_file", "TLS certificate (PEM) of every listener; with --ssl_key_file turns TLS on.", None, "path"),
+    Flag(
+        "ssl_cert_file",
+        "TLS certificate (PEM) of every listener; with --ssl_key_file turns TLS on.",
+        None,
+        "path",
+    ),
     Flag("ssl_key_file", "TLS private key (PEM) of --ssl_cert_file.", None, "path"),
     Flag("ssl_ca_file", "CA certificates (PEM) peers are verified with.", None, "path"),
-    Flag("ssl_require_cert", "Require clients to present a certificate signed by --ssl_ca_file.", False, "bool"),
+    Flag(
+        "ssl_require_cert", "Require clients to present a certificate signed by --ssl_ca_file.", False, "bool"
+    ),
 ]
 
 

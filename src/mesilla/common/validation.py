@@ -22,7 +22,6 @@ Every function returns None when the input is valid, else the reason.
 
 from __future__ import annotations
 
-import functools
 import re
 from collections.abc import Callable
 from typing import Any
@@ -147,16 +146,24 @@ def _walk(value: Any) -> tuple[str, list[str]] | None:
     return None
 
 
-@functools.cache
+# Per message type, computed once; a dict, as mypy does not take a class for
+# functools.cache's Hashable argument.
+_WALKED_FIELDS: dict[type, tuple[tuple[str, str], ...]] = {}
+
+
 def _walked_fields(cls: type) -> tuple[tuple[str, str], ...]:
     """(attribute, JSON name) of the fields of message type `cls` whose values may hold an id."""
-    if not (isinstance(cls, type) and issubclass(cls, msgspec.Struct)):
-        return ()
-    info = mi.type_info(cls)
-    assert isinstance(info, mi.StructType)
-    return tuple(
-        (f.name, f.encode_name) for f in info.fields if _may_hold_ids(f.type, set())
-    )
+    fields = _WALKED_FIELDS.get(cls)
+    if fields is None:
+        fields = ()
+        if issubclass(cls, msgspec.Struct):
+            info = mi.type_info(cls)
+            assert isinstance(info, mi.StructType)
+            fields = tuple(
+                (f.name, f.encode_name) for f in info.fields if _may_hold_ids(f.type, set())
+            )
+        _WALKED_FIELDS[cls] = fields
+    return fields
 
 
 def _may_hold_ids(t: mi.Type, seen: set[type]) -> bool:

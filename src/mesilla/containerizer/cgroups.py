@@ -253,8 +253,8 @@ class Cgroup:
     def processes(self, controller: str) -> list[int]:
         """Every process in this cgroup and below it."""
         found: list[int] = []
-        for directory, _subdirs, files in os.walk(self.directory(controller)):
-            if "cgroup.procs" in files:
+        for directory, _subdirs, names in os.walk(self.directory(controller)):
+            if "cgroup.procs" in names:
                 try:
                     with open(os.path.join(directory, "cgroup.procs")) as f:
                         found.extend(int(line) for line in f if line.strip())
@@ -434,7 +434,7 @@ def _inotify_watch(path: str) -> int | None:
     """An inotify fd reporting modifications of `path`; None where inotify is unavailable."""
     try:
         libc = ctypes.CDLL(None, use_errno=True)
-        fd = libc.inotify_init1(_IN_NONBLOCK | _IN_CLOEXEC)
+        fd: int = libc.inotify_init1(_IN_NONBLOCK | _IN_CLOEXEC)
     except (OSError, AttributeError):
         return None
     if fd < 0:

@@ -19,6 +19,7 @@ import shutil
 import tarfile
 import urllib.parse
 import zipfile
+from typing import BinaryIO
 
 from mesilla.common import files
 from mesilla.v1.mesos import CommandURI
@@ -76,6 +77,10 @@ async def fetch_one(uri: CommandURI, sandbox: str) -> str:
     return target
 
 
+def _create(path: str) -> BinaryIO:
+    return open(path, "wb")
+
+
 async def _download(url: str, sandbox: str, target: str) -> None:
     import aiohttp  # the agent has it loaded; executors never fetch
 
@@ -88,9 +93,9 @@ async def _download(url: str, sandbox: str, target: str) -> None:
                     raise FetchError(
                         f"Failed to fetch '{url}': HTTP {response.status} {response.reason}"
                     )
-                with open(partial, "wb") as out:
+                with await asyncio.to_thread(_create, partial) as out:
                     async for chunk in response.content.iter_chunked(_CHUNK):
-                        out.write(chunk)
+                        out.write(chunk)  # into the page cache: nothing waits for the disk
     except (TimeoutError, aiohttp.ClientError, OSError) as exc:
         _unlink(sandbox, partial)
         raise FetchError(f"Failed to fetch '{url}': {exc or type(exc).__name__}") from exc

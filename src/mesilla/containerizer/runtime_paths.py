@@ -23,7 +23,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
-from typing import Any
+from typing import TypeVar
 
 import msgspec
 
@@ -32,6 +32,8 @@ from mesilla.common.files import remove_tree, write_atomically
 from mesilla.common.validation import validate_container_id
 from mesilla.containerizer.types import ContainerConfig, ContainerLaunchInfo, ContainerTermination
 from mesilla.v1.mesos import ContainerID
+
+T = TypeVar("T")
 
 PID_FILE = "pid"
 STATUS_FILE = "status"
@@ -117,7 +119,7 @@ class RuntimeDir:
         return self._decode(self.path(container_id, TERMINATION_FILE), ContainerTermination)
 
     @staticmethod
-    def _decode(path: str, type_: type[Any]) -> Any:
+    def _decode(path: str, type_: type[T]) -> T | None:
         data = _read(path)
         if data is None:
             return None

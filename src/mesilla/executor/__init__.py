@@ -11,5 +11,6 @@ every pod's executor takes to start on a busy 2-core host.
 import os
 import sys
 
-if sys.argv[:1] == ["-m"] and os.environ.get("LIBPROCESS_SSL_ENABLED", "").lower() not in ("1", "true", "yes"):
+_SSL_ENABLED = os.environ.get("LIBPROCESS_SSL_ENABLED", "").lower() in ("1", "true", "yes")
+if sys.argv[:1] == ["-m"] and not _SSL_ENABLED:
     sys.modules.setdefault("ssl", None)  # type: ignore[arg-type]

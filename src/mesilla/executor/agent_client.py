@@ -111,7 +111,9 @@ class AgentClient:
         # 202: the ID is already in use, which for a fresh uuid means our own
         # earlier attempt got through before a connection broke.
         if response.status not in (200, 202):
-            raise AgentCallError("LAUNCH_CONTAINER", container_id, response.status, response.body.decode(errors="replace"))
+            raise AgentCallError(
+                "LAUNCH_CONTAINER", container_id, response.status, response.body.decode(errors="replace")
+            )
 
     async def wait_container(self, container_id: Json) -> Json:
         """The container's termination (`exit_status`, `state`, `reason`, `message`, `limitation`).
@@ -132,24 +134,33 @@ class AgentClient:
             finally:
                 await connection.close()
             if response.status == 200:
-                return response.json().get("wait_container", {})
+                wait: dict[str, Any] = response.json().get("wait_container", {})
+                return wait
             if response.status == 404:
                 return {"message": f"Container {container_id['value']} is unknown to the agent"}
             if response.status == 503:
                 await asyncio.sleep(WAIT_RETRY_INTERVAL)
                 continue
-            raise AgentCallError("WAIT_CONTAINER", container_id, response.status, response.body.decode(errors="replace"))
+            raise AgentCallError(
+                "WAIT_CONTAINER", container_id, response.status, response.body.decode(errors="replace")
+            )
 
     async def kill_container(self, container_id: Json, signal: int) -> None:
         body = _encode("KILL_CONTAINER", kill_container={"container_id": container_id, "signal": int(signal)})
         response = await self._post(body)
         if response.status not in (200, 404):  # 404: already gone
-            raise AgentCallError("KILL_CONTAINER", container_id, response.status, response.body.decode(errors="replace"))
+            raise AgentCallError(
+                "KILL_CONTAINER", container_id, response.status, response.body.decode(errors="replace")
+            )
 
     async def remove_container(self, container_id: Json) -> None:
-        response = await self._post(_encode("REMOVE_CONTAINER", remove_container={"container_id": container_id}))
+        response = await self._post(
+            _encode("REMOVE_CONTAINER", remove_container={"container_id": container_id})
+        )
         if response.status not in (200, 404):
-            raise AgentCallError("REMOVE_CONTAINER", container_id, response.status, response.body.decode(errors="replace"))
+            raise AgentCallError(
+                "REMOVE_CONTAINER", container_id, response.status, response.body.decode(errors="replace")
+            )
 
     async def launch_session(self, container_id: Json, command: Json) -> Session:
         body = _encode(

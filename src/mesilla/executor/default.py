@@ -103,7 +103,9 @@ class DefaultExecutor(Executor):
         if self._sender is None:
             self._sender = asyncio.get_running_loop().create_task(self._send_updates())
         if self.machine is None:
-            self.machine = ExecutorState(executor_id=driver.executor_id, new_container_value=lambda: str(uuid.uuid4()))
+            self.machine = ExecutorState(
+                executor_id=driver.executor_id, new_container_value=lambda: str(uuid.uuid4())
+            )
         capabilities = frozenset(c.get("type", "") for c in driver.framework_info.get("capabilities", []))
         container_id = event.get("container_id")
         if container_id is None:
@@ -120,8 +122,10 @@ class DefaultExecutor(Executor):
 
     async def launch(self, driver: ExecutorDriver, task: Json) -> None:
         # As Mesos: LAUNCH never goes to the default executor; treat it as fatal.
-        log.error("LAUNCH of task '%s' is not supported by the default executor (use LAUNCH_GROUP); shutting down",
-                  task.get("task_id", {}).get("value"))
+        log.error(
+            "LAUNCH of task '%s' is not supported by the default executor (use LAUNCH_GROUP); shutting down",
+            task.get("task_id", {}).get("value"),
+        )
         self.feed(Shutdown())
 
     async def launch_group(self, driver: ExecutorDriver, task_group: Json) -> None:
@@ -185,7 +189,9 @@ class DefaultExecutor(Executor):
                 self._spawn(self._kill(instruction))
             case StartTimer():
                 self._cancel_timer(instruction.timer)
-                handle = asyncio.get_running_loop().call_later(instruction.delay, self._fire, instruction.timer)
+                handle = asyncio.get_running_loop().call_later(
+                    instruction.delay, self._fire, instruction.timer
+                )
                 self._timers[instruction.timer] = handle
             case CancelTimer():
                 self._cancel_timer(instruction.timer)
@@ -301,9 +307,13 @@ class DefaultExecutor(Executor):
                 log.error("Task '%s' is not checked: %s", task_id, exc)
                 continue
             if health:
-                checker = Checker(spec, probe, on_health=lambda ok, kill: self.feed(HealthUpdated(task_id, ok, kill)))
+                checker = Checker(
+                    spec, probe, on_health=lambda ok, kill: self.feed(HealthUpdated(task_id, ok, kill))
+                )
             else:
-                checker = Checker(spec, probe, on_check=lambda status: self.feed(CheckUpdated(task_id, status)))
+                checker = Checker(
+                    spec, probe, on_check=lambda status: self.feed(CheckUpdated(task_id, status))
+                )
             checker.start()
             checkers.append(checker)
         self._checkers[task_id] = checkers

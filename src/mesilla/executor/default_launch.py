@@ -29,7 +29,7 @@ Json = dict[str, Any]
 
 def allocation_role(task: Json) -> str | None:
     for resource in task.get("resources", []):
-        role = (resource.get("allocation_info") or {}).get("role")
+        role: str | None = (resource.get("allocation_info") or {}).get("role")
         if role:
             return role
     return None
@@ -44,7 +44,8 @@ def container_ip(agent_host: str) -> str:
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
         try:
             probe.connect((agent_host, 9))
-            return probe.getsockname()[0]
+            address: str = probe.getsockname()[0]
+            return address
         except OSError:
             return "127.0.0.1"
 

@@ -139,11 +139,12 @@ class TaskRecord:
 
     @property
     def task_id(self) -> str:
-        return self.info["task_id"]["value"]
+        value: str = self.info["task_id"]["value"]
+        return value
 
     @property
     def restart_policy(self) -> Json | None:
-        policy = self.info.get("restart_policy")
+        policy: Json | None = self.info.get("restart_policy")
         if not policy or policy.get("type", "NEVER") not in ("ALWAYS", "ON_FAILURE"):
             return None
         return policy
@@ -176,7 +177,7 @@ def restart_delay(policy: Json, restarts: int) -> float:
     """Exponential backoff from min_restart_delay, capped."""
     base = _seconds(policy.get("min_restart_delay"))
     base = DEFAULT_MIN_RESTART_DELAY if base is None else max(base, 0.0)
-    return min(base * (2**restarts), max(MAX_RESTART_DELAY, base))
+    return min(base * (2.0**restarts), max(MAX_RESTART_DELAY, base))
 
 
 def describe_exit(exit_status: int | None) -> str:
@@ -315,7 +316,9 @@ class ExecutorState:
             return
         message = None
         if record.restarts:
-            message = f"Task '{record.task_id}' restarted ({self._restart_count(record)}): {record.restart_message}"
+            message = (
+                f"Task '{record.task_id}' restarted ({self._restart_count(record)}): {record.restart_message}"
+            )
         self._update(record, "TASK_RUNNING", out, message=message)
         if record.restarts == 0:
             seconds = _seconds(record.info.get("max_completion_time"))
@@ -351,7 +354,11 @@ class ExecutorState:
         else:
             if cause is not None:
                 state = "TASK_KILLED"
-            elif event.exit_status is not None and os.WIFEXITED(event.exit_status) and os.WEXITSTATUS(event.exit_status) == 0:
+            elif (
+                event.exit_status is not None
+                and os.WIFEXITED(event.exit_status)
+                and os.WEXITSTATUS(event.exit_status) == 0
+            ):
                 state = "TASK_FINISHED"
             else:
                 state = "TASK_FAILED"
@@ -400,7 +407,9 @@ class ExecutorState:
                 record,
                 "TASK_RESTARTING",
                 out,
-                message=f"Restarting task '{record.task_id}' ({count}) in {delay:g}s: {record.restart_message}",
+                message=(
+                    f"Restarting task '{record.task_id}' ({count}) in {delay:g}s: {record.restart_message}"
+                ),
             )
         out.append(StartTimer(Timer(TimerKind.RESTART, record.task_id, record.attempt), delay))
 
@@ -410,7 +419,9 @@ class ExecutorState:
         record.attempt += 1
         record.container_id = self._new_container_id()
         record.phase = Phase.LAUNCHING
-        out.append(LaunchContainer(record.task_id, record.container_id, record.info, reuse_sandbox_of=previous))
+        out.append(
+            LaunchContainer(record.task_id, record.container_id, record.info, reuse_sandbox_of=previous)
+        )
 
     def _ended(
         self,
@@ -451,7 +462,9 @@ class ExecutorState:
             return  # unknown, finished, or already being killed: harmless
         self._kill(record, KillCause.FRAMEWORK, event.kill_policy, out)
 
-    def _kill(self, record: TaskRecord, cause: KillCause, kill_policy: Json | None, out: list[Instruction]) -> None:
+    def _kill(
+        self, record: TaskRecord, cause: KillCause, kill_policy: Json | None, out: list[Instruction]
+    ) -> None:
         record.kill_cause = cause
         record.kill_policy = kill_policy
         if record.phase is Phase.BACKOFF:

@@ -305,7 +305,8 @@ class ExecutorDriver:
 
     @property
     def framework_info(self) -> dict[str, Any]:
-        return self.subscribed_event.get("framework_info", {})
+        info: dict[str, Any] = self.subscribed_event.get("framework_info", {})
+        return info
 
     def framework_has_capability(self, name: str) -> bool:
         return any(c.get("type") == name for c in self.framework_info.get("capabilities", []))

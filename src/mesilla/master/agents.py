@@ -78,6 +78,7 @@ class AgentsMixin(MasterBase):
                 agent.reregistered_time = time.time()
                 if not recovered:
                     await self._announce_readded_tasks(agent, unreachable)
+                reconcile = self._unreported_unreachable(agent)
         agent.stream, agent.stream_id = stream, stream_id
         agent.connected = agent.active = True
         await agent.send(
@@ -220,6 +221,34 @@ class AgentsMixin(MasterBase):
                     internal.ReconcileTasks(
                         framework_id=FrameworkID(value=framework_id),
                         task_ids=missing,
+                        framework_info=framework.info,
+                    )
+                )
+        return asks
+
+    def _unreported_unreachable(self, agent: Agent) -> list[internal.ReconcileTasks]:
+        """As Mesos, once an unreachable agent is back none of its tasks stay unreachable:
+        those it reported were adopted, the others leave the master. Those it never
+        received (launched while it hung), their framework told TASK_UNREACHABLE and no
+        end, are asked of the agent, which ends them with a TASK_DROPPED of its own."""
+        asks = []
+        for framework in self.frameworks.values():
+            left = [t for t in framework.unreachable_tasks.values() if t.agent_id.value == agent.id]
+            for task in left:
+                del framework.unreachable_tasks[task.task_id.value]
+            unheard = [
+                t.task_id for t in left
+                if t.status_update_state is None or not t.status_update_state.terminal
+            ]  # fmt: skip
+            if unheard:
+                log.warning(
+                    "tasks %s of framework %s unknown to agent %s, back from unreachable: "
+                    "reconciling with the agent", [t.value for t in unheard], framework.id, agent.id,
+                )  # fmt: skip
+                asks.append(
+                    internal.ReconcileTasks(
+                        framework_id=FrameworkID(value=framework.id),
+                        task_ids=unheard,
                         framework_info=framework.info,
                     )
                 )

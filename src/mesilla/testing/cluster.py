@@ -12,12 +12,14 @@ import time
 import urllib.error
 import urllib.request
 from pathlib import Path
+from typing import Any
 
 
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+        port: int = s.getsockname()[1]
+        return port
 
 
 class ClusterError(RuntimeError):
@@ -61,7 +63,9 @@ class LocalCluster:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self._process.poll() is not None:
-                raise ClusterError(f"mesilla local exited with {self._process.returncode}:\n{self.log_tail()}")
+                raise ClusterError(
+                    f"mesilla local exited with {self._process.returncode}:\n{self.log_tail()}"
+                )
             try:
                 agents = self.get_json("/slaves").get("slaves", [])
                 if len([a for a in agents if a.get("active")]) >= self.num_agents:
@@ -71,9 +75,10 @@ class LocalCluster:
             time.sleep(0.2)
         raise ClusterError(f"cluster not up within {timeout}s:\n{self.log_tail()}")
 
-    def get_json(self, path: str) -> dict:
+    def get_json(self, path: str) -> dict[str, Any]:
         with urllib.request.urlopen(f"http://{self.master}{path}", timeout=5) as resp:
-            return json.loads(resp.read())
+            state: dict[str, Any] = json.loads(resp.read())
+            return state
 
     def log_tail(self, lines: int = 60) -> str:
         try:

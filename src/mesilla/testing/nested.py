@@ -43,7 +43,9 @@ class NestedSite:
         self.hosts = hosts
         self.cluster = Cluster(
             root / "cluster", num_agents=len(hosts), master_ip=MASTER_IP, agent_ips=AGENT_IPS[: len(hosts)],
-            master_flags=["--network_service", "--fabric_bridge=br-fab", f"--fabric_ovs_dir={root / 'fabric-ovs'}"],
+            master_flags=[
+                "--network_service", "--fabric_bridge=br-fab", f"--fabric_ovs_dir={root / 'fabric-ovs'}",
+            ],
             agent_flags=[
                 "--launcher=linux", "--isolation=filesystem/linux,posix/cpu,posix/mem,network/cni",
                 "--resources=cpus:8;mem:8192;disk:8192;ports:[31000-32000]",
@@ -113,13 +115,17 @@ class NestedSite:
                                                   "gateway_ip": GATEWAY}})  # fmt: skip
             self.networks[name] = net["id"]
         infra = self.call("v2.0/networks", {"network": {"name": "hosts"}})["network"]
-        self.call("v2.0/subnets", {"subnet": {"network_id": infra["id"], "cidr": "10.252.0.0/24", "ip_version": 4}})
+        self.call(
+            "v2.0/subnets", {"subnet": {"network_id": infra["id"], "cidr": "10.252.0.0/24", "ip_version": 4}}
+        )
         for i in range(len(self.hosts)):
             parent = self.call("v2.0/ports", {"port": {
                 "network_id": infra["id"], "name": f"host-{i}", "binding:host_id": f"host-{i}",
                 "binding:profile": {"fabric_port": f"t-h{i}"},
             }})["port"]  # fmt: skip
-            trunk = self.call("v2.0/trunks", {"trunk": {"port_id": parent["id"], "name": f"trunk-{i}"}})["trunk"]
+            trunk = self.call("v2.0/trunks", {"trunk": {"port_id": parent["id"], "name": f"trunk-{i}"}})[
+                "trunk"
+            ]
             self.trunks.append(trunk["id"])
             token = self.call("v2.0/mesilla/trunk_tokens", {"trunk_id": trunk["id"]})["token"]
             token_file = self.root / f"token-{i}"

@@ -120,7 +120,9 @@ class Daemon:
         while True:
             process = self._require()
             if process.poll() is not None:
-                raise DaemonError(f"{self.kind} exited with {process.returncode} before {what}:\n{self.log_tail()}")
+                raise DaemonError(
+                    f"{self.kind} exited with {process.returncode} before {what}:\n{self.log_tail()}"
+                )
             try:
                 result = ready()
                 if result:
@@ -162,7 +164,8 @@ def answers(url: str) -> bool:
 def container_name(container_id: Json) -> str:
     """A ContainerID as `parent.child` (the OCI runtime id's form)."""
     parent = container_id.get("parent")
-    return (f"{container_name(parent)}." if parent else "") + container_id["value"]
+    value: str = container_id["value"]
+    return (f"{container_name(parent)}." if parent else "") + value
 
 
 # Agents on the linux launcher with images from a registry (the caller adds
@@ -286,7 +289,9 @@ class Cluster:
         return {container_name(e["container_id"]): e for e in entries}
 
     def container_pids(self, i: int = 0) -> dict[str, int | None]:
-        return {name: e.get("container_status", {}).get("executor_pid") for name, e in self.containers(i).items()}
+        return {
+            name: e.get("container_status", {}).get("executor_pid") for name, e in self.containers(i).items()
+        }
 
     # --- what the cluster left --------------------------------------------------------
 

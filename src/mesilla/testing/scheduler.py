@@ -116,7 +116,9 @@ class Framework:
             except (TimeoutError, FrameworkError, aiohttp.ClientError, OSError) as exc:
                 await self.disconnect()
                 if loop.time() >= deadline:
-                    raise FrameworkError(f"SUBSCRIBE to {self.url} failed within {timeout}s: {exc!r}") from None
+                    raise FrameworkError(
+                        f"SUBSCRIBE to {self.url} failed within {timeout}s: {exc!r}"
+                    ) from None
                 await asyncio.sleep(0.2)
 
     async def _read(self, subscribed: asyncio.Future[None]) -> None:
@@ -155,7 +157,9 @@ class Framework:
         elif kind == "UPDATE":
             status = event["update"]["status"]
             task_id, reason = status["task_id"]["value"], status.get("reason")
-            answer = task_id in self._reconciling and reason == "REASON_RECONCILIATION" and "uuid" not in status
+            answer = (
+                task_id in self._reconciling and reason == "REASON_RECONCILIATION" and "uuid" not in status
+            )
             if answer:
                 self._reconciling.discard(task_id)
             update = Update(task_id, status["state"], reason, status.get("uuid"), status, answer)
@@ -225,7 +229,9 @@ class Framework:
         """Declines every offer held, so that other frameworks get those resources."""
         offers, self.offers = self.offers, []
         if offers:
-            await self.call("DECLINE", {"offer_ids": [o["id"] for o in offers], "filters": {"refuse_seconds": 0}})
+            await self.call(
+                "DECLINE", {"offer_ids": [o["id"] for o in offers], "filters": {"refuse_seconds": 0}}
+            )
 
     async def accept(self, offer: Json, operations: list[Json]) -> None:
         await self.call("ACCEPT", {"offer_ids": [offer["id"]], "operations": operations,
@@ -238,8 +244,8 @@ class Framework:
     async def launch_group(self, offer: Json, executor: Json, tasks: list[Json]) -> None:
         executor = {**executor, "framework_id": self.framework_id}
         tasks = [{**t, "agent_id": offer["agent_id"]} for t in tasks]
-        await self.accept(offer, [{"type": "LAUNCH_GROUP",
-                                   "launch_group": {"executor": executor, "task_group": {"tasks": tasks}}}])  # fmt: skip
+        group = {"executor": executor, "task_group": {"tasks": tasks}}
+        await self.accept(offer, [{"type": "LAUNCH_GROUP", "launch_group": group}])
 
     async def kill(self, task_id: str, grace_seconds: float | None = None) -> None:
         payload: Json = {"task_id": {"value": task_id}}
@@ -293,11 +299,17 @@ class Framework:
         except TimeoutError:
             raise FrameworkError(f"no {what} within {timeout}s; updates: {self.summary()}") from None
 
-    async def until_state(self, task_ids: Iterable[str], states: str | Iterable[str], timeout: float = 60.0) -> None:
+    async def until_state(
+        self, task_ids: Iterable[str], states: str | Iterable[str], timeout: float = 60.0
+    ) -> None:
         """Waits until each task's latest state is one of `states` ("TERMINAL" for any end)."""
-        wanted = TERMINAL_STATES if states == "TERMINAL" else {states} if isinstance(states, str) else set(states)
+        wanted = (
+            TERMINAL_STATES if states == "TERMINAL" else {states} if isinstance(states, str) else set(states)
+        )
         ids = list(task_ids)
-        await self.until(lambda: all(self.state(t) in wanted for t in ids), timeout, f"{sorted(wanted)} for {ids}")
+        await self.until(
+            lambda: all(self.state(t) in wanted for t in ids), timeout, f"{sorted(wanted)} for {ids}"
+        )
 
     def summary(self) -> dict[str, list[str]]:
         out: dict[str, list[str]] = {}

@@ -26,7 +26,7 @@ def decode(data: bytes | str, type_: type[T]) -> T:
     try:
         return msgspec.json.decode(data, type=type_)
     except msgspec.ValidationError as exc:
-        if (b"null" if isinstance(data, bytes) else "null") in data:
+        if (b"null" in data) if isinstance(data, bytes) else ("null" in data):
             try:
                 parsed = msgspec.json.decode(data)
             except msgspec.DecodeError as malformed:

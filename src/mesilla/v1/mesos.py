@@ -21,31 +21,39 @@ class Message(msgspec.Struct, omit_defaults=True, kw_only=True):
 # --- identifiers -----------------------------------------------------------
 
 
-class FrameworkID(Message, frozen=True):
+class Identifier(msgspec.Struct, omit_defaults=True, kw_only=True, frozen=True):
+    """Base of the ids: a Message, but frozen, so hashable (dict keys, sets).
+
+    Not a subclass of Message: mypy (as dataclasses) refuses a frozen class on a
+    mutable base, which msgspec allows; the options are Message's.
+    """
+
+
+class FrameworkID(Identifier, frozen=True):
     value: str
 
 
-class OfferID(Message, frozen=True):
+class OfferID(Identifier, frozen=True):
     value: str
 
 
-class AgentID(Message, frozen=True):
+class AgentID(Identifier, frozen=True):
     value: str
 
 
-class TaskID(Message, frozen=True):
+class TaskID(Identifier, frozen=True):
     value: str
 
 
-class ExecutorID(Message, frozen=True):
+class ExecutorID(Identifier, frozen=True):
     value: str
 
 
-class OperationID(Message, frozen=True):
+class OperationID(Identifier, frozen=True):
     value: str
 
 
-class ContainerID(Message, frozen=True):
+class ContainerID(Identifier, frozen=True):
     value: str
     parent: ContainerID | None = None
 
@@ -70,7 +78,7 @@ class ContainerID(Message, frozen=True):
         return ".".join(self.path())
 
 
-class ResourceProviderID(Message, frozen=True):
+class ResourceProviderID(Identifier, frozen=True):
     value: str
 
 

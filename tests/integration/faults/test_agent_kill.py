@@ -45,7 +45,11 @@ def identities(cluster: Cluster) -> dict[str, tuple[int | None, int | None]]:
 
 
 def executor_processes(cluster: Cluster) -> set[tuple[int, int | None]]:
-    return {(pid, process_start_ticks(pid)) for pid, cmd in cluster.processes().items() if "mesilla.executor" in cmd}
+    return {
+        (pid, process_start_ticks(pid))
+        for pid, cmd in cluster.processes().items()
+        if "mesilla.executor" in cmd
+    }
 
 
 async def test_agent_killed_and_restarted_keeps_every_container(
@@ -78,8 +82,11 @@ async def test_agent_killed_and_restarted_keeps_every_container(
     await framework.launch(await framework.offer(), [sleeper, cmd_ender])
     everything = [*pod, sleeper, cmd_ender]
     await framework.until_state(map(tid, everything), "TASK_RUNNING", 120)
-    await framework.until(lambda: any(u.status.get("healthy") for u in framework.updates if u.task_id == tid(writer)),
-                          60, "healthy writer")  # fmt: skip
+    await framework.until(
+        lambda: any(u.status.get("healthy") for u in framework.updates if u.task_id == tid(writer)),
+        60,
+        "healthy writer",
+    )
     restarted = ["TASK_STARTING", "TASK_RUNNING", "TASK_RESTARTING", "TASK_RUNNING"]
     await framework.until(lambda: framework.states(tid(flaky)) == restarted, 60, "restart of the flaky task")
     before = identities(cluster)

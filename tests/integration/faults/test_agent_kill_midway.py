@@ -106,7 +106,7 @@ async def test_agent_killed_before_a_command_task_reaches_its_executor(
     await framework.launch(await framework.offer(), [sleeper])
     # Its container is up (the agent checkpoints its pid), its task not yet sent.
     await poll(lambda: any(cluster.agent_dir(0).glob(
-        f"meta/slaves/*/frameworks/*/executors/{tid(sleeper)}/runs/*/pids/forked.pid")), "executor pid")  # fmt: skip
+        f"meta/slaves/*/frameworks/*/executors/{tid(sleeper)}/runs/*/pids/forked.pid")), "executor pid")
     killed_at = time.time()
     cluster.agents[0].kill()
 

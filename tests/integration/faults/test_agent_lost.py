@@ -49,12 +49,16 @@ async def unreachable_agent(
     return cluster, aware, aware_task, plain, plain_task
 
 
-async def test_agent_that_does_not_return_in_time(make_cluster: MakeCluster, make_framework: MakeFramework) -> None:
+async def test_agent_that_does_not_return_in_time(
+    make_cluster: MakeCluster, make_framework: MakeFramework
+) -> None:
     cluster, aware, aware_task, plain, plain_task = await unreachable_agent(
         make_cluster, make_framework, f"--recovery_timeout={RECOVERY_TIMEOUT}secs"
     )
     [unreachable] = aware.distinct(tid(aware_task))[2:]
-    assert unreachable.state == "TASK_UNREACHABLE" and unreachable.status.get("unreachable_time"), unreachable.status
+    assert unreachable.state == "TASK_UNREACHABLE" and unreachable.status.get("unreachable_time"), (
+        unreachable.status
+    )
     assert unreachable.status["source"] == "SOURCE_MASTER", unreachable.status
     [lost] = plain.terminal(tid(plain_task))
     assert lost.status["source"] == "SOURCE_MASTER", lost.status
@@ -74,7 +78,9 @@ async def test_agent_that_does_not_return_in_time(make_cluster: MakeCluster, mak
     assert cluster.processes() == {}
 
 
-async def test_unreachable_agent_that_comes_back(make_cluster: MakeCluster, make_framework: MakeFramework) -> None:
+async def test_unreachable_agent_that_comes_back(
+    make_cluster: MakeCluster, make_framework: MakeFramework
+) -> None:
     cluster, aware, aware_task, plain, plain_task = await unreachable_agent(make_cluster, make_framework)
     # The agent comes back (same work_dir: it recovers its executors). As Mesos 1.11 does,
     # the master tells each connected framework the state of its re-added task (the
@@ -85,7 +91,9 @@ async def test_unreachable_agent_that_comes_back(make_cluster: MakeCluster, make
     for framework, t in ((aware, aware_task), (plain, plain_task)):
         await framework.until_state([tid(t)], "TASK_RUNNING", 30)
         back = framework.distinct(tid(t))[-1]
-        assert back.reason == "REASON_AGENT_REREGISTERED" and back.status["source"] == "SOURCE_MASTER", back.status
+        assert back.reason == "REASON_AGENT_REREGISTERED" and back.status["source"] == "SOURCE_MASTER", (
+            back.status
+        )
     await aware.reconcile([tid(aware_task)])
     await aware.until(lambda: aware.reconciled(tid(aware_task)) is not None, 30, "reconciliation answer")
     assert aware.reconciled(tid(aware_task)).state == "TASK_RUNNING"  # type: ignore[union-attr]

@@ -44,12 +44,16 @@ async def settled_tasks(cluster: Cluster, timeout: float = 60.0) -> dict[str, li
         await asyncio.sleep(0.05)
 
 
-async def check_against_the_agent(framework: Framework, launched: list[str], truth: dict[str, list[str]]) -> None:
+async def check_against_the_agent(
+    framework: Framework, launched: list[str], truth: dict[str, list[str]]
+) -> None:
     """RECONCILE answers what the agent holds; no update claims a task the agent does not run."""
     running = [i for i in launched if i in truth]
     await framework.until_state(running, "TASK_RUNNING")
     await framework.reconcile(launched)
-    await framework.until(lambda: all(framework.reconciled(i) for i in launched), 30, "reconciliation answers")
+    await framework.until(
+        lambda: all(framework.reconciled(i) for i in launched), 30, "reconciliation answers"
+    )
     for task_id in launched:
         answer = framework.reconciled(task_id)
         assert answer is not None

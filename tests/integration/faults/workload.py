@@ -55,7 +55,11 @@ def http_health_check(port: int, path: str) -> Json:
 
 
 def restart_on_failure(max_restarts: int = 5) -> Json:
-    return {"type": "ON_FAILURE", "max_restarts": max_restarts, "min_restart_delay": {"nanoseconds": 100_000_000}}
+    return {
+        "type": "ON_FAILURE",
+        "max_restarts": max_restarts,
+        "min_restart_delay": {"nanoseconds": 100_000_000},
+    }
 
 
 def container_of(framework: Framework, containers: dict[str, Json], task_id: str) -> str:
@@ -72,7 +76,9 @@ def container_of(framework: Framework, containers: dict[str, Json], task_id: str
 
 def executor_sandbox(cluster: Cluster, framework_id: str, executor_id: str, i: int = 0) -> Path:
     """The newest run's sandbox of an executor on agent `i` (the agent's `runs/latest`)."""
-    found = list(cluster.agent_dir(i).glob(f"slaves/*/frameworks/{framework_id}/executors/{executor_id}/runs/latest"))
+    found = list(
+        cluster.agent_dir(i).glob(f"slaves/*/frameworks/{framework_id}/executors/{executor_id}/runs/latest")
+    )
     assert len(found) == 1, f"no single sandbox of executor {executor_id}: {found}"
     return found[0].resolve()
 

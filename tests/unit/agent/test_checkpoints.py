@@ -30,7 +30,7 @@ def test_read_message_reports_corruption_naming_the_file(tmp_path: Any) -> None:
     path = str(tmp_path / "framework.info")
     with open(path, "wb") as f:
         f.write(b'{"user": "u", "name": ')  # cut short by a crash
-    with pytest.raises(CheckpointError, match="framework.info") as exc:
+    with pytest.raises(CheckpointError, match=r"framework\.info") as exc:
         checkpoints.read_message(path, FrameworkInfo)
     assert "--strict=false" in str(exc.value)
 
@@ -106,7 +106,7 @@ def test_corrupt_checkpoint_is_fatal_only_when_strict(tmp_path: Any) -> None:
     _write_tree(work_dir)
     with open(paths.executor_info_path(work_dir, "A1", "F", "E"), "wb") as f:
         f.write(b"\x00garbage")
-    with pytest.raises(CheckpointError, match="executor.info"):
+    with pytest.raises(CheckpointError, match=r"executor\.info"):
         checkpoints.recover_agent(work_dir, strict=True)
     state = checkpoints.recover_agent(work_dir, strict=False)
     assert state is not None and state.errors == 1

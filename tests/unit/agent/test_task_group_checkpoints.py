@@ -172,7 +172,7 @@ def test_an_unreadable_pending_marker_is_a_checkpoint_error(tmp_path: Path) -> N
     pending = paths.pending_task_group_path(work_dir, AGENT, FW, EX, CID)
     with open(pending, "wb") as f:
         f.write(b'{"not": "a list"}')
-    with pytest.raises(checkpoints.CheckpointError, match="task_group.pending"):
+    with pytest.raises(checkpoints.CheckpointError, match=r"task_group\.pending"):
         checkpoints.recover_agent(work_dir, strict=True)
     state = checkpoints.recover_agent(work_dir, strict=False)
     assert state is not None and state.errors == 1

@@ -19,7 +19,9 @@ from mesilla.master.main import MASTER_FLAGS
 
 def test_json_text_inline_and_file_url_credentials(tmp_path: Path) -> None:
     as_json = tmp_path / "creds.json"
-    as_json.write_text(json.dumps({"credentials": [{"principal": "a", "secret": "s1"}, {"principal": "b", "secret": "s2"}]}))
+    as_json.write_text(
+        json.dumps({"credentials": [{"principal": "a", "secret": "s1"}, {"principal": "b", "secret": "s2"}]})
+    )
     as_text = tmp_path / "creds.txt"
     as_text.write_text("a s1\n\nb   s2\n")
     expected = {"a": "s1", "b": "s2"}

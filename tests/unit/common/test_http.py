@@ -34,7 +34,9 @@ async def test_errors_become_plain_text_4xx() -> None:
     router = Router("master")
     router.add("/api/v1/scheduler", _call, methods=("POST",))
     async with TestClient(TestServer(make_app(router))) as client:
-        resp = await client.post("/api/v1/scheduler", data=b"{not json", headers={"Content-Type": "application/json"})
+        resp = await client.post(
+            "/api/v1/scheduler", data=b"{not json", headers={"Content-Type": "application/json"}
+        )
         assert resp.status == 400
         assert "JSON" in await resp.text()
         resp = await client.post("/api/v1/scheduler", json={"type": "NOPE"})
@@ -43,14 +45,18 @@ async def test_errors_become_plain_text_4xx() -> None:
         resp = await client.post("/api/v1/scheduler", json={"type": "TEARDOWN"})
         assert resp.status == 400
         assert "framework_id" in await resp.text()
-        resp = await client.post("/api/v1/scheduler", json={"type": "TEARDOWN", "framework_id": {"value": "x"}, "extra": 1})
+        resp = await client.post(
+            "/api/v1/scheduler", json={"type": "TEARDOWN", "framework_id": {"value": "x"}, "extra": 1}
+        )
         assert resp.status == 202  # unknown fields are ignored
         resp = await client.get("/api/v1/scheduler")
         assert resp.status == 405
         resp = await client.post("/nowhere")
         assert resp.status == 404
         # Protobuf is spoken (Mesos's encodings); a truncated body is a 400, other types 415.
-        resp = await client.post("/api/v1/scheduler", data=b"\x08", headers={"Content-Type": "application/x-protobuf"})
+        resp = await client.post(
+            "/api/v1/scheduler", data=b"\x08", headers={"Content-Type": "application/x-protobuf"}
+        )
         assert resp.status == 400
         assert "Failed to parse body into Call" in await resp.text()
         resp = await client.post("/api/v1/scheduler", data=b"x", headers={"Content-Type": "text/plain"})

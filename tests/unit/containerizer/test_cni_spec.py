@@ -135,7 +135,7 @@ def test_a_conf_is_a_list_of_one() -> None:
      {"name": "n", "type": "bridge", "cniVersion": "x.y"}, {"name": "../up", "type": "bridge"}],
 )  # fmt: skip
 def test_invalid_configurations_name_the_problem(source: dict) -> None:
-    with pytest.raises(CniError, match="bad.conf"):
+    with pytest.raises(CniError, match=r"bad\.conf"):
         parse_config(source, "bad.conf")
 
 

@@ -26,7 +26,8 @@ def network_info(**fields: object) -> NetworkInfo:
 
 def test_runtime_config_from_port_mappings_ips_and_labels() -> None:
     info = network_info(
-        port_mappings=[{"host_port": 31000, "container_port": 80}, {"host_port": 31001, "container_port": 53, "protocol": "UDP"}],
+        port_mappings=[{"host_port": 31000, "container_port": 80},
+                       {"host_port": 31001, "container_port": 53, "protocol": "UDP"}],
         ip_addresses=[{"ip_address": "10.99.0.9"}, {"protocol": "IPv6"}],
         labels={"labels": [{"key": "mac", "value": "0a:58:00:00:00:01"},
                            {"key": "bandwidth", "value": '{"ingressRate": 1000}'}]},
@@ -57,8 +58,13 @@ def test_status_reports_the_request_with_the_addresses_given() -> None:
 
 def test_etc_files_name_the_first_ipv4_and_take_the_results_dns(tmp_path: Path) -> None:
     info = _Info(str(tmp_path))
-    v6_first = parse_result({"cniVersion": "1.0.0", "ips": [{"address": "fd00::4/64"}, {"address": "10.99.0.4/24"}],
-                             "dns": {"nameservers": ["10.99.0.53"], "search": ["pods.local"]}})  # fmt: skip
+    v6_first = parse_result(
+        {
+            "cniVersion": "1.0.0",
+            "ips": [{"address": "fd00::4/64"}, {"address": "10.99.0.4/24"}],
+            "dns": {"nameservers": ["10.99.0.53"], "search": ["pods.local"]},
+        }
+    )
     info.networks.append(_Network("pods", "eth0", network_info(), v6_first))
     _write_etc_files(info, "web")
     assert (tmp_path / "hosts").read_text() == "127.0.0.1 localhost\n10.99.0.4 web\n"

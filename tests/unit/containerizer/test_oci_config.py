@@ -54,7 +54,7 @@ def test_user_is_resolved_in_the_rootfs(rootfs: str) -> None:
     assert oci.resolve_user("app", rootfs) == oci.User(1000, 1001, [2000])
     assert oci.resolve_user("1000", rootfs) == oci.User(1000, 1001, [2000])
     assert oci.resolve_user("4242:4343", rootfs) == oci.User(4242, 4343, [])
-    with pytest.raises(oci.UserNotFound, match="'ghost'.*numeric uid"):
+    with pytest.raises(oci.UserNotFound, match=r"'ghost'.*numeric uid"):
         oci.resolve_user("ghost", rootfs)
 
 

@@ -25,7 +25,9 @@ def test_parse_defaults_as_mesos() -> None:
     spec = parse_check({"type": "TCP", "tcp": {"port": 80}}, health=True)
     assert (spec.delay, spec.interval, spec.timeout) == (15.0, 10.0, 20.0)
     assert (spec.grace_period, spec.consecutive_failures) == (10.0, 3)
-    spec = parse_check({"type": "HTTP", "http": {"port": 8080, "path": "/ready"}, "interval_seconds": 1}, health=False)
+    spec = parse_check(
+        {"type": "HTTP", "http": {"port": 8080, "path": "/ready"}, "interval_seconds": 1}, health=False
+    )
     assert (spec.kind, spec.port, spec.path, spec.interval) == ("HTTP", 8080, "/ready", 1.0)
 
 
@@ -43,7 +45,11 @@ def test_parse_command_checks_where_each_kind_nests_its_command() -> None:
         ({"type": "HTTP", "http": {"port": 70000}}, False, "check.http.port"),
         ({"type": "COMMAND", "command": {}}, False, "check.command.command"),
         ({"type": "COMMAND"}, True, "health_check.command must be"),
-        ({"type": "TCP", "tcp": {"port": 1}, "interval_seconds": -1}, False, "interval_seconds must not be negative"),
+        (
+            {"type": "TCP", "tcp": {"port": 1}, "interval_seconds": -1},
+            False,
+            "interval_seconds must not be negative",
+        ),
         ({"type": "HTTP", "http": {"port": 1, "scheme": "https"}}, True, "scheme 'https' is not supported"),
     ],
 )
@@ -75,7 +81,8 @@ def test_check_policy_reports_changes_only() -> None:
 
 def test_health_policy_grace_period_consecutive_failures_and_recovery() -> None:
     spec = parse_check(
-        {"type": "TCP", "tcp": {"port": 1}, "grace_period_seconds": 10, "consecutive_failures": 2}, health=True
+        {"type": "TCP", "tcp": {"port": 1}, "grace_period_seconds": 10, "consecutive_failures": 2},
+        health=True,
     )
     policy = HealthPolicy(spec, started=100.0)
     assert policy.feed(False, 105.0) is None  # within the grace period

@@ -52,7 +52,9 @@ async def scripted(monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[tuple[Scrip
 CID = {"value": "c1", "parent": {"value": "exec"}}
 
 
-async def test_launch_sends_the_container_call_with_the_token(scripted: tuple[ScriptedAgent, AgentClient]) -> None:
+async def test_launch_sends_the_container_call_with_the_token(
+    scripted: tuple[ScriptedAgent, AgentClient],
+) -> None:
     agent, client = scripted
     await client.launch_container(CID, {"value": "true"}, None, [{"name": "cpus"}], {"mem": {"value": 64}})
     assert agent.calls == [
@@ -69,10 +71,14 @@ async def test_launch_sends_the_container_call_with_the_token(scripted: tuple[Sc
     assert agent.headers == ["Bearer t0ken"]
 
 
-async def test_launch_refusal_names_the_container_and_reason(scripted: tuple[ScriptedAgent, AgentClient]) -> None:
+async def test_launch_refusal_names_the_container_and_reason(
+    scripted: tuple[ScriptedAgent, AgentClient],
+) -> None:
     agent, client = scripted
     agent.answers = [(400, "Failed to provision image 'nope'")]
-    with pytest.raises(AgentCallError, match=r"LAUNCH_CONTAINER of container c1 answered 400: Failed to provision"):
+    with pytest.raises(
+        AgentCallError, match=r"LAUNCH_CONTAINER of container c1 answered 400: Failed to provision"
+    ):
         await client.launch_container(CID, None, None, [])
 
 

@@ -27,7 +27,9 @@ def test_environment_gets_container_ip_and_allocation_role_after_the_tasks_own()
     task: dict[str, Any] = {
         "task_id": {"value": "t"},
         "command": {"value": "env", "environment": {"variables": [{"name": "A", "value": "1"}]}},
-        "resources": [{"name": "cpus", "type": "SCALAR", "scalar": {"value": 1}, "allocation_info": {"role": "web"}}],
+        "resources": [
+            {"name": "cpus", "type": "SCALAR", "scalar": {"value": 1}, "allocation_info": {"role": "web"}}
+        ],
         "limits": {"cpus": {"value": 2}},
     }
     command, container, resources, limits = launch_container_body(task, "10.0.0.5")
@@ -55,7 +57,10 @@ def test_disk_volumes_become_parent_sandbox_path_volumes() -> None:
             }
         ],
     }
-    image_task = {**task, "container": {"type": "MESOS", "mesos": {"image": {"type": "DOCKER", "docker": {"name": "busybox"}}}}}
+    image_task = {
+        **task,
+        "container": {"type": "MESOS", "mesos": {"image": {"type": "DOCKER", "docker": {"name": "busybox"}}}},
+    }
     _, container, _, _ = launch_container_body(image_task, "127.0.0.1")
     assert container is not None
     assert container["mesos"]["image"]["docker"]["name"] == "busybox"

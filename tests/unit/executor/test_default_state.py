@@ -49,7 +49,13 @@ def signaled(sig: int) -> int:
 
 
 def task(name: str, **extra: Any) -> dict[str, Any]:
-    return {"name": name, "task_id": {"value": name}, "agent_id": {"value": "a"}, "command": {"value": "true"}, **extra}
+    return {
+        "name": name,
+        "task_id": {"value": name},
+        "agent_id": {"value": "a"},
+        "command": {"value": "true"},
+        **extra,
+    }
 
 
 def seconds(value: float) -> dict[str, int]:
@@ -99,7 +105,9 @@ def updates(out: list[Any]) -> list[tuple[str, str]]:
 
 
 def only_update(out: list[Any], task_id: str) -> dict[str, Any]:
-    (status,) = [i.status for i in out if isinstance(i, SendUpdate) and i.status["task_id"]["value"] == task_id]
+    (status,) = [
+        i.status for i in out if isinstance(i, SendUpdate) and i.status["task_id"]["value"] == task_id
+    ]
     assert isinstance(status, dict)
     return status
 
@@ -482,7 +490,9 @@ def test_restart_after_oom_keeps_agent_reason_in_message() -> None:
     h.fire(TimerKind.RESTART)
     out = h.launched("a")
     assert "OOM" in only_update(out, "a")["message"]
-    out = h.exit("a", signaled(9), state="TASK_FAILED", reason="REASON_CONTAINER_LIMITATION_MEMORY", message="OOM")
+    out = h.exit(
+        "a", signaled(9), state="TASK_FAILED", reason="REASON_CONTAINER_LIMITATION_MEMORY", message="OOM"
+    )
     assert only_update(out, "a")["reason"] == "REASON_CONTAINER_LIMITATION_MEMORY"
 
 
@@ -598,7 +608,10 @@ def test_health_updates_and_kill_on_unhealthy_applies_group_policy() -> None:
 
 def test_unhealthy_task_with_restart_policy_is_restarted() -> None:
     h = Harness()
-    h.start(task("a", health_check={"type": "TCP", "tcp": {"port": 1}}, restart_policy={"type": "ON_FAILURE"}), task("b"))
+    h.start(
+        task("a", health_check={"type": "TCP", "tcp": {"port": 1}}, restart_policy={"type": "ON_FAILURE"}),
+        task("b"),
+    )
     h.send(HealthUpdated("a", False, kill_task=True))
     out = h.exit("a", signaled(signal.SIGTERM))
     assert kills(out) == []

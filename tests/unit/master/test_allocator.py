@@ -40,7 +40,9 @@ def agents_of(result: Allocations, framework_id: str) -> set[str]:
     return set(result.get(framework_id, {}))
 
 
-def test_an_agent_is_offered_whole_to_one_framework(allocator: HierarchicalDRFAllocator, offers: list[Allocations]) -> None:
+def test_an_agent_is_offered_whole_to_one_framework(
+    allocator: HierarchicalDRFAllocator, offers: list[Allocations]
+) -> None:
     allocator.add_framework("fw-a", ["*"])
     allocator.add_agent("agent-1", "host1", AGENT)
 
@@ -51,7 +53,9 @@ def test_an_agent_is_offered_whole_to_one_framework(allocator: HierarchicalDRFAl
     assert allocator.allocation("fw-a") == {"agent-1": AGENT}
 
 
-def test_allocated_resources_are_not_offered_again_until_recovered(allocator: HierarchicalDRFAllocator) -> None:
+def test_allocated_resources_are_not_offered_again_until_recovered(
+    allocator: HierarchicalDRFAllocator,
+) -> None:
     allocator.add_framework("fw-a", ["*"])
     allocator.add_agent("agent-1", "host1", AGENT)
     allocator.allocate()
@@ -81,7 +85,9 @@ def test_no_offer_no_empty_callback(allocator: HierarchicalDRFAllocator, offers:
     assert offers == []
 
 
-def test_drf_offers_to_the_framework_with_the_lowest_dominant_share(allocator: HierarchicalDRFAllocator) -> None:
+def test_drf_offers_to_the_framework_with_the_lowest_dominant_share(
+    allocator: HierarchicalDRFAllocator,
+) -> None:
     # fw-a would win a tie (ids break ties) but already holds agent-1 wholly.
     allocator.add_agent("agent-1", "host1", AGENT)
     allocator.add_agent("agent-2", "host2", AGENT)
@@ -294,7 +300,9 @@ def test_remove_agent_drops_its_resources_and_allocations(allocator: Hierarchica
     allocator.recover_resources("fw-a", "agent-1", AGENT)
 
 
-def test_agent_used_resources_count_before_the_framework_resubscribes(allocator: HierarchicalDRFAllocator) -> None:
+def test_agent_used_resources_count_before_the_framework_resubscribes(
+    allocator: HierarchicalDRFAllocator,
+) -> None:
     # After a master failover agents re-register with their tasks first.
     allocator.add_agent("agent-1", "host1", AGENT, used={"fw-a": SMALL})
     allocator.add_framework("fw-b", ["*"])

@@ -33,7 +33,9 @@ def test_timer_reports_last_value_and_window_statistics() -> None:
     assert snapshot["allocator/mesos/allocation_run_ms/min"] == 1.0
     assert snapshot["allocator/mesos/allocation_run_ms/max"] == 3.0
     assert snapshot["allocator/mesos/allocation_run_ms/p50"] == 2.0
-    assert set(snapshot) >= {f"allocator/mesos/allocation_run_ms/{p}" for p in ("p90", "p95", "p99", "p999", "p9999")}
+    assert set(snapshot) >= {
+        f"allocator/mesos/allocation_run_ms/{p}" for p in ("p90", "p95", "p99", "p999", "p9999")
+    }
 
 
 def test_resources_stay_equal_through_copies_and_pickles() -> None:

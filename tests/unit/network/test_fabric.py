@@ -29,7 +29,9 @@ async def test_vlan_ids_map_to_internal_tags_with_anti_spoofing(book: Book) -> N
     await subnet(book, hosts, "10.252.0.0/24")
     trunks = []
     for i in range(2):
-        parent = await port(book, hosts, **{"binding:host_id": f"h{i}", "binding:profile": {"fabric_port": f"t-h{i}"}})
+        parent = await port(
+            book, hosts, **{"binding:host_id": f"h{i}", "binding:profile": {"fabric_port": f"t-h{i}"}}
+        )
         trunks.append(await trunk(book, parent))
     unwired = await trunk(book, await port(book, hosts))
     pa0 = await port(book, a, device_owner=SUBPORT_OWNER)
@@ -57,8 +59,10 @@ async def test_vlan_ids_map_to_internal_tags_with_anti_spoofing(book: Book) -> N
     # VLAN 1 is network A on trunk 0 and network B on trunk 1: each gets its own internal tag.
     assert (f"table=0,priority=100,in_port=1,dl_vlan=1,dl_src={mac_a0},ip,nw_src=10.30.0.2,"
             f"actions=mod_vlan_vid:{tag_a},load:{n_a0}->NXM_NX_REG0[],resubmit(,1)") in admit
-    assert (f"table=0,priority=100,in_port=2,dl_vlan=1,dl_src={mac_b1},arp,arp_spa=10.30.0.2,arp_sha={mac_b1},"
-            f"actions=mod_vlan_vid:{tag_b},load:{n_b1}->NXM_NX_REG0[],resubmit(,1)") in admit
+    assert (
+        f"table=0,priority=100,in_port=2,dl_vlan=1,dl_src={mac_b1},arp,arp_spa=10.30.0.2,arp_sha={mac_b1},"
+        f"actions=mod_vlan_vid:{tag_b},load:{n_b1}->NXM_NX_REG0[],resubmit(,1)"
+    ) in admit
     # Port security off: the MAC on its VLAN is all that is checked.
     assert (f"table=0,priority=100,in_port=2,dl_vlan=2,dl_src={mac_a1},"
             f"actions=mod_vlan_vid:{tag_a},load:{n_a1}->NXM_NX_REG0[],resubmit(,1)") in admit
@@ -69,8 +73,14 @@ async def test_vlan_ids_map_to_internal_tags_with_anti_spoofing(book: Book) -> N
     assert not [f for f in table if f.startswith(f"table=1,priority=100,dl_vlan={tag_b},") and mac_a1 in f]
     # Broadcast from a0 goes to a1 only; b1 has nobody to flood to.
     flood = [f for f in table if "priority=200" in f]
-    assert f"table=1,priority=200,reg0={n_a0},dl_vlan={tag_a},dl_dst=01:00:00:00:00:00/01:00:00:00:00:00,actions={deliver_a1}" in flood
-    assert f"table=1,priority=200,reg0={n_b1},dl_vlan={tag_b},dl_dst=01:00:00:00:00:00/01:00:00:00:00:00,actions=drop" in flood
+    assert (
+        f"table=1,priority=200,reg0={n_a0},dl_vlan={tag_a},dl_dst=01:00:00:00:00:00/01:00:00:00:00:00,actions={deliver_a1}"
+        in flood
+    )
+    assert (
+        f"table=1,priority=200,reg0={n_b1},dl_vlan={tag_b},dl_dst=01:00:00:00:00:00/01:00:00:00:00:00,actions=drop"
+        in flood
+    )
     # A trunk whose fabric port is not open yet contributes nothing.
     assert {s.ofport for s in subports(book, {trunks[0]["id"]: 1})} == {1}
 

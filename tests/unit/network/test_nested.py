@@ -11,10 +11,16 @@ from mesilla.common.flags import FlagError
 from mesilla.network.nested import plugin, plumbing
 
 BINDING = {
-    "state": "attached", "port_id": "1b98e153-409a-4c1e-9f1e-000000000001",
-    "mac_address": "fa:16:3e:00:00:01", "segmentation_id": 7, "mtu": 1450,
-    "addresses": [{"address": "10.30.0.2/24", "gateway": "10.30.0.1"}, {"address": "fd00::2/64", "gateway": None}],
-}  # fmt: skip
+    "state": "attached",
+    "port_id": "1b98e153-409a-4c1e-9f1e-000000000001",
+    "mac_address": "fa:16:3e:00:00:01",
+    "segmentation_id": 7,
+    "mtu": 1450,
+    "addresses": [
+        {"address": "10.30.0.2/24", "gateway": "10.30.0.1"},
+        {"address": "fd00::2/64", "gateway": None},
+    ],
+}
 
 
 def test_the_backend_follows_the_kernel_or_the_flag() -> None:
@@ -29,8 +35,14 @@ def test_the_backend_follows_the_kernel_or_the_flag() -> None:
 
 
 def test_plumbing_comes_from_the_agents_answer() -> None:
-    ovs = plumbing.from_host({"backend": "ovs", "ovs_dir": "/run/x/ovs", "bridge": "br-trunk", "trunk_nic": "eth0"})
-    assert isinstance(ovs, plumbing.OvsPlumbing) and ovs.bridge == "br-trunk" and ovs.ovs.directory == "/run/x/ovs"
+    ovs = plumbing.from_host(
+        {"backend": "ovs", "ovs_dir": "/run/x/ovs", "bridge": "br-trunk", "trunk_nic": "eth0"}
+    )
+    assert (
+        isinstance(ovs, plumbing.OvsPlumbing)
+        and ovs.bridge == "br-trunk"
+        and ovs.ovs.directory == "/run/x/ovs"
+    )
     vlan = plumbing.from_host({"backend": "vlan", "trunk_nic": "ens3"})
     assert isinstance(vlan, plumbing.VlanPlumbing) and vlan.trunk_nic == "ens3"
     with pytest.raises(plumbing.PlumbingError):
@@ -57,7 +69,13 @@ def test_results_per_cni_version() -> None:
 
 
 def test_configurations_are_checked() -> None:
-    good = {"cniVersion": "1.0.0", "name": "n", "type": "mesilla-nested", "network_id": "x", "agent_socket": "/s"}
+    good = {
+        "cniVersion": "1.0.0",
+        "name": "n",
+        "type": "mesilla-nested",
+        "network_id": "x",
+        "agent_socket": "/s",
+    }
     assert plugin._config(json.dumps(good)) == good
     for bad, code in (("nope", 7), ("[]", 7), ('{"cniVersion": "1.0.0", "agent_socket": "/s"}', 7),
                       ('{"cniVersion": "2.0.0", "network_id": "x", "agent_socket": "/s"}', 1)):  # fmt: skip
@@ -83,9 +101,14 @@ def test_the_vlan_backend_is_told_where_stale_sub_interfaces_may_be(tmp_path: Pa
         (tmp_path / "run/isolators/network/cni" / pod).mkdir(parents=True)
         (tmp_path / "run/isolators/network/cni" / pod / "ns").touch()
     agent.backend = "vlan"
-    assert agent.host() == {"backend": "vlan", "trunk_nic": "ens3", "namespaces": [
-        str(tmp_path / "run/isolators/network/cni/c1/ns"), str(tmp_path / "run/isolators/network/cni/c2.child/ns"),
-    ]}  # fmt: skip
+    assert agent.host() == {
+        "backend": "vlan",
+        "trunk_nic": "ens3",
+        "namespaces": [
+            str(tmp_path / "run/isolators/network/cni/c1/ns"),
+            str(tmp_path / "run/isolators/network/cni/c2.child/ns"),
+        ],
+    }
     agent.backend = "ovs"
     assert agent.host()["ovs_dir"] == str(tmp_path / "run/network/ovs")
     with pytest.raises(FlagError, match="together"):

@@ -143,7 +143,9 @@ async def test_trunks_vlan_ids_per_trunk(book: Book) -> None:
     ])
     assert [(s["port_id"], s["segmentation_id"]) for s in got["sub_ports"]] == [(a["id"], 5), (b["id"], 1)]
     # The same ID on another trunk is fine; on the same one a conflict, and nothing is added.
-    await book.add_subports(t2["id"], [{"port_id": c["id"], "segmentation_type": "vlan", "segmentation_id": 5}])
+    await book.add_subports(
+        t2["id"], [{"port_id": c["id"], "segmentation_type": "vlan", "segmentation_id": 5}]
+    )
     with pytest.raises(errors.DuplicateSubPort):
         await book.add_subports(t1["id"], [
             {"port_id": d["id"], "segmentation_type": "vlan", "segmentation_id": 5}])
@@ -177,7 +179,9 @@ async def test_trunks_vlan_ids_per_trunk(book: Book) -> None:
     await book.remove_subports(t1["id"], [{"port_id": a["id"]}])
     assert (book.ports[a["id"]]["device_id"], book.ports[a["id"]]["device_owner"]) == ("", SUBPORT_OWNER)
     # VLAN 5 is free again on t1.
-    await book.add_subports(t1["id"], [{"port_id": d["id"], "segmentation_id": 5, "segmentation_type": "vlan"}])
+    await book.add_subports(
+        t1["id"], [{"port_id": d["id"], "segmentation_id": 5, "segmentation_type": "vlan"}]
+    )
     await book.delete_trunk(t1["id"])
     assert book.ports[b["id"]]["device_id"] == "" and book.trunk_of_subport(b["id"]) is None
     await book.delete_port(parent1["id"])
@@ -190,7 +194,9 @@ async def test_a_restarted_book_has_everything_back(tmp_path: Path) -> None:
     parent = await port(book, net)
     t = await trunk(book, parent, sub_ports=[])
     sp = await port(book, net, device_owner=SUBPORT_OWNER)
-    await book.add_subports(t["id"], [{"port_id": sp["id"], "segmentation_type": "vlan", "segmentation_id": 7}])
+    await book.add_subports(
+        t["id"], [{"port_id": sp["id"], "segmentation_type": "vlan", "segmentation_id": 7}]
+    )
     token = await book.mint_trunk_token(t["id"])
     before = {name: dict(table) for name, table in book.tables.items()}
     await book.close()

@@ -50,7 +50,7 @@ def test_select_platform_prefers_the_exact_variant(
 
 def test_select_platform_names_what_exists(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(manifest.platform, "machine", lambda: "x86_64")
-    with pytest.raises(UnsupportedImage, match="linux/amd64.*linux/s390x"):
+    with pytest.raises(UnsupportedImage, match=r"linux/amd64.*linux/s390x"):
         manifest.select_platform(
             index({"os": "linux", "architecture": "s390x"}), "Image 'x'"
         )

@@ -125,7 +125,9 @@ def test_nulls_sprinkled_over_valid_calls_mean_unset_or_a_clear_400(data: st.Dat
 
 def test_a_wrong_type_is_still_refused_with_the_field() -> None:
     raw = b'{"type":"SUBSCRIBE","subscribe":{"framework_info":{"user":3,"name":null}}}'
-    with pytest.raises(BadRequest, match=r"Expected `str`, got `int` - at `\$.subscribe.framework_info.user`"):
+    with pytest.raises(
+        BadRequest, match=r"Expected `str`, got `int` - at `\$.subscribe.framework_info.user`"
+    ):
         codec.decode(raw, scheduler.Call)
 
 

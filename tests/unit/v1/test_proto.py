@@ -112,11 +112,17 @@ def _enum_names(full_name: str, field: str) -> set[str]:
         (agent_api.CallType, "mesos.agent.Call"),
     ],
 )
-def test_every_call_and_event_type_both_sides_know_crosses_protobuf(ours: type[enum.Enum], theirs: str) -> None:
+def test_every_call_and_event_type_both_sides_know_crosses_protobuf(
+    ours: type[enum.Enum], theirs: str
+) -> None:
     type_ = next(t for t, name in proto.MESSAGES.items() if name == theirs)
     shared = {member.value for member in ours} & _enum_names(theirs, "type")
     assert len(shared) > 3
-    ids = {"framework_id": {"value": "f1"}, "executor_id": {"value": "e1"}} if type_ is executor_api.Call else {}
+    ids = (
+        {"framework_id": {"value": "f1"}, "executor_id": {"value": "e1"}}
+        if type_ is executor_api.Call
+        else {}
+    )
     for name in sorted(shared):
         body = {"type": name, **ids}
         assert through_protobuf(type_, body) == msgspec.convert(body, type_)

@@ -13,6 +13,8 @@ import inspect
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
+from mesilla.common.errors import ConfigurationError
+
 if TYPE_CHECKING:
     from mesilla.containerizer.isolator import Isolator
 
@@ -94,7 +96,7 @@ _IMPLIED_BY: dict[str, tuple[str, ...]] = {
 }
 
 
-class IsolationError(ValueError):
+class IsolationError(ConfigurationError, ValueError):
     """`--isolation` is invalid; the message names the offending isolator."""
 
 
@@ -140,7 +142,8 @@ def resolve_isolation(names: str | Iterable[str]) -> list[str]:
 
 def load_isolator_class(name: str) -> type[Isolator]:
     module, _, attr = ISOLATORS[name].partition(":")
-    return getattr(importlib.import_module(module), attr)
+    cls: type[Isolator] = getattr(importlib.import_module(module), attr)
+    return cls
 
 
 async def load_isolators(names: str | Iterable[str], flags: Any) -> list[Isolator]:

@@ -10,6 +10,8 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING
 
+from mesilla.common.errors import ConfigurationError
+
 if TYPE_CHECKING:
     from mesilla.containerizer.launcher.base import Launcher
 
@@ -19,7 +21,7 @@ LAUNCHERS: dict[str, str] = {
 }
 
 
-class UnknownLauncher(ValueError):
+class UnknownLauncher(ConfigurationError, ValueError):
     """`--launcher` names no registered launcher."""
 
 
@@ -33,4 +35,5 @@ def load_launcher(name: str) -> type[Launcher]:
             f"Unknown launcher '{name}' in --launcher: use one of {known}"
         ) from None
     module, _, attr = target.partition(":")
-    return getattr(importlib.import_module(module), attr)
+    cls: type[Launcher] = getattr(importlib.import_module(module), attr)
+    return cls

@@ -160,10 +160,7 @@ class LinuxLauncher(Launcher):
             os.makedirs(monitor_dir)
             os.makedirs(config.sandbox, exist_ok=True)
             spec = self._spec(container_id, argv, config, launch_info, bundle)
-            # Input of one `create`, not state: no fsync (recovery reads the runtime's state).
-            # dumps, not dump: json.dump encodes in pure Python, piece by piece.
-            with open(os.path.join(bundle, "config.json"), "w") as f:
-                f.write(json.dumps(spec))
+            await in_thread(_write_spec, bundle, spec)
             spawn = asyncio.ensure_future(
                 monitor.spawn(
                     self._runtime,
@@ -590,6 +587,13 @@ def _mount_tmpfs(path: str, size_mb: int | None) -> None:
                    options.encode()) != 0:  # fmt: skip
         errno = ctypes.get_errno()
         raise OSError(errno, f"mounting a tmpfs at {path} failed: {os.strerror(errno)}")
+
+
+def _write_spec(bundle: str, spec: dict[str, Any]) -> None:
+    """The bundle's config.json: input of one `create`, not state, so no fsync (recovery
+    reads the runtime's state). dumps, not dump: json.dump encodes in pure Python, piece by piece."""
+    with open(os.path.join(bundle, "config.json"), "w") as f:
+        f.write(json.dumps(spec))
 
 
 def _remove_trees(root: str, paths: list[str]) -> None:

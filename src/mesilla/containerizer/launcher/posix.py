@@ -136,7 +136,8 @@ class PosixLauncher(Launcher):
         gate_r, gate_w = os.pipe()
         report_r, report_w = os.pipe()
         try:
-            nanny_pid = os.posix_spawn(
+            # Returns once the nanny exists: it waits for nothing the nanny does.
+            nanny_pid = os.posix_spawn(  # noqa: ASYNC221
                 sys.executable,
                 nanny_argv,
                 env,

@@ -23,7 +23,7 @@ ABORTED_EXIT_CODE = 1
 EXEC_FAILED_EXIT_CODE = 127
 
 
-def write_atomically(path, data):
+def write_atomically(path: str, data: bytes) -> None:
     tmp = f"{path}.tmp.{os.getpid()}"
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     try:
@@ -39,7 +39,7 @@ def write_atomically(path, data):
         os.close(dir_fd)
 
 
-def apply_rlimits(spec):
+def apply_rlimits(spec: str) -> None:
     import resource  # only containers with rlimits pay for it
 
     for item in spec.split(","):
@@ -51,7 +51,7 @@ def apply_rlimits(spec):
         )
 
 
-def switch_user(name):
+def switch_user(name: str) -> None:
     import pwd
 
     entry = pwd.getpwnam(name)
@@ -65,7 +65,7 @@ def switch_user(name):
     os.environ.setdefault("USER", name)
 
 
-def open_stdin(path):
+def open_stdin(path: str) -> int:
     if path == "-":
         return os.open("/dev/null", os.O_RDONLY)
     fd = os.open(path, os.O_RDONLY)
@@ -76,7 +76,10 @@ def open_stdin(path):
     return fd
 
 
-def child(stdin, stdout, stderr, cwd, user, rlimits, keep_lc_ctype, argv):
+def child(
+    stdin: str, stdout: str, stderr: str, cwd: str, user: str, rlimits: str, keep_lc_ctype: str,
+    argv: list[str],
+) -> None:
     os.setsid()
     if keep_lc_ctype != "1":
         # Python's C-locale coercion added it to our environment, not the container's.
@@ -105,7 +108,7 @@ def child(stdin, stdout, stderr, cwd, user, rlimits, keep_lc_ctype, argv):
     os._exit(EXEC_FAILED_EXIT_CODE)
 
 
-def main():
+def main() -> None:
     args = sys.argv[1:]
     separator = args.index("--")
     status_path, pid_path, stdin, stdout, stderr, cwd, user, rlimits, keep_lc_ctype = args[

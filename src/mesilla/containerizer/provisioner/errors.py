@@ -13,8 +13,10 @@ ProvisionerError
 
 from __future__ import annotations
 
+from mesilla.common.errors import MesillaError
 
-class ProvisionerError(Exception):
+
+class ProvisionerError(MesillaError):
     """Base of every provisioning failure (the containerizer reports it as PROVISIONING)."""
 
 

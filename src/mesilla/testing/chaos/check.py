@@ -72,7 +72,9 @@ def launched_tasks(history: History, source: str) -> dict[str, TaskRecord]:
             continue
         record = tasks.get(event.data["task_id"])
         if record is None:
-            tasks[event.data["task_id"]] = record = TaskRecord(event.data["task_id"], "never sent", [], None, False)
+            tasks[event.data["task_id"]] = record = TaskRecord(
+                event.data["task_id"], "never sent", [], None, False
+            )
         uuid = event.data["uuid"]
         if uuid is None and answering and event.data["reason"] == RECONCILIATION:
             record.answers.append(event)
@@ -114,11 +116,15 @@ def check_tasks(history: History, source: str) -> list[str]:
                 violations.append(f"{where}: a non-terminal update after {ends[0].data['state']}")
             for end in ends:
                 if end.data["uuid"] is not None and end.data["uuid"] not in acks:
-                    violations.append(f"{where}: {end.data['state']} (uuid {end.data['uuid']}) never acknowledged")
+                    violations.append(
+                        f"{where}: {end.data['state']} (uuid {end.data['uuid']}) never acknowledged"
+                    )
     return violations
 
 
-def check_reconciliation(before: dict[str, TaskRecord], after: dict[str, TaskRecord], implicit_ids: set[str]) -> list[str]:
+def check_reconciliation(
+    before: dict[str, TaskRecord], after: dict[str, TaskRecord], implicit_ids: set[str]
+) -> list[str]:
     """`before`: the records when the implicit RECONCILE went; `after`: with the answers to
     it and to the explicit RECONCILE of every task that followed; `implicit_ids` those the
     implicit one answered."""
@@ -139,7 +145,9 @@ def check_reconciliation(before: dict[str, TaskRecord], after: dict[str, TaskRec
         elif live and any(a != last for a in answers):
             violations.append(f"task {task_id}: last seen {last}, RECONCILE answered {answers}")
         elif not live and any(a not in TERMINAL_STATES | UNKNOWN_STATES for a in answers):
-            violations.append(f"task {task_id}: last seen {last}, RECONCILE answered {answers}: it runs unseen")
+            violations.append(
+                f"task {task_id}: last seen {last}, RECONCILE answered {answers}: it runs unseen"
+            )
     return violations
 
 

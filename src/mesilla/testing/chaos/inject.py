@@ -148,7 +148,9 @@ class Injector:
             daemon.start()
         finally:
             self.down.discard(name)
-        await self._recovered(fault, name, lambda: self.cluster.await_agent_active(i, RECOVERY_TIMEOUT, after=killed_at))
+        await self._recovered(
+            fault, name, lambda: self.cluster.await_agent_active(i, RECOVERY_TIMEOUT, after=killed_at)
+        )
         return True
 
     async def master_kill(self, fault: Fault) -> bool:
@@ -161,8 +163,12 @@ class Injector:
         finally:
             self.down.discard("master")
         master = self.cluster.master
-        await self._recovered(fault, "master", lambda: master.await_ready(
-            lambda: answers(f"{self.cluster.master_url}/health"), "HTTP endpoint", RECOVERY_TIMEOUT))  # fmt: skip
+        health = f"{self.cluster.master_url}/health"
+        await self._recovered(
+            fault,
+            "master",
+            lambda: master.await_ready(lambda: answers(health), "HTTP endpoint", RECOVERY_TIMEOUT),
+        )
         await self._recovered(fault, "agents re-registered", lambda: self._agents_back(killed_at))
         return True
 
@@ -177,8 +183,10 @@ class Injector:
                     continue
                 with contextlib.suppress(OSError, ValueError):
                     agent = self.cluster.agent_in_master(i)
-                    if agent and agent.get("active") and max(agent.get("reregistered_time") or 0,
-                                                              agent.get("registered_time") or 0) >= after:  # fmt: skip
+                    if not (agent and agent.get("active")):
+                        continue
+                    since = max(agent.get("reregistered_time") or 0, agent.get("registered_time") or 0)
+                    if since >= after:
                         waiting.discard(i)
             if waiting and time.monotonic() > deadline:
                 raise DaemonError(f"agents {sorted(waiting)} not re-registered within {RECOVERY_TIMEOUT}s")

@@ -40,7 +40,10 @@ def _task(name: str, command: str, image: str | None) -> Json:
         "command": {"value": command},
     }
     if image is not None:
-        info["container"] = {"type": "MESOS", "mesos": {"image": {"type": "DOCKER", "docker": {"name": image}}}}
+        info["container"] = {
+            "type": "MESOS",
+            "mesos": {"image": {"type": "DOCKER", "docker": {"name": image}}},
+        }
     return info
 
 
@@ -51,8 +54,9 @@ class Load:
         self.image = image
         self.max_live = max_live
         self.frameworks = [
-            RecordingFramework(master, f"chaos-{i}", history, failover_timeout=3600.0,
-                               capabilities=["PARTITION_AWARE"])  # fmt: skip
+            RecordingFramework(
+                master, f"chaos-{i}", history, failover_timeout=3600.0, capabilities=["PARTITION_AWARE"]
+            )
             for i in range(frameworks)
         ]
         self.rngs = [random.Random(f"{seed}-load-{i}") for i in range(frameworks)]
@@ -61,7 +65,9 @@ class Load:
         self._loops: list[asyncio.Task[None]] = []
 
     def start(self) -> None:
-        self._loops = [asyncio.create_task(self._run(f, r)) for f, r in zip(self.frameworks, self.rngs, strict=True)]
+        self._loops = [
+            asyncio.create_task(self._run(f, r)) for f, r in zip(self.frameworks, self.rngs, strict=True)
+        ]
 
     async def stop(self) -> None:
         """No more launches or kills; the frameworks stay subscribed for the checks."""
@@ -72,7 +78,11 @@ class Load:
         return sum(len(by_id) for by_id in self.launched.values())
 
     def live(self, framework: RecordingFramework) -> list[Launched]:
-        return [t for t in self.launched[framework.info["name"]].values() if framework.state(t.task_id) not in TERMINAL_STATES]
+        return [
+            t
+            for t in self.launched[framework.info["name"]].values()
+            if framework.state(t.task_id) not in TERMINAL_STATES
+        ]
 
     async def ensure_subscribed(self, framework: RecordingFramework, timeout: float = 10.0) -> bool:
         if framework.connected:
@@ -108,7 +118,9 @@ class Load:
             if len(self.live(framework)) < self.max_live:
                 await self._launch(framework, rng, offer)
             else:
-                await framework.call("DECLINE", {"offer_ids": [offer["id"]], "filters": {"refuse_seconds": 1}})
+                await framework.call(
+                    "DECLINE", {"offer_ids": [offer["id"]], "filters": {"refuse_seconds": 1}}
+                )
 
     async def _launch(self, framework: RecordingFramework, rng: random.Random, offer: Json) -> None:
         now = self.history.now()
@@ -145,7 +157,9 @@ class Load:
         ids = [t["task_id"]["value"] for t in tasks]
         await self._accept(framework, ids, framework.launch_group(offer, executor, tasks))
 
-    async def _accept(self, framework: RecordingFramework, task_ids: list[str], accept: Awaitable[None]) -> None:
+    async def _accept(
+        self, framework: RecordingFramework, task_ids: list[str], accept: Awaitable[None]
+    ) -> None:
         """The ACCEPT; tasks it failed for leave the load's books (an unanswered one may
         have launched them after all: the history keeps them, the checker reconciles them)."""
         try:

@@ -176,11 +176,15 @@ async def reconcile(history: History, framework: RecordingFramework) -> list[str
     ids = list(before)
     await framework.reconcile(ids)
     with contextlib.suppress(FrameworkError):
-        await framework.until(lambda: all(framework.reconciled(t) for t in ids), 60, "answers to the explicit RECONCILE")
+        await framework.until(
+            lambda: all(framework.reconciled(t) for t in ids), 60, "answers to the explicit RECONCILE"
+        )
     return [f"{name}: {v}" for v in check.check_reconciliation(before, records(history, framework), implicit)]
 
 
-async def check_resources(cluster: Cluster, history: History, frameworks: list[RecordingFramework]) -> list[str]:
+async def check_resources(
+    cluster: Cluster, history: History, frameworks: list[RecordingFramework]
+) -> list[str]:
     """The master's used cpus and mem per agent equal the live tasks' and their pods' executors'
     (an executor ends a moment after its last task: polled until equal, or a violation)."""
     deadline = time.monotonic() + 60
@@ -195,20 +199,34 @@ async def check_resources(cluster: Cluster, history: History, frameworks: list[R
         if time.monotonic() > deadline:
             executors = sorted(f"{e['executor_id']} on {e['slave_id']}" for f in state.get("frameworks", [])
                                for e in f.get("executors", []))  # fmt: skip
-            live = sorted(f"{t} on {r.updates[-1].data['agent_id']}" for f in frameworks
-                          for t, r in records(history, f).items() if r.last() not in TERMINAL_STATES | {None})  # fmt: skip
-            return [f"master's used resources {used} != live tasks' {want}; the master's executors: {executors}; "
-                    f"live tasks: {live}"]  # fmt: skip
+            ended = TERMINAL_STATES | {None}
+            live = sorted(
+                f"{t} on {r.updates[-1].data['agent_id']}"
+                for f in frameworks
+                for t, r in records(history, f).items()
+                if r.last() not in ended
+            )
+            return [
+                f"master's used resources {used} != live tasks' {want}; "
+                f"the master's executors: {executors}; live tasks: {live}"
+            ]
         await asyncio.sleep(0.5)
 
 
 async def kill_all(history: History, framework: RecordingFramework) -> list[str]:
-    live = [t for t, r in records(history, framework).items() if r.last() is not None and r.last() not in TERMINAL_STATES]
+    live = [
+        t
+        for t, r in records(history, framework).items()
+        if r.last() is not None and r.last() not in TERMINAL_STATES
+    ]
     for task_id in live:
         await framework.kill(task_id)
     try:
-        await framework.until(lambda: all(records(history, framework)[t].last() in TERMINAL_STATES for t in live),
-                              SETTLE_TIMEOUT, "every task killed")  # fmt: skip
+        await framework.until(
+            lambda: all(records(history, framework)[t].last() in TERMINAL_STATES for t in live),
+            SETTLE_TIMEOUT,
+            "every task killed",
+        )
     except FrameworkError:
         left = {t: records(history, framework)[t].states() for t in live}
         return [f"{framework.info['name']}: KILL did not end every task within {SETTLE_TIMEOUT}s: {left}"]

@@ -51,9 +51,15 @@ def make_schedule(
     at = rng.uniform(*gap) / 2
     while at < seconds:
         kind = rng.choices(names, weights)[0]
-        duration = {"agent_kill": rng.uniform(0, 3), "master_kill": rng.uniform(0, 3),
-                    "agent_stop": rng.uniform(1, 10), "disk_full": rng.uniform(3, 10)}.get(kind, 0.0)  # fmt: skip
-        faults.append(Fault(round(at, 2), kind, rng.randrange(agents), round(duration, 2), round(rng.random(), 4)))
+        duration = {
+            "agent_kill": rng.uniform(0, 3),
+            "master_kill": rng.uniform(0, 3),
+            "agent_stop": rng.uniform(1, 10),
+            "disk_full": rng.uniform(3, 10),
+        }.get(kind, 0.0)
+        faults.append(
+            Fault(round(at, 2), kind, rng.randrange(agents), round(duration, 2), round(rng.random(), 4))
+        )
         at += rng.uniform(*gap)
     return faults
 

@@ -82,7 +82,9 @@ def parse(body: bytes, cls: type[Message]) -> Message:
         raise BadRequest(f"Failed to parse body into {cls.DESCRIPTOR.name}: {exc}") from None
     if not msg.IsInitialized():
         missing = ", ".join(msg.FindInitializationErrors())  # type: ignore[attr-defined]
-        raise BadRequest(f"Failed to parse body into {cls.DESCRIPTOR.name}: missing required fields {missing}")
+        raise BadRequest(
+            f"Failed to parse body into {cls.DESCRIPTOR.name}: missing required fields {missing}"
+        )
     return msg
 
 

@@ -70,7 +70,13 @@ def build(name: str) -> str:
     try:
         os.chmod(tmp, 0o644)
         result = subprocess.run(
-            [protoc, *(f"-I{i}" for i in includes), "--include_imports", f"--descriptor_set_out={tmp}", *sources],
+            [
+                protoc,
+                *(f"-I{i}" for i in includes),
+                "--include_imports",
+                f"--descriptor_set_out={tmp}",
+                *sources,
+            ],
             capture_output=True,
             text=True,
         )

@@ -27,7 +27,8 @@ def renamed(obj: Any, old: str, new: str) -> Any:
 def decode(name: str, body: bytes) -> dict[str, Any]:
     """The v0 message `name` (``RegisterFrameworkMessage``); BadRequest if it does not decode."""
     cls = proto.message_class(_PACKAGE + name, "v0")
-    return renamed(proto.to_dict(proto.parse(body, cls)), "slave", "agent")
+    message: dict[str, Any] = renamed(proto.to_dict(proto.parse(body, cls)), "slave", "agent")
+    return message
 
 
 def encode(name: str, message: dict[str, Any]) -> bytes:

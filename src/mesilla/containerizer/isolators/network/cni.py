@@ -178,7 +178,7 @@ class NetworkCniIsolator(Isolator):
         self._infos[container_id] = info
         os.makedirs(info.directory, exist_ok=True)
         netns.create(info.ns)
-        for index, (network, network_info) in enumerate(zip(networks, requested)):
+        for index, (network, network_info) in enumerate(zip(networks, requested, strict=True)):
             attached = _Network(network.name, f"eth{index}", network_info)
             info.networks.append(attached)
             await self._attach(container_id, info, attached, network)
@@ -294,8 +294,9 @@ class NetworkCniIsolator(Isolator):
             log.warning("CNI CHECK of recovered container %s failed: %s", container_id, exc)
             return
         if checked:
-            log.info("CNI CHECK of recovered container %s passed on %s", container_id,
-                     ", ".join(checked))  # fmt: skip
+            log.info(
+                "CNI CHECK of recovered container %s passed on %s", container_id, ", ".join(checked)
+            )
 
     # --- cleanup, recovery ----------------------------------------------------------
 
@@ -317,8 +318,7 @@ class NetworkCniIsolator(Isolator):
             if not os.path.isfile(conf_path):
                 continue
             try:
-                with open(conf_path) as f:
-                    network = parse_config(json.load(f), conf_path)
+                network = _read_config(conf_path)
             except (OSError, ValueError, CniError) as exc:
                 errors.append(f"{conf_path}: {exc}")
                 continue
@@ -467,6 +467,12 @@ def _etc_mounts(directory: str) -> list[Mount]:
 def _write_json(path: str, value: Any) -> None:
     with open(path, "w") as f:
         f.write(json.dumps(value))
+
+
+def _read_config(path: str) -> NetworkConfig:
+    """The network configuration checkpointed at `path`; OSError, ValueError or CniError."""
+    with open(path) as f:
+        return parse_config(json.load(f), path)
 
 
 def _read_json(path: str) -> Any:

@@ -48,7 +48,8 @@ def create(path: str) -> None:
     thread.start()
     thread.join()
     if error:
-        remove(path)
+        # Nothing got bound (the bind is the last step): only the file is ours to undo.
+        files.remove_file(os.path.dirname(path), path)
         raise error[0]
 
 

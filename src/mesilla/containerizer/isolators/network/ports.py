@@ -253,8 +253,9 @@ class NetworkPortsIsolator(Isolator):
                     ContainerLimitation(
                         reason=Reason.REASON_CONTAINER_LIMITATION,
                         message=message,
-                        resources=[Resource(name="ports", type=ValueType.RANGES,
-                                            ranges=Ranges(range=ranges))],  # fmt: skip
+                        resources=[
+                            Resource(name="ports", type=ValueType.RANGES, ranges=Ranges(range=ranges))
+                        ],
                     )
                 )
 

@@ -47,6 +47,7 @@ from aiohttp import web
 
 from mesilla.agent import authorize, executor_auth, io_switchboard_server
 from mesilla.agent.agent import Agent
+from mesilla.agent.container_calls import ContainerCalls
 from mesilla.agent.io_switchboard import (
     InputBusy,
     InputClosed,
@@ -269,7 +270,7 @@ class Sessions:
         return os.path.join(self.root, *container_id.path())
 
     async def launch(
-        self, request: web.Request, launch: api.LaunchContainerCall, calls: ContainerLauncher
+        self, request: web.Request, launch: api.LaunchContainerCall, calls: ContainerCalls
     ) -> web.StreamResponse:
         """Launches the container with a switchboard and streams its output until it ends."""
         container_id = launch.container_id
@@ -446,23 +447,6 @@ async def _calls(request: web.Request) -> AsyncIterator[api.Call]:
             yield codec.decode(record, api.Call)
     if decoder.pending:
         raise BadRequest("The request body ended in the middle of a RecordIO record")
-
-
-class ContainerLauncher(Protocol):
-    """`container_api.ContainerCalls`, as a session launches its container."""
-
-    async def launch(
-        self,
-        launch: api.LaunchContainerCall,
-        field: str,
-        *,
-        nested: bool,
-        stdin: str | None = None,
-        stdout: str | None = None,
-        stderr: str | None = None,
-        console_socket: str | None = None,
-        container_class: ContainerClass = ContainerClass.DEFAULT,
-    ) -> web.Response: ...
 
 
 class _Input(Protocol):

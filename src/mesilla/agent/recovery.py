@@ -18,7 +18,7 @@ import time
 
 from mesilla.agent import checkpoints, paths, terminations, v0_executor
 from mesilla.agent.agent import Agent, AgentStatus
-from mesilla.agent.container_api import recover_standalone
+from mesilla.agent.container_calls import recover_standalone
 from mesilla.agent.executors import COMMAND_EXECUTOR_MODULE
 from mesilla.agent.state import Executor, ExecutorState, Framework
 from mesilla.common.durations import format_duration

@@ -102,7 +102,6 @@ class Agent:
     ) -> None:
         self.flags = flags
         self.files = Files()
-        self.gc = GarbageCollector(flags.work_dir)
         self.containerizer = containerizer
         self.master: MasterChannel = master if master is not None else NoMaster()
         self.checkpointer = Checkpointer(flags.work_dir)
@@ -121,6 +120,7 @@ class Agent:
         self.authorizer = security.authorizer
         self.tls = security.tls
         self.tasks = TaskOwner("agent")
+        self.gc = GarbageCollector(flags.work_dir, self.tasks)
         self.status_updates = StatusUpdateManager(
             self._forward, initial_interval=status_update_interval
         )

@@ -25,7 +25,7 @@ import logging
 import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import ParamSpec, TypeVar
 
 import msgspec
 
@@ -40,6 +40,8 @@ from mesilla.v1.mesos import AgentInfo, ContainerID, ExecutorInfo, FrameworkInfo
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
+R = TypeVar("R")
+P = ParamSpec("P")
 
 
 class CheckpointError(Exception):
@@ -56,12 +58,12 @@ class CheckpointError(Exception):
 # --- primitive I/O -------------------------------------------------------------------
 
 
-def checkpoint(path: str, message: Any) -> None:
+def checkpoint(path: str, message: Message) -> None:
     """Atomically replaces `path` with the JSON of `message`, less its secrets' values."""
     files.write_atomically(path, encode(message))
 
 
-def encode(message: Any) -> bytes:
+def encode(message: Message) -> bytes:
     """A checkpoint file's content: the message's JSON, less its secrets' values."""
     return secrets.redact(codec.encode(message))
 
@@ -241,9 +243,9 @@ class _Reader:
         self.strict = strict
         self.errors = 0
 
-    def guarded(self, fn: Any, *args: Any) -> Any:
+    def guarded(self, fn: Callable[P, R], *args: P.args, **kwargs: P.kwargs) -> R | None:
         try:
-            return fn(*args)
+            return fn(*args, **kwargs)
         except CheckpointError as exc:
             if self.strict:
                 raise

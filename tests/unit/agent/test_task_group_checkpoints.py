@@ -29,8 +29,8 @@ from mesilla.v1 import executor as ev
 from mesilla.v1.mesos import (
     AgentID,
     AgentInfo,
-    ContainerStatus,
     ContainerID,
+    ContainerStatus,
     ExecutorID,
     ExecutorInfo,
     FrameworkID,

@@ -7,7 +7,7 @@ Mesos checkpoints protobufs; Mesilla writes the same files (see
   `task.info`, `forked.pid`) are replaced atomically: write a temporary file,
   fsync it, rename it over the old one, fsync the directory. A crash leaves
   either the old or the new content, never a mix.
-* the tasks of a task group are checkpointed as one unit (`MetaDir.tasks`):
+* the tasks of a task group are checkpointed as one unit (`MetaDir.launch`):
   recovery sees all of them or none.
 * `task.updates` is an append-only log of RecordIO-framed records, each
   fsync'ed before the update is acted upon. A crash can leave a partial last
@@ -485,8 +485,3 @@ class MetaDir:
             ids = msgspec.json.encode([t.task_id.value for t in tasks])
             pending = (paths.pending_task_group_path(*run), ids)
         return LaunchCheckpoint(first, latest, pending, task_files)
-
-    def task_updates_path(
-        self, framework_id: str, executor_id: str, container_id: str, task_id: str
-    ) -> str:
-        return paths.task_updates_path(*self._run(framework_id, executor_id, container_id), task_id)

@@ -24,7 +24,7 @@ from mesilla.agent import files as files_mod
 from mesilla.agent.agent import CAPABILITIES, Agent, AgentStatus
 from mesilla.agent.state import Executor, ExecutorState, Framework, make_task
 from mesilla.common.authorization import require
-from mesilla.common.errors import BadRequest, HttpError, ServiceUnavailable
+from mesilla.common.errors import BadRequest, ContainerError, HttpError, ServiceUnavailable
 from mesilla.common.http import (
     Router,
     check_accept,
@@ -125,7 +125,7 @@ async def get_containers(agent: Agent, call: api.GetContainersCall) -> api.GetCo
             status = await agent.containerizer.status(container_id)
             entry.container_status = codec.to_builtins(status)
             entry.resource_statistics = (await agent.containerizer.usage(container_id)).to_json()
-        except Exception as exc:  # a container may end while it is being listed (or its cgroup)
+        except ContainerError as exc:  # a container may end while it is being listed
             log.debug("No status for container %s: %s", container_id, exc)
         out.append(entry)
     return api.GetContainers(containers=out)

@@ -32,5 +32,5 @@ async def update_resources(agent: Agent, executor: Executor) -> None:
     """Sizes the executor's container to the executor plus its live tasks."""
     try:
         await agent.containerizer.update(executor.container_id, executor.allocated_resources(), {})
-    except (ContainerError, OSError) as exc:  # the container may be gone already
+    except ContainerError as exc:  # the container may be gone already
         log.warning("Failed to update the resources of executor %s: %s", executor, exc)

@@ -27,6 +27,7 @@ from typing import Any
 
 from mesilla.common.errors import (
     BadRequest,
+    ContainerError,
     ContainerLaunchError,
     ContainerNotRemovable,
     ImageUnavailable,
@@ -488,7 +489,10 @@ class Containerizer:
         container.config.resources = list(resources)
         container.config.limits = dict(limits)
         for isolator in self._isolators_for(container):
-            await isolator.update(container_id, resources, limits)
+            try:
+                await isolator.update(container_id, resources, limits)
+            except Exception as exc:
+                raise _isolator_error("update", isolator, container_id, exc) from exc
 
     async def usage(self, container_id: ContainerID) -> ResourceStatistics:
         container = self._containers.get(container_id)
@@ -503,7 +507,10 @@ class Containerizer:
                     resource.scalar.value * 1024 * 1024
                 )
         for isolator in self._isolators_for(container):
-            statistics.update(await isolator.usage(container_id))
+            try:
+                statistics.update(await isolator.usage(container_id))
+            except Exception as exc:  # e.g. its cgroup went with the container
+                raise _isolator_error("usage", isolator, container_id, exc) from exc
         return ResourceStatistics.from_fields(statistics)
 
     async def status(self, container_id: ContainerID) -> ContainerStatus:
@@ -512,7 +519,10 @@ class Containerizer:
             raise UnknownContainer(f"Container {container_id} cannot be found", container_id=container_id)
         fields: dict[str, Any] = {}
         for isolator in self._isolators_for(container):
-            fields.update(await isolator.status(container_id))
+            try:
+                fields.update(await isolator.status(container_id))
+            except Exception as exc:
+                raise _isolator_error("status", isolator, container_id, exc) from exc
         try:
             # Isolators report ContainerStatus fields as JSON.
             status = codec.convert(fields, ContainerStatus)
@@ -571,6 +581,16 @@ class Containerizer:
                 log.exception("Isolator %s failed to close", isolator.name)
         if self._provisioner is not None:
             await self._provisioner.close()
+
+
+def _isolator_error(
+    what: str, isolator: Isolator, container_id: ContainerID, cause: Exception
+) -> ContainerError:
+    """An isolator's failure, as the one kind the containerizer's callers handle."""
+    return ContainerError(
+        f"Isolator {isolator.name} failed the {what} of container {container_id}: {cause}",
+        container_id=container_id,
+    )
 
 
 def _launch_error(cause: Exception) -> type[ContainerLaunchError]:

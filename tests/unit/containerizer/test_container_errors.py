@@ -93,3 +93,30 @@ async def test_an_unknown_container_is_not_found(containerizer: Containerizer) -
             await call
         assert isinstance(raised.value, ContainerError) and raised.value.status == 404
         assert raised.value.container_id == unknown
+
+
+class VanishedCgroup(Isolator):
+    """Its usage, status and update fail as a cgroup removed under it would."""
+
+    name = "test/vanished"
+
+    async def usage(self, container_id: ContainerID) -> dict[str, Any]:
+        raise FileNotFoundError("memory.stat")
+
+    async def status(self, container_id: ContainerID) -> dict[str, Any]:
+        raise FileNotFoundError("net_cls.classid")
+
+    async def update(self, container_id: ContainerID, resources: list[Any], limits: dict[str, float]) -> None:
+        raise FileNotFoundError("cpu.max")
+
+
+async def test_an_isolator_failure_is_a_container_error(containerizer: Containerizer, tmp_path: Any) -> None:
+    cid = ContainerID(value="running")
+    config = _config(tmp_path)
+    config.command = CommandInfo(value="sleep 1000")
+    await containerizer.launch(cid, config)
+    containerizer._isolators.append(VanishedCgroup())
+    for call in (containerizer.usage(cid), containerizer.status(cid), containerizer.update(cid, [], {})):
+        with pytest.raises(ContainerError, match="test/vanished") as raised:
+            await call
+        assert isinstance(raised.value.__cause__, FileNotFoundError)

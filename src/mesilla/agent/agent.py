@@ -122,7 +122,7 @@ class Agent:
         self.tasks = TaskOwner("agent")
         self.gc = GarbageCollector(flags.work_dir, self.tasks)
         self.status_updates = StatusUpdateManager(
-            self._forward, initial_interval=status_update_interval
+            self._forward, self.checkpointer, self.tasks, initial_interval=status_update_interval
         )
         self.metrics: dict[str, int] = {
             "valid_status_updates": 0,

@@ -66,6 +66,10 @@ class Checkpointer:
         """The run is over (recovery leaves it alone)."""
         return in_thread(checkpoints.touch, paths.executor_sentinel_path(*run))
 
+    def update_record(self, path: str, data: bytes) -> Coroutine[Any, Any, None]:
+        """One record appended to a task's `task.updates` (`StatusUpdateManager`)."""
+        return in_thread(checkpoints.append_record, path, data)
+
     def marker(self, path: str) -> Coroutine[Any, Any, None]:
         """An empty file whose existence is the record (a standalone container's id)."""
         return in_thread(checkpoints.touch, path)

@@ -29,7 +29,6 @@ from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
 from mesilla.agent import paths
-from mesilla.agent.background import TaskOwner
 from mesilla.agent.checkpointer import Checkpointer, Run
 from mesilla.agent.executor_auth import ExecutorTokens
 from mesilla.agent.files import Files
@@ -39,6 +38,7 @@ from mesilla.agent.state import MAX_COMPLETED_FRAMEWORKS, Executor, ExecutorStat
 from mesilla.agent.status_update_manager import RETRY_INTERVAL_MIN, StatusUpdateManager
 from mesilla.common.authorization import Authorizer
 from mesilla.common.http import Router
+from mesilla.common.tasks import TaskOwner
 from mesilla.common.tls import TlsConfig
 from mesilla.containerizer.interface import Containerizer
 from mesilla.v1 import executor as ev
@@ -163,12 +163,9 @@ class Agent:
 
     # -- lifetime ---------------------------------------------------------------------
 
-    async def start(self) -> None:
-        """Starts the owner of the agent's background work (before anything spawns)."""
-        await self.tasks.start()
-
     def spawn(self, coro: Coroutine[Any, Any, T], what: str) -> asyncio.Task[T]:
-        """Runs a background job owned by the agent (cancelled by `close`); failures are logged."""
+        """Runs a background job owned by the agent (cancelled and awaited by `close`); its
+        failure is logged, and kept in the task for whoever awaits it. Closed once closing."""
         return self.tasks.spawn(coro, what)
 
     async def close(self) -> None:

@@ -14,9 +14,9 @@ import os
 import time
 from collections.abc import Callable
 
-from mesilla.agent.background import TaskOwner
 from mesilla.common import files
 from mesilla.common.blocking import in_thread
+from mesilla.common.tasks import TaskOwner
 
 log = logging.getLogger(__name__)
 

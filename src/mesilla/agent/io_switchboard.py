@@ -30,6 +30,7 @@ from typing import Any
 from mesilla.agent import io_switchboard_server as server
 from mesilla.agent.agent import Agent
 from mesilla.common import files
+from mesilla.common.blocking import in_thread
 from mesilla.common.errors import BadRequest
 from mesilla.common.validation import validate_container_id
 from mesilla.containerizer.types import ContainerClass
@@ -131,7 +132,7 @@ class Servers:
                 os.kill(pid, signal.SIGKILL)
                 await asyncio.to_thread(os.waitpid, pid, 0)
             await self.stop(container_id)
-            files.remove_tree(tempfile.gettempdir(), console_directory, ignore_errors=True)
+            await in_thread(files.remove_tree, tempfile.gettempdir(), console_directory, ignore_errors=True)
             raise
         finally:
             os.close(ready_r)
@@ -160,7 +161,7 @@ class Servers:
             except (OSError, BadRequest) as exc:
                 log.warning("Removing the unreadable I/O switchboard %s: %s", directory, exc)
                 await _end(directory, 0.0)
-                files.remove_tree(self.root, directory, ignore_errors=True)
+                await in_thread(files.remove_tree, self.root, directory, ignore_errors=True)
                 continue
             self.watch(container_id)
 
@@ -173,7 +174,7 @@ class Servers:
         """Ends the server (after `grace` to exit by itself) and removes its directory."""
         directory = self.directory(container_id)
         await _end(directory, grace)
-        files.remove_tree(self.root, directory, ignore_errors=True)
+        await in_thread(files.remove_tree, self.root, directory, ignore_errors=True)
 
     async def connect(
         self, container_id: ContainerID, role: bytes

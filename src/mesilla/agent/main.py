@@ -223,7 +223,6 @@ async def run(
     )  # fmt: skip
     if tokens is not None:
         tokens.live = agent.executor_alive
-    await agent.start()
     runner = await start_server(agent, authenticate)
     link_task: asyncio.Task[None] | None = None
     shutdown_on_signal = False

@@ -30,8 +30,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from mesilla.agent import checkpoints
-from mesilla.agent.background import TaskOwner
 from mesilla.agent.checkpointer import Checkpointer
+from mesilla.common.tasks import TaskOwner
 from mesilla.v1 import codec
 from mesilla.v1.internal import StatusUpdate
 from mesilla.v1.mesos import TaskState

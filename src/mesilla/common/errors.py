@@ -20,6 +20,8 @@
     │   ├── UnsupportedMediaType  415
     │   ├── TemporaryRedirect     307  not the leading master
     │   └── ServiceUnavailable    503  no leader, still recovering
+    ├── Closed                    the object was closed (by its owner): nothing new starts
+    │                             (common/tasks.py)
     ├── ProvisionerError          an image that cannot be provisioned
     │                             (containerizer/provisioner/errors.py draws its subtree)
     └── (container errors)        a launch, destroy or lookup of a container that failed,
@@ -112,6 +114,14 @@ class TemporaryRedirect(HttpError):
 
 class ServiceUnavailable(HttpError):
     status = 503
+
+
+# --- lifecycle ----------------------------------------------------------------
+
+
+class Closed(MesillaError):
+    """The object was closed, by whoever owns it; nothing new starts on it (trio's
+    ClosedResourceError: the fault is on this side, not the other's)."""
 
 
 # --- containers -----------------------------------------------------------------

@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from mesilla.common import files
+from mesilla.common.fds import wait_readable
 from mesilla.v1.mesos import ContainerID, ContainerInfo
 
 CGROUP2_MAGIC = "cgroup2"
@@ -396,7 +397,7 @@ class OomListener:
         """Resolves with the number of OOM kills once there is one; never if the cgroup goes."""
         while True:
             if self._eventfd is not None:
-                await _readable(self._eventfd)
+                await wait_readable(self._eventfd)
                 try:
                     os.eventfd_read(self._eventfd)
                 except BlockingIOError:
@@ -408,7 +409,7 @@ class OomListener:
                     return max(1, self.oom_kills() - self._baseline)
             else:
                 if self._inotify is not None:
-                    await _readable(self._inotify)
+                    await wait_readable(self._inotify)
                     _drain(self._inotify)
                 else:
                     await asyncio.sleep(self.POLL_INTERVAL)
@@ -454,16 +455,3 @@ def _drain(fd: int) -> None:
         return
 
 
-async def _readable(fd: int) -> None:
-    loop = asyncio.get_running_loop()
-    ready: asyncio.Future[None] = loop.create_future()
-
-    def wake() -> None:
-        if not ready.done():
-            ready.set_result(None)
-
-    loop.add_reader(fd, wake)
-    try:
-        await ready
-    finally:
-        loop.remove_reader(fd)

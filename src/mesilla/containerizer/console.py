@@ -23,6 +23,7 @@ import termios
 from typing import Any
 
 from mesilla.common import files
+from mesilla.common.fds import wait_readable
 
 # How long the switchboard waits for a launcher that said it allocated the terminal.
 RECEIVE_TIMEOUT = 10.0
@@ -68,12 +69,7 @@ class ConsoleSocket:
             async with asyncio.timeout(RECEIVE_TIMEOUT):
                 connection, _ = await loop.sock_accept(self._listener)
                 with connection:
-                    readable = loop.create_future()
-                    loop.add_reader(connection.fileno(), readable.set_result, None)
-                    try:
-                        await readable
-                    finally:
-                        loop.remove_reader(connection.fileno())
+                    await wait_readable(connection.fileno())
                     _, fds, _, _ = socket.recv_fds(connection, 4096, 1)
         except TimeoutError:
             raise ConsoleError(f"No terminal arrived on {self.path}") from None

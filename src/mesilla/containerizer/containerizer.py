@@ -25,6 +25,7 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any
 
+from mesilla.common.blocking import in_thread
 from mesilla.common.errors import (
     BadRequest,
     ContainerError,
@@ -34,6 +35,7 @@ from mesilla.common.errors import (
     InvalidContainer,
     UnknownContainer,
 )
+from mesilla.common.tasks import TaskOwner
 from mesilla.containerizer import fetcher
 from mesilla.containerizer.fetcher import FetchError
 from mesilla.containerizer.interface import LaunchResult, ResourceStatistics
@@ -72,6 +74,8 @@ log = logging.getLogger(__name__)
 MAX_NESTING_DEPTH = 32
 # How many ended executor containers' terminations stay available to wait().
 RECENTLY_ENDED_KEPT = 1000
+# How long `close` lets launches and destroys in flight finish before cancelling them.
+CLOSE_GRACE = 5.0
 
 
 @dataclass
@@ -113,6 +117,9 @@ class Containerizer:
         # Ended executor containers: their checkpoints are gone, but a wait() that
         # comes late (e.g. right after recovery destroyed one) still gets the truth.
         self._recently_ended: OrderedDict[ContainerID, ContainerTermination] = OrderedDict()
+        # Every launch, destroy and watcher; `close` ends them all.
+        self._tasks = TaskOwner("the containerizer")
+        self._closing = False
 
     @classmethod
     async def create(cls, flags: Any) -> Containerizer:
@@ -178,7 +185,7 @@ class Containerizer:
             await self._destroy_orphan(orphan)
         for container_id in self._runtime.containers():
             if container_id.root() not in roots and container_id.parent is None:
-                self._runtime.remove(container_id)
+                await in_thread(self._runtime.remove, container_id)
 
     async def _destroy_orphan(self, container_id: ContainerID) -> None:
         log.info("Destroying orphan container %s", container_id)
@@ -194,6 +201,10 @@ class Containerizer:
     async def launch(self, container_id: ContainerID, config: ContainerConfig) -> LaunchResult:
         if container_id in self._containers or container_id in self._terminated:
             return LaunchResult.ALREADY_LAUNCHED
+        if self._closing:
+            raise ContainerLaunchError(
+                container_id, ContainerState.STARTING.value, "the containerizer is closing"
+            )
         info = config.container_info
         if info is not None and info.type != "MESOS":
             return LaunchResult.NOT_SUPPORTED
@@ -221,7 +232,10 @@ class Containerizer:
 
         container = _Container(container_id, config)
         self._containers[container_id] = container
-        container.launch_task = asyncio.create_task(self._launch(container))
+        # Awaited below, which reports its failure: the owner need not log it.
+        container.launch_task = self._tasks.spawn(
+            self._launch(container), f"launch of {container_id}", log_failure=False
+        )
         try:
             await asyncio.shield(container.launch_task)
         except asyncio.CancelledError:
@@ -338,7 +352,12 @@ class Containerizer:
         )
 
     def _watch(self, container: _Container) -> None:
-        """Ends the container when its first process exits or an isolator limits it."""
+        """Ends the container when its first process exits or an isolator limits it.
+
+        Not once closing: the container keeps running, and a restarted agent recovers it.
+        """
+        if self._closing:
+            return
 
         async def on_exit() -> None:
             await self._launcher.wait(container.id)
@@ -354,10 +373,12 @@ class Containerizer:
                 container.limitation = limitation
             self._start_destroy(container)
 
-        container.watchers.append(asyncio.create_task(on_exit()))
+        container.watchers.append(self._tasks.spawn(on_exit(), f"exit of {container.id}"))
         for isolator in self._isolators_for(container):
             if type(isolator).watch is not Isolator.watch:
-                container.watchers.append(asyncio.create_task(on_limitation(isolator)))
+                container.watchers.append(
+                    self._tasks.spawn(on_limitation(isolator), f"watch of {container.id} by {isolator.name}")
+                )
 
     # --- wait, kill, destroy ----------------------------------------------------
 
@@ -388,7 +409,9 @@ class Containerizer:
 
     def _start_destroy(self, container: _Container) -> asyncio.Task[ContainerTermination]:
         if container.destroy_task is None:
-            container.destroy_task = asyncio.create_task(self._destroy(container))
+            container.destroy_task = self._tasks.spawn(
+                self._destroy(container), f"destroy of {container.id}"
+            )
         return container.destroy_task
 
     async def _destroy(self, container: _Container) -> ContainerTermination:
@@ -446,7 +469,7 @@ class Containerizer:
             self._terminated[container_id] = termination
         else:
             # The whole tree's checkpoints go; ended nested containers with them.
-            self._runtime.remove(container_id)
+            await in_thread(self._runtime.remove, container_id)
             for ended in [c for c in self._terminated if c.root() == container_id]:
                 del self._terminated[ended]
             self._recently_ended[container_id] = termination
@@ -553,7 +576,7 @@ class Containerizer:
             self._runtime.path(container_id)
         ):
             raise UnknownContainer(f"Container {container_id} cannot be found", container_id=container_id)
-        self._runtime.remove(container_id)
+        await in_thread(self._runtime.remove, container_id)
         parent = self._containers.get(container_id.parent) if container_id.parent else None
         if parent is not None:
             parent.children.discard(container_id)
@@ -569,11 +592,20 @@ class Containerizer:
         await self._provisioner.prune(excluded, in_use)
 
     async def close(self) -> None:
-        """Stops background work; containers keep running (the agent may restart)."""
+        """Stops background work; containers keep running (the agent may restart).
+
+        Launches and destroys in flight get CLOSE_GRACE to finish, then are
+        cancelled (a cancelled launch rolls its container back); `close`
+        returns once every one of them has ended. Nothing launches afterwards;
+        a destroy still does, owned anew, until the next `close`.
+        """
+        self._closing = True
         for container in self._containers.values():
             for task in container.watchers:
                 task.cancel()
             container.watchers.clear()
+        tasks, self._tasks = self._tasks, TaskOwner("the containerizer")
+        await tasks.close(grace=CLOSE_GRACE)
         for isolator in reversed(self._isolators):
             try:
                 await isolator.close()

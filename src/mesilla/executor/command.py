@@ -32,6 +32,7 @@ from asyncio.subprocess import Process
 from dataclasses import dataclass
 from typing import Any
 
+from mesilla.common.tasks import TaskOwner
 from mesilla.containerizer.launcher.oci import capability_mask
 from mesilla.executor import task_rootfs
 from mesilla.executor.checks import (
@@ -146,12 +147,12 @@ class CommandExecutor(Executor):
         self.checkers: list[Checker] = []
         self.killed_by_health_check = False
         self.done = asyncio.Event()  # the executor may exit
-        self._background: set[asyncio.Task[Any]] = set()
+        self._tasks = TaskOwner("the command executor")
 
-    def _spawn(self, coro: Any) -> None:
-        task = asyncio.create_task(coro)
-        self._background.add(task)
-        task.add_done_callback(self._background.discard)
+    async def close(self) -> None:
+        for checker in self.checkers:  # they start tasks of their own
+            await checker.stop()
+        await self._tasks.close()
 
     def _status(
         self, driver: ExecutorDriver, state: str, task: dict[str, Any] | None = None, **extra: Any
@@ -186,7 +187,7 @@ class CommandExecutor(Executor):
                 container_status={"executor_pid": os.getpid()},
             )
         )  # fmt: skip
-        self._spawn(self._reap(driver))
+        self._tasks.spawn(self._reap(driver), "reaper")
         self._start_checks(driver)
 
     async def _exec(self, command: dict[str, Any], stdout: int | None) -> Process:
@@ -235,7 +236,7 @@ class CommandExecutor(Executor):
             else:
                 checker = Checker(
                     spec, self._probe,
-                    on_check=lambda status: self._spawn(self._check_updated(driver, status)),
+                    on_check=lambda status: self._on_check(driver, status),
                 )  # fmt: skip
             checker.start()
             self.checkers.append(checker)
@@ -268,12 +269,15 @@ class CommandExecutor(Executor):
                 check_status=check_status,
             ))  # fmt: skip
 
+    def _on_check(self, driver: ExecutorDriver, status: dict[str, Any]) -> None:
+        self._tasks.spawn(self._check_updated(driver, status), "check status update")
+
     def _on_health(self, driver: ExecutorDriver, healthy: bool, kill: bool) -> None:
         # Decided here, not in the spawned update: later reports must see a kill coming.
         if self.killing or self.killed_by_health_check or self.terminal_uuid is not None:
             return
         self.killed_by_health_check = kill
-        self._spawn(self._health_updated(driver, healthy, kill))
+        self._tasks.spawn(self._health_updated(driver, healthy, kill), "health status update")
 
     async def _health_updated(self, driver: ExecutorDriver, healthy: bool, kill: bool) -> None:
         await driver.update(self._status(
@@ -305,7 +309,7 @@ class CommandExecutor(Executor):
         if driver.is_acknowledged(self.terminal_uuid):  # the ack beat the call's response
             self.done.set()
         else:
-            self._spawn(self._exit_after_ack_timeout())
+            self._tasks.spawn(self._exit_after_ack_timeout(), "acknowledgement timeout")
 
     async def _exit_after_ack_timeout(self) -> None:
         await asyncio.sleep(TERMINAL_ACK_TIMEOUT)
@@ -344,7 +348,7 @@ class CommandExecutor(Executor):
         if driver.framework_has_capability("TASK_KILLING_STATE"):
             await driver.update(self._status(driver, "TASK_KILLING"))
         self._signal(signal.SIGTERM)
-        self._spawn(self._escalate(grace))
+        self._tasks.spawn(self._escalate(grace), "kill escalation")
 
     async def _escalate(self, grace: float) -> None:
         assert self.process is not None
@@ -375,6 +379,7 @@ async def run(options: Options, environ: dict[str, str] | None = None) -> None:
     if executor.process is not None and executor.process.returncode is None:
         # Leaving without the agent (recovery gave up): take the task with us.
         executor._signal(signal.SIGKILL)
+    await executor.close()
 
 
 def main() -> None:

@@ -19,9 +19,9 @@ import os
 import signal
 import sys
 import uuid
-from collections.abc import Coroutine
 from typing import TYPE_CHECKING, Any
 
+from mesilla.common.tasks import TaskOwner
 from mesilla.executor.agent_client import AgentCallError, AgentClient
 from mesilla.executor.default_events import (
     CancelTimer,
@@ -81,7 +81,8 @@ class DefaultExecutor(Executor):
         self._checkers: dict[str, list[Checker]] = {}
         # What each checked task asked for, to restart its checks after a disconnection.
         self._checked: dict[str, StartChecks] = {}
-        self._tasks: set[asyncio.Task[Any]] = set()
+        # Every step of the machine's instructions, and the update sender.
+        self._tasks = TaskOwner("the default executor")
         self._updates: asyncio.Queue[Json] = asyncio.Queue()
         self._sender: asyncio.Task[None] | None = None
         self._acknowledged = asyncio.Event()
@@ -101,7 +102,7 @@ class DefaultExecutor(Executor):
                 driver.host, driver.port, driver.auth_headers, driver.unix_socket
             )
         if self._sender is None:
-            self._sender = asyncio.get_running_loop().create_task(self._send_updates())
+            self._sender = self._tasks.spawn(self._send_updates(), "update sender")
         if self.machine is None:
             self.machine = ExecutorState(
                 executor_id=driver.executor_id, new_container_value=lambda: str(uuid.uuid4())
@@ -160,16 +161,6 @@ class DefaultExecutor(Executor):
         for instruction in self.machine.handle(event):
             self._execute(instruction)
 
-    def _spawn(self, coro: Coroutine[Any, Any, Any]) -> None:
-        task = asyncio.get_running_loop().create_task(coro)
-        self._tasks.add(task)
-        task.add_done_callback(self._task_done)
-
-    def _task_done(self, task: asyncio.Task[Any]) -> None:
-        self._tasks.discard(task)
-        if not task.cancelled() and task.exception() is not None:
-            log.error("Executor step failed", exc_info=task.exception())
-
     def _execute(self, instruction: Instruction) -> None:
         match instruction:
             case SendUpdate():
@@ -182,11 +173,11 @@ class DefaultExecutor(Executor):
                 )
                 self._updates.put_nowait(status)
             case LaunchContainer():
-                self._spawn(self._launch(instruction))
+                self._tasks.spawn(self._launch(instruction), f"launch of task '{instruction.task_id}'")
             case WaitContainer():
-                self._spawn(self._wait(instruction))
+                self._tasks.spawn(self._wait(instruction), f"wait for task '{instruction.task_id}'")
             case KillContainer():
-                self._spawn(self._kill(instruction))
+                self._tasks.spawn(self._kill(instruction), f"kill of task '{instruction.task_id}'")
             case StartTimer():
                 self._cancel_timer(instruction.timer)
                 handle = asyncio.get_running_loop().call_later(
@@ -211,7 +202,7 @@ class DefaultExecutor(Executor):
                 if self.machine is not None and self.machine.abandoned:
                     log.error("A task group launch got no answer from the agent: exiting without further "
                               "updates; the agent's recovery ends the tasks")
-                self._spawn(self._exit())
+                self._tasks.spawn(self._exit(), "exit")
 
     def _fire(self, timer: Timer) -> None:
         self._timers.pop(timer, None)
@@ -284,7 +275,7 @@ class DefaultExecutor(Executor):
 
     def _stop_checks(self, task_id: str) -> None:
         for checker in self._checkers.pop(task_id, []):
-            self._spawn(checker.stop())
+            self._tasks.spawn(checker.stop(), f"stop of the checks of task '{task_id}'")
 
     def _start_checks(self, start: StartChecks) -> None:
         # Imported on first use: most pods have no checks, and each pod's executor start counts.
@@ -339,10 +330,7 @@ class DefaultExecutor(Executor):
         for checkers in self._checkers.values():
             for checker in checkers:
                 await checker.stop()
-        pending = [*self._tasks, *([self._sender] if self._sender else [])]
-        for task in pending:
-            task.cancel()
-        await asyncio.gather(*pending, return_exceptions=True)
+        await self._tasks.close()
         if self._agent is not None:
             await self._agent.close()
 

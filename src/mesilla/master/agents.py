@@ -280,6 +280,7 @@ class AgentsMixin(MasterBase):
         agent.pid = pid
         agent.version = call.version
         agent.reregistered_time = time.time()
+        self._remove_unreported_executors(agent, call)
         before = agent.used_resources()
         self._adopt_reported(agent, call)
         if agent.used_resources() != before:
@@ -296,6 +297,24 @@ class AgentsMixin(MasterBase):
             )
         self.allocator.activate_agent(agent.id)
         return agent
+
+    def _remove_unreported_executors(self, agent: Agent, call: internal.Register) -> None:
+        """As Mesos's `reconcileKnownSlave`: executors the agent no longer reports are gone
+        (one that ended while the agent was away could not tell the master), and so are
+        their resources."""
+        reported = {
+            (e.framework_id.value, e.executor_id.value)
+            for e in call.executor_infos
+            if e.framework_id is not None
+        }
+        for framework_id, executors in list(agent.executors.items()):
+            for executor_id in list(executors):
+                if (framework_id, executor_id) not in reported:
+                    log.warning(
+                        "executor %s of framework %s unknown to agent %s during re-registration: "
+                        "removed", executor_id, framework_id, agent.id,
+                    )  # fmt: skip
+                    self.recover_executor(agent, framework_id, executor_id)
 
     def _close_agent_stream(self, agent: Agent) -> None:
         stream, agent.stream, agent.stream_id = agent.stream, None, None

@@ -24,6 +24,7 @@ from typing import Any
 import aiohttp
 
 from mesilla.common.recordio import Decoder
+from mesilla.common.tasks import TaskOwner
 
 Json = dict[str, Any]
 
@@ -85,7 +86,7 @@ class Framework:
         self._changed = asyncio.Condition()
         self._session: aiohttp.ClientSession | None = None
         self._reader: asyncio.Task[None] | None = None
-        self._acks: set[asyncio.Task[None]] = set()  # held: the loop keeps weak references only
+        self._acks = TaskOwner("acknowledgements")
 
     @property
     def url(self) -> str:
@@ -173,9 +174,7 @@ class Framework:
 
     def _spawn_ack(self, status: Json) -> None:
         ack = {"agent_id": status["agent_id"], "task_id": status["task_id"], "uuid": status["uuid"]}
-        task = asyncio.create_task(self._ack(ack))
-        self._acks.add(task)
-        task.add_done_callback(self._acks.discard)
+        self._acks.spawn(self._ack(ack), f"ACKNOWLEDGE of {status['uuid']}")
 
     async def _ack(self, ack: Json) -> None:
         # A master that just died loses the acknowledgement; the agent resends the update.
@@ -203,8 +202,8 @@ class Framework:
             except with_errors:
                 pass
         await self.disconnect()
-        for ack in list(self._acks):
-            ack.cancel()
+        acks, self._acks = self._acks, TaskOwner("acknowledgements")  # it may subscribe again
+        await acks.close()
         await self._session.close()
         self._session = None
 

@@ -8,7 +8,7 @@ from collections.abc import Awaitable, Callable
 
 import pytest
 from tests.fixtures.images import PushedImage
-from tests.integration.faults.workload import container, pod_executor, task, tid
+from tests.integration.faults.workload import container, executor_pid, pod_executor, task, tid
 
 from mesilla.testing.processes import Cluster
 from mesilla.testing.scheduler import Framework
@@ -17,15 +17,6 @@ pytestmark = [pytest.mark.root, pytest.mark.integration, pytest.mark.slow, pytes
 
 MakeCluster = Callable[..., Cluster]
 MakeFramework = Callable[..., Awaitable[Framework]]
-
-
-def executor_pid(cluster: Cluster, executor_id: str) -> int:
-    for entry in cluster.containers().values():
-        if entry.get("executor_id", {}).get("value") == executor_id:
-            pid = entry.get("container_status", {}).get("executor_pid")
-            assert pid, entry
-            return int(pid)
-    raise AssertionError(f"no container of executor {executor_id}")
 
 
 async def test_executors_killed_by_a_signal_fail_their_tasks_once(

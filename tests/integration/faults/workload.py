@@ -74,6 +74,16 @@ def container_of(framework: Framework, containers: dict[str, Json], task_id: str
     raise AssertionError(f"no container of task {task_id} in {sorted(containers)}")
 
 
+def executor_pid(cluster: Cluster, executor_id: str, i: int = 0) -> int:
+    """The pid of an executor's (top-level) container on agent `i`."""
+    for entry in cluster.containers(i).values():
+        if entry.get("executor_id", {}).get("value") == executor_id:
+            pid = entry.get("container_status", {}).get("executor_pid")
+            assert pid, entry
+            return int(pid)
+    raise AssertionError(f"no container of executor {executor_id}")
+
+
 def executor_sandbox(cluster: Cluster, framework_id: str, executor_id: str, i: int = 0) -> Path:
     """The newest run's sandbox of an executor on agent `i` (the agent's `runs/latest`)."""
     found = list(

@@ -78,7 +78,6 @@ async def test_no_checkpoint_fsyncs_on_the_loop(tmp_path: Path, monkeypatch: pyt
     flags = parse(AGENT_FLAGS, ["--master=127.0.0.1:1", f"--work_dir={tmp_path}"], environ={})
     containers = EndedContainers()
     agent = Agent(AgentFlags.from_flags(flags), containers, AgentInfo(hostname="h"))  # type: ignore[arg-type]
-    await agent.start()
     try:
         events = MasterEvents(agent)
         events.registered(

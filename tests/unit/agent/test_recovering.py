@@ -29,7 +29,6 @@ class NoContainers:
 async def agent(tmp_path: Any) -> AsyncIterator[Agent]:
     flags = parse(AGENT_FLAGS, ["--master=127.0.0.1:1", f"--work_dir={tmp_path}"], environ={})
     agent = Agent(AgentFlags.from_flags(flags), NoContainers(), AgentInfo(hostname="h"))
-    await agent.start()
     yield agent
     await agent.close()
 

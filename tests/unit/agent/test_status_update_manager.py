@@ -11,9 +11,9 @@ from typing import Any
 import pytest
 
 from mesilla.agent import checkpoints
-from mesilla.agent.background import TaskOwner
 from mesilla.agent.checkpointer import Checkpointer
 from mesilla.agent.status_update_manager import StatusUpdateError, StatusUpdateManager
+from mesilla.common.tasks import TaskOwner
 from mesilla.v1.internal import StatusUpdate
 from mesilla.v1.mesos import FrameworkID, TaskID, TaskState, TaskStatus
 
@@ -33,7 +33,6 @@ CHECKPOINTER = Checkpointer("/nonexistent")
 async def owner() -> AsyncIterator[TaskOwner]:
     """The owner of a manager's appends (the agent's, in the agent)."""
     owner = TaskOwner("test")
-    await owner.start()
     yield owner
     await owner.close()
 

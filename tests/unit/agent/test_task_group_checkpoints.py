@@ -225,7 +225,6 @@ async def _new_agent(work_dir: str, agent_id: str | None, containerizer: Any = N
     flags = parse(AGENT_FLAGS, ["--master=127.0.0.1:1", f"--work_dir={work_dir}"], environ={})
     info = AgentInfo(hostname="h", id=AgentID(value=agent_id) if agent_id else None)
     agent = Agent(AgentFlags.from_flags(flags), containerizer or NoContainers(), info)
-    await agent.start()
     return agent
 
 

@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from mesilla.common.flags import parse
+from mesilla.containerizer import containerizer as containerizer_module
 from mesilla.containerizer.containerizer import (
     MAX_NESTING_DEPTH,
     Containerizer,
@@ -432,6 +433,71 @@ async def test_destroy_during_fetch_aborts_the_launch(
     finally:
         server.close()
         await server.wait_closed()
+
+
+class HeldIsolator(Isolator):
+    """Holds every launch in `prepare` until released."""
+
+    name = "test/held"
+
+    def __init__(self) -> None:
+        self.preparing = asyncio.Event()
+        self.release = asyncio.Event()
+        self.cleaned: list[ContainerID] = []
+
+    async def prepare(self, container_id: ContainerID, config: ContainerConfig) -> None:
+        self.preparing.set()
+        await self.release.wait()
+
+    async def cleanup(self, container_id: ContainerID) -> None:
+        self.cleaned.append(container_id)
+
+
+async def held_launch(
+    tmp_path: Any, value: str, script: str
+) -> tuple[Containerizer, HeldIsolator, ContainerID, asyncio.Task[LaunchResult]]:
+    """A fresh containerizer with one launch held in `prepare`."""
+    c = await Containerizer.create(make_flags(tmp_path))
+    held = HeldIsolator()
+    c._isolators.append(held)
+    cid = ContainerID(value=value)
+    launch = asyncio.create_task(c.launch(cid, shell(tmp_path, script)))
+    await held.preparing.wait()
+    return c, held, cid, launch
+
+
+@pytest.mark.usefixtures("leftovers")
+async def test_close_lets_a_launch_in_flight_finish_and_leaves_the_container_running(
+    tmp_path: Any,
+) -> None:
+    c, held, _cid, launch = await held_launch(tmp_path, "inflight", "sleep 1000")
+    closing = asyncio.create_task(c.close())
+    await asyncio.sleep(0)
+    with pytest.raises(ContainerLaunchError, match="closing"):
+        await c.launch(ContainerID(value="late"), shell(tmp_path, "true", name="late"))
+    held.release.set()
+    assert await launch == LaunchResult.SUCCESS
+    await closing
+    pid = int((tmp_path / "runtime" / "containers" / "inflight" / "pid").read_text())
+    assert session_processes(pid) != []  # a restarted agent recovers it
+    assert held.cleaned == []
+    # A destroy still works after close (owned until the next close).
+    assert await c.destroy(ContainerID(value="inflight")) is not None
+    assert session_processes(pid) == [] and held.cleaned == [ContainerID(value="inflight")]
+    await c.close()
+
+
+async def test_close_cancels_a_launch_past_its_grace_and_rolls_it_back(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(containerizer_module, "CLOSE_GRACE", 0.01)
+    c, held, cid, launch = await held_launch(tmp_path, "stuck", "touch ran")
+    await c.close()
+    with pytest.raises(ContainerLaunchError, match="destroyed during launch"):
+        await launch
+    assert held.cleaned == [cid]
+    assert c.containers() == []
+    assert not (tmp_path / "sandbox" / "ran").exists()
 
 
 @pytest.mark.usefixtures("leftovers")

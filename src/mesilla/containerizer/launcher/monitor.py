@@ -24,6 +24,7 @@ import stat
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from mesilla.common.fds import wait_readable
 from mesilla.containerizer.launcher.base import LaunchError
 from mesilla.containerizer.launcher.runtime import OciRuntime
 
@@ -215,17 +216,6 @@ async def wait_exit(pid: int, identity: Callable[[int], bool] | None = None) -> 
     try:
         if identity is not None and not identity(pid):
             return
-        loop = asyncio.get_running_loop()
-        done: asyncio.Future[None] = loop.create_future()
-
-        def readable() -> None:
-            if not done.done():
-                done.set_result(None)
-
-        loop.add_reader(fd, readable)
-        try:
-            await done
-        finally:
-            loop.remove_reader(fd)
+        await wait_readable(fd)
     finally:
         os.close(fd)

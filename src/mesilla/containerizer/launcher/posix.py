@@ -18,6 +18,7 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any
 
+from mesilla.common.fds import wait_readable
 from mesilla.containerizer import console
 from mesilla.containerizer.isolators.posix.procfs import session_processes
 from mesilla.containerizer.launcher.base import Launcher, LaunchError
@@ -238,6 +239,7 @@ class PosixLauncher(Launcher):
             if not container.exited.done():
                 container.exited.set_result(self._runtime.read_status(container_id))
 
+        # A callback rather than a task in wait_readable: no task per container to own.
         loop.add_reader(pidfd, on_exit)
 
 
@@ -274,21 +276,11 @@ def _allocate_terminal(config: ContainerConfig) -> tuple[int, str]:
 
 async def _read_all(fd: int) -> bytes:
     """Reads a pipe until EOF without blocking the loop."""
-    loop = asyncio.get_running_loop()
     os.set_blocking(fd, False)
     chunks: list[bytes] = []
-    done: asyncio.Future[None] = loop.create_future()
-
-    def readable() -> None:
+    while True:
+        await wait_readable(fd)
         data = os.read(fd, 64)
-        if data:
-            chunks.append(data)
-        elif not done.done():
-            done.set_result(None)
-
-    loop.add_reader(fd, readable)
-    try:
-        await done
-    finally:
-        loop.remove_reader(fd)
-    return b"".join(chunks)
+        if not data:
+            return b"".join(chunks)
+        chunks.append(data)

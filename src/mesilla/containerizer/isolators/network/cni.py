@@ -31,6 +31,7 @@ from typing import Any
 import msgspec
 
 from mesilla.common import files
+from mesilla.common.blocking import in_thread
 from mesilla.containerizer.isolator import Isolator
 from mesilla.containerizer.isolators.network import netns
 from mesilla.containerizer.isolators.network.cni_plugin import Attachment, PluginRunner
@@ -336,7 +337,7 @@ class NetworkCniIsolator(Isolator):
         if errors:
             raise CniError(f"DEL of container {cni_container_id} failed: {'; '.join(errors)}")
         netns.remove(self.root, ns)
-        files.remove_tree(self.root, directory)
+        await in_thread(files.remove_tree, self.root, directory)
 
     def _checkpointed_config(self, info: _Info, name: str) -> NetworkConfig:
         path = os.path.join(info.directory, name, CONF_FILE)

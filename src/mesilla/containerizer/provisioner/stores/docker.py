@@ -254,7 +254,8 @@ class DockerStore:
                 resolved.config,
                 [layer.digest for layer in resolved.layers],
             )
-            write_atomically(
+            await in_thread(
+                write_atomically,
                 os.path.join(self.store_dir, "images", _file_name(key)),
                 json.dumps(asdict(image)).encode(),
             )
@@ -316,7 +317,7 @@ class DockerStore:
             final = self.layer_path(layer.digest, form)
             os.makedirs(os.path.dirname(final), exist_ok=True)
             files.replace(self.store_dir, extracted, final)
-            fsync_directory(os.path.dirname(final))
+            await in_thread(fsync_directory, os.path.dirname(final))
             log.info("Layer %s of '%s' is in the store", layer.digest, image)
         finally:
             await asyncio.to_thread(remove, self.store_dir, staging)

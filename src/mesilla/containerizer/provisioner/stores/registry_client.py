@@ -21,6 +21,7 @@ from urllib.parse import urlsplit
 import aiohttp
 
 from mesilla.common import files
+from mesilla.common.blocking import in_thread
 from mesilla.containerizer.provisioner.errors import (
     BlobDigestMismatch,
     ImageNotFound,
@@ -143,7 +144,7 @@ class RegistryClient:
                                 )
                             )
                     out.flush()
-                    os.fsync(out.fileno())
+                    await in_thread(os.fsync, out.fileno())
             except aiohttp.ClientError as exc:
                 raise RegistryError(
                     f"Download of blob {blob.digest} of image '{reference}' broke off after "

@@ -13,7 +13,6 @@ import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable
-from typing import Any
 
 import msgspec
 from aiohttp import web
@@ -38,7 +37,17 @@ from mesilla.common.resources import Resources, ResourcesError
 from mesilla.common.validation import validate_ids
 from mesilla.v1 import agent as api
 from mesilla.v1 import codec
-from mesilla.v1.mesos import Flag, FrameworkInfo, Image, Metric, TaskState, VersionInfo
+from mesilla.v1.mesos import (
+    Flag,
+    FrameworkInfo,
+    Image,
+    Json,
+    Message,
+    Metric,
+    Resource,
+    TaskState,
+    VersionInfo,
+)
 
 log = logging.getLogger(__name__)
 
@@ -60,7 +69,7 @@ def _require_recovered(agent: Agent) -> None:
         raise ServiceUnavailable("Agent has not finished recovery")
 
 
-def _summary(resources: list[Any]) -> dict[str, object]:
+def _summary(resources: list[Resource]) -> dict[str, object]:
     try:
         return Resources.from_list(resources).to_json_summary()
     except ResourcesError:
@@ -193,7 +202,7 @@ def metrics(agent: Agent) -> dict[str, float]:
 # --- v0 state --------------------------------------------------------------------------
 
 
-def _executor_json(executor: Executor) -> dict[str, Any]:
+def _executor_json(executor: Executor) -> Json:
     info = executor.info
     queued = [
         make_task(t, TaskState.TASK_STAGING, executor.framework_id, executor.agent_id)
@@ -217,7 +226,7 @@ def _executor_json(executor: Executor) -> dict[str, Any]:
     }
 
 
-def _framework_json(framework: Framework) -> dict[str, Any]:
+def _framework_json(framework: Framework) -> Json:
     info: FrameworkInfo = framework.info
     return {
         "id": framework.id.value,
@@ -235,7 +244,7 @@ def _framework_json(framework: Framework) -> dict[str, Any]:
     }
 
 
-def state_json(agent: Agent) -> dict[str, Any]:
+def state_json(agent: Agent) -> Json:
     info = agent.info
     return {
         "version": MESOS_VERSION,
@@ -270,11 +279,13 @@ class AgentApi:
     def register(self, call_type: api.CallType, handler: CallHandler) -> None:
         self._handlers[call_type] = handler
 
-    def respond(self, request: web.Request, **fields: Any) -> web.Response:
+    def respond(self, request: web.Request, **fields: Message) -> web.Response:
         """The answer to a call, in the encoding its Accept chose (checked by `handle`)."""
         (name,) = fields
         encoding = check_accept(request, api.Response, streaming=True)
-        return json_response(api.Response(type=api.CallType(name.upper()), **fields), encoding=encoding)
+        # One part, named as its call type (`get_state=GetState(...)`): mypy cannot pair them.
+        response = api.Response(type=api.CallType(name.upper()), **fields)  # type: ignore[arg-type]
+        return json_response(response, encoding=encoding)
 
     def _install_state_calls(self) -> None:
         """The calls that read the agent's state."""

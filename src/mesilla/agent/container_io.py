@@ -41,7 +41,7 @@ import contextlib
 import logging
 import os
 from collections.abc import AsyncIterator
-from typing import Any, Protocol
+from typing import Protocol
 
 from aiohttp import web
 
@@ -69,7 +69,7 @@ from mesilla.containerizer.console import ConsoleSocket, set_window_size
 from mesilla.containerizer.types import ContainerClass
 from mesilla.v1 import agent as api
 from mesilla.v1 import codec
-from mesilla.v1.mesos import ContainerID, TTYInfo
+from mesilla.v1.mesos import ContainerID, Json, TTYInfo
 
 log = logging.getLogger(__name__)
 
@@ -165,7 +165,7 @@ class Switchboard:
         self.close_input()
         self._terminal_known.set()
 
-    async def resize(self, window_size: dict[str, Any]) -> None:
+    async def resize(self, window_size: Json) -> None:
         if self.tty is None:
             raise BadRequest("The container has no TTY: 'TTY_INFO' cannot resize it")
         await self._terminal_known.wait()
@@ -452,7 +452,7 @@ async def _calls(request: web.Request) -> AsyncIterator[api.Call]:
 class _Input(Protocol):
     async def write_input(self, data: bytes) -> None: ...
 
-    async def resize(self, window_size: dict[str, Any]) -> None: ...
+    async def resize(self, window_size: Json) -> None: ...
 
 
 async def _feed_all(target: _Input, records: AsyncIterator[api.Call]) -> None:

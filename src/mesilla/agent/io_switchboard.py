@@ -25,7 +25,6 @@ import os
 import signal
 import sys
 import tempfile
-from typing import Any
 
 from mesilla.agent import io_switchboard_server as server
 from mesilla.agent.agent import Agent
@@ -35,7 +34,7 @@ from mesilla.common.errors import BadRequest
 from mesilla.common.validation import validate_container_id
 from mesilla.containerizer.types import ContainerClass
 from mesilla.v1 import codec
-from mesilla.v1.mesos import ContainerID, ContainerInfo
+from mesilla.v1.mesos import ContainerID, ContainerInfo, Json
 
 log = logging.getLogger(__name__)
 
@@ -79,7 +78,7 @@ class RemoteInput:
         """Types `data`; empty `data` is end-of-file (^D on the terminal)."""
         await self._send(server.frame(server.DATA, data))
 
-    async def resize(self, window_size: dict[str, Any]) -> None:
+    async def resize(self, window_size: Json) -> None:
         rows, columns = int(window_size.get("rows", 0)), int(window_size.get("columns", 0))
         await self._send(server.window_frame(rows, columns))
 

@@ -13,8 +13,6 @@ FrameworkError. The environment a v0 executor reads (`MESOS_SLAVE_PID`,
 
 from __future__ import annotations
 
-from typing import Any
-
 from mesilla.agent import executor_link, messages
 from mesilla.agent.agent import Agent, AgentStatus
 from mesilla.agent.executor_api import validate
@@ -24,6 +22,7 @@ from mesilla.common.errors import BadRequest
 from mesilla.common.http import Router
 from mesilla.v1 import codec
 from mesilla.v1 import executor as ev
+from mesilla.v1.mesos import Json
 from mesilla.v1.proto import v0
 from mesilla.v1.proto.v0 import INTERNAL
 
@@ -48,7 +47,7 @@ class V0ExecutorStream(libprocess.MessageStream):
         self._framework = framework
         self._reregister = reregister
 
-    def to_v0(self, event: ev.Event) -> tuple[str, dict[str, Any]] | None:
+    def to_v0(self, event: ev.Event) -> tuple[str, Json] | None:
         e = codec.to_builtins(event)
         agent_id = codec.to_builtins(self._agent.info.id)
         framework_id = codec.to_builtins(self._framework.id)
@@ -121,7 +120,7 @@ class V0Executors:
             messages.executor_message(self.agent, framework, executor, call.message.data)
 
     @staticmethod
-    def _call(v0_message: dict[str, Any], type_: str, **fields: Any) -> ev.Call:
+    def _call(v0_message: Json, type_: str, **fields: object) -> ev.Call:
         """The v1 call a v0 message is (ids from the message), validated as v1's are."""
         ids = {
             "framework_id": v0_message["framework_id"],
@@ -147,7 +146,7 @@ class V0Executors:
             raise BadRequest(f"Executor {executor.id} is not registered from this UPID")
         return framework, executor
 
-    async def _subscribe(self, pid: libprocess.UPID, message: dict[str, Any], *, reregister: bool) -> None:
+    async def _subscribe(self, pid: libprocess.UPID, message: Json, *, reregister: bool) -> None:
         subscribe = {
             "unacknowledged_tasks": message.get("tasks", []),
             "unacknowledged_updates": [

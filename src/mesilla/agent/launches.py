@@ -245,7 +245,7 @@ def _executor_config(
 ) -> ContainerConfig:
     """What the executor's container runs: its command, environment and secrets."""
     env = executor_environment(
-        agent.flags.parsed,
+        agent.flags,
         executor.info,
         directory=executor.directory,
         agent_id=agent.id().value,
@@ -260,7 +260,7 @@ def _executor_config(
         environment=env,
         task=first_task if executor.command_task else None,
         resources=executor.allocated_resources(),
-        user=executor_user(agent.flags.parsed, framework.info, executor.info),
+        user=executor_user(agent.flags, framework.info, executor.info),
         limits=resources.startup_limits(agent, executor),
     )
     config.executor_secrets.update(

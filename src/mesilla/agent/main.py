@@ -20,7 +20,6 @@ from aiohttp import web
 from mesilla.agent import agent_api, container_api, executor_api, terminations, v0_executor
 from mesilla.agent.agent import Agent, Security
 from mesilla.agent.executor_auth import ExecutorTokens
-from mesilla.agent.executors import domain_socket, executor_environment_variables
 from mesilla.agent.flags import AgentFlags
 from mesilla.agent.host import detect_resources, parse_attributes
 from mesilla.agent.master_events import MasterEvents
@@ -122,9 +121,6 @@ AGENT_FLAGS: list[Flag] = [
 def agent_info(flags: Flags) -> AgentInfo:
     if flags.recover not in ("reconnect", "cleanup"):
         raise FlagError(f"Invalid --recover={flags.recover}: expecting 'reconnect' or 'cleanup'")
-    if flags.executor_environment_variables is not None:
-        executor_environment_variables(flags)  # fails start-up when malformed
-    domain_socket(flags)  # fails start-up when too long
     try:
         resources = detect_resources(flags.resources, flags.work_dir, flags.default_role)
         attributes = parse_attributes(flags.attributes)
@@ -156,7 +152,7 @@ async def start_server(agent: Agent, authenticate: authentication.Authentication
     port = runner.addresses[0][1]
     agent.info.port = port
     agent.endpoint = f"{agent.flags.ip}:{port}"
-    socket_path = domain_socket(agent.flags.parsed)
+    socket_path = agent.flags.domain_socket
     if socket_path is not None:
         await _serve_unix(runner, socket_path)
     return runner
@@ -201,6 +197,7 @@ async def run(
     """
     try:
         info = agent_info(flags)
+        agent_flags = AgentFlags.from_flags(flags)  # checks them: a bad one is a start-up error
         nested = NestedAgent(flags) if enabled(flags) else None
         tokens = ExecutorTokens.from_flags(flags)
         authenticate = authentication.agent_authentication(flags, [tokens] if tokens else None)
@@ -218,7 +215,7 @@ async def run(
     )  # fmt: skip
     security = Security(tokens, http_credentials, authorizer, tls_config)
     agent = Agent(
-        AgentFlags.from_flags(flags), containerizer, info,
+        agent_flags, containerizer, info,
         master=link, security=security, status_update_interval=status_update_interval,
     )  # fmt: skip
     if tokens is not None:

@@ -101,7 +101,7 @@ def end_executor(agent: Agent, framework: Framework, executor: Executor) -> None
     log.info("Shutting down executor %s", executor)
     executor.state = ExecutorState.TERMINATING
     agent.send_to_executor(executor, ev.Event(type=ev.EventType.SHUTDOWN))
-    grace = shutdown_grace_period(agent.flags.parsed, executor.info)
+    grace = shutdown_grace_period(agent.flags, executor.info)
     loop = asyncio.get_running_loop()
     executor.timers.append(loop.call_later(grace, _shutdown_timeout, agent, executor))
 

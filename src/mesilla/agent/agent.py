@@ -11,6 +11,7 @@ concept, each a set of functions of the agent:
 * `launches`: RUN_TASK and RUN_TASK_GROUP, up to the executor's container;
 * `terminations`: kills, executor and framework shutdowns, ended executors;
 * `status_updates`: updates the agent makes or receives, forwarded to the master;
+* `messages`: framework messages, both ways;
 * `resources`: sizing an executor's container to its tasks.
 
 Status updates, from executors or made by the agent itself, go through the

@@ -5,8 +5,9 @@ a launch goes STARTING -> PROVISIONING (image only) -> PREPARING (isolators'
 `prepare`, in order; the launcher forks the first process, held) -> ISOLATING
 (`isolate(pid)`) -> FETCHING (CommandInfo.uris) -> RUNNING (the process execs).
 A failure at any step destroys what was built and raises ContainerLaunchError
-(`mesilla.common.errors`): InvalidContainer (400) for what cannot be launched,
-ImageUnavailable (503) when the registry fails, else ContainerLaunchError (500).
+(`mesilla.common.errors`): ImageUnavailable (503) when the registry fails,
+ContainerLaunchError (500) when the agent's own machinery does (`_AGENT_FAULTS`),
+else InvalidContainer (400): what was asked cannot be launched.
 A container ends when its first process exits, when an isolator reports a
 limitation, or when it is destroyed; destroying a container destroys its
 nested containers first. Runtime checkpoints live under `--runtime_dir` (see
@@ -37,10 +38,10 @@ from mesilla.common.errors import (
 )
 from mesilla.common.tasks import TaskOwner
 from mesilla.containerizer import fetcher
-from mesilla.containerizer.fetcher import FetchError
 from mesilla.containerizer.interface import LaunchResult, ResourceStatistics
 from mesilla.containerizer.isolator import Isolator
 from mesilla.containerizer.isolators import load_isolators
+from mesilla.containerizer.isolators.network.cni_plugin import PluginError
 from mesilla.containerizer.launch_info import (
     command_argv,
     container_environment,
@@ -50,10 +51,9 @@ from mesilla.containerizer.launch_info import (
 from mesilla.containerizer.launcher import load_launcher
 from mesilla.containerizer.launcher.base import Launcher, LaunchError
 from mesilla.containerizer.provisioner.errors import (
-    ImageNotFound,
+    BlobDigestMismatch,
     RegistryAuthError,
     RegistryError,
-    UnsupportedImage,
 )
 from mesilla.containerizer.runtime_paths import RuntimeDir
 from mesilla.containerizer.types import (
@@ -625,14 +625,20 @@ def _isolator_error(
     )
 
 
+# Failures of the agent's own machinery, not of what was asked: the OCI runtime and its
+# monitor (a runc crash), a CNI plugin, the disk, the agent's registry credentials, a
+# registry's corrupt blob.
+_AGENT_FAULTS = (LaunchError, PluginError, OSError, RegistryAuthError, BlobDigestMismatch)
+
+
 def _launch_error(cause: Exception) -> type[ContainerLaunchError]:
-    """What kind of launch failure `cause` is: the input (400), the registry (503), or
-    the agent's own machinery (500: a runc crash is not the caller's fault)."""
+    """What kind of launch failure `cause` is: the registry's (503), the agent's own
+    machinery's (500), else what was asked for (400, as Mesos answers every one)."""
     if isinstance(cause, RegistryError) and not isinstance(cause, RegistryAuthError):
         return ImageUnavailable
-    if isinstance(cause, ValueError | LookupError | ImageNotFound | UnsupportedImage | FetchError):
-        return InvalidContainer
-    return ContainerLaunchError
+    if isinstance(cause, _AGENT_FAULTS):
+        return ContainerLaunchError
+    return InvalidContainer
 
 
 def _default_launcher(flags: Any) -> str:

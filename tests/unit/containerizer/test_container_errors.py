@@ -1,5 +1,5 @@
-"""A container failure is typed by whose fault it is: the input (400), the registry (503),
-or the agent's own machinery (500); the lower error stays the cause."""
+"""A container failure is typed by whose fault it is: the registry's (503), the agent's own
+machinery's (500), else what was asked for (400); the lower error stays the cause."""
 
 from __future__ import annotations
 
@@ -19,6 +19,8 @@ from mesilla.common.flags import parse
 from mesilla.containerizer.containerizer import Containerizer
 from mesilla.containerizer.flags import CONTAINERIZER_FLAGS
 from mesilla.containerizer.isolator import Isolator
+from mesilla.containerizer.isolators.network.cni_plugin import PluginError
+from mesilla.containerizer.isolators.network.cni_spec import CniError
 from mesilla.containerizer.launcher.base import LaunchError
 from mesilla.containerizer.provisioner.errors import RegistryAuthError, RegistryError
 from mesilla.containerizer.types import ContainerConfig, ContainerLaunchInfo
@@ -61,6 +63,8 @@ def _config(tmp_path: Any) -> ContainerConfig:
     "error,kind,status",
     [
         (ValueError("no such volume mode 'XX'"), InvalidContainer, 400),
+        (CniError("Unknown CNI network(s) nowhere"), InvalidContainer, 400),
+        (PluginError("bridge: failed to set up the veth pair"), ContainerLaunchError, 500),
         (RegistryError("Registry request http://r/v2/ failed: connection refused"), ImageUnavailable, 503),
         (RegistryAuthError("registry refused the agent's credentials"), ContainerLaunchError, 500),
         (LaunchError("runc create exited with 1: container init was OOM-killed"), ContainerLaunchError, 500),

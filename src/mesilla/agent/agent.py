@@ -38,7 +38,6 @@ from mesilla.agent.gc import GarbageCollector
 from mesilla.agent.state import MAX_COMPLETED_FRAMEWORKS, Executor, ExecutorState, Framework
 from mesilla.agent.status_update_manager import RETRY_INTERVAL_MIN, StatusUpdateManager
 from mesilla.common.authorization import Authorizer
-from mesilla.common.http import Router
 from mesilla.common.tasks import TaskOwner
 from mesilla.common.tls import TlsConfig
 from mesilla.containerizer.interface import Containerizer
@@ -114,7 +113,6 @@ class Agent:
         self.start_time = time.time()
         self.recovery_time: float | None = None
         self.endpoint = f"{flags.ip}:{flags.port}"
-        self.router: Router | None = None  # the HTTP endpoints, once served
         security = security or Security()
         self.executor_tokens = security.executor_tokens
         self.http_credentials = security.http_credentials or {}

@@ -141,7 +141,6 @@ async def start_server(agent: Agent, authenticate: authentication.Authentication
     v0_executor.install(router, agent)
     api = agent_api.install(router, agent, agent.files)
     container_api.install(api, agent)
-    agent.router = router
     # Stopping waits at most a second for requests still open (a held executor
     # SUBSCRIBE, a long WAIT): aiohttp's default of 60 s kept a stopped agent alive.
     runner = web.AppRunner(make_app(router, authenticate), handle_signals=False, shutdown_timeout=1.0)

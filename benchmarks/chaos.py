@@ -49,7 +49,6 @@ from mesilla.testing.images import build_image, push_image
 from mesilla.testing.processes import Cluster
 from mesilla.testing.registry import Registry, start_registry
 
-
 ROUNDS = itertools.count(1)
 # The round's cluster, cleaned up by `__main__` too: Ctrl-C or SIGTERM stop the event
 # loop where they land, and a coroutine's `finally` need not run then.
@@ -118,8 +117,8 @@ async def main(args: argparse.Namespace) -> int:
         started = time.monotonic()
         seed = args.seed
         while rounds == 0 or time.monotonic() + seconds < deadline:
-            print(f"\n== round {rounds + 1}: seed {seed}, {seconds:.0f}s of load; load average {load_average()}",
-                  flush=True)  # fmt: skip
+            print(f"\n== round {rounds + 1}: seed {seed}, {seconds:.0f}s of load; "
+                  f"load average {load_average()}", flush=True)  # fmt: skip
             report = await run(seed, schedules.make_schedule(seed, seconds, agents=2))
             injected.update(report.injected)
             skipped.update(report.skipped)
@@ -128,7 +127,8 @@ async def main(args: argparse.Namespace) -> int:
             if report.violations:
                 failed.append(report)
             seed += 1
-        print(f"\n== soak: {rounds} rounds, {(time.monotonic() - started) / 60:.1f} min, seeds {args.seed}..{seed - 1}")
+        minutes = (time.monotonic() - started) / 60
+        print(f"\n== soak: {rounds} rounds, {minutes:.1f} min, seeds {args.seed}..{seed - 1}")
         print(f"faults injected: {sum(injected.values())} {dict(sorted(injected.items()))}")
         print(f"faults with nothing to hit: {dict(sorted(skipped.items()))}")
         print(f"tasks launched: {tasks}")
@@ -147,9 +147,11 @@ async def main(args: argparse.Namespace) -> int:
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--minutes", type=float, default=30.0, help="length of the soak")
-    parser.add_argument("--round_minutes", type=float, default=5.0, help="load per round (a fresh cluster each)")
+    parser.add_argument("--round_minutes", type=float, default=5.0,
+                        help="load per round (a fresh cluster each)")
     parser.add_argument("--seed", type=int, default=1, help="seed of the first round; round k has seed + k")
-    parser.add_argument("--shrink", action="store_true", help="run one round of --seed; if it fails, shrink it")
+    parser.add_argument("--shrink", action="store_true",
+                        help="run one round of --seed; if it fails, shrink it")
     parser.add_argument("--schedule", help="run one round with this schedule (JSON, as --shrink prints)")
     interrupt_on_sigterm()
     try:

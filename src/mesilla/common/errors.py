@@ -7,7 +7,10 @@
     │   │   └── CredentialsError  a credentials file that cannot be read (common/authentication.py)
     │   ├── IsolationError        --isolation names an unknown isolator, or two filesystems
     │   │                         (containerizer/isolators)
-    │   └── UnknownLauncher       --launcher names an unknown launcher (containerizer/launcher)
+    │   ├── UnknownLauncher       --launcher names an unknown launcher (containerizer/launcher)
+    │   ├── NoOciRuntime          the linux launcher finds no OCI runtime that works here
+    │   └── UnusableBackend, UnsupportedImageProviders   the provisioner's flags
+    │                             (containerizer/provisioner/errors.py)
     ├── HttpError                 a request that cannot be served: `status`, `reason` and,
     │   │                         for bad input, the `field` at fault
     │   ├── BadRequest            400  malformed or invalid input; the message names the field

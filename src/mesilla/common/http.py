@@ -18,7 +18,7 @@ import logging
 import ssl
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import msgspec
 from aiohttp import web
@@ -30,6 +30,8 @@ from mesilla.common.negotiation import JSON, JSON_ENCODING, RECORDIO, Encoding  
 from mesilla.v1 import codec
 
 log = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
@@ -133,7 +135,7 @@ def check_accept(request: web.Request, type_: type | None = None, *, streaming: 
     return negotiation.response_encoding(request, type_, streaming=streaming)
 
 
-async def read_message(request: web.Request, type_: type[Any]) -> Any:
+async def read_message(request: web.Request, type_: type[T]) -> T:
     """Parses the body as a v1 message in its Content-Type's encoding; every failure
     is a 4xx naming the problem."""
     encoding = negotiation.request_encoding(request, type_)

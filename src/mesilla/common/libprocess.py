@@ -120,6 +120,7 @@ class Link:
             self.broken.set()
             if drain is not None:
                 drain.cancel()
+                await asyncio.gather(drain, return_exceptions=True)
             if writer is not None:
                 writer.close()
 

@@ -10,7 +10,16 @@ from typing import Any
 import msgspec
 
 from mesilla.common.resources import Resources
-from mesilla.v1.mesos import Attribute, Resource, Task, TaskStatus, ValueType
+from mesilla.v1.mesos import (
+    Attribute,
+    Labels,
+    Ranges,
+    Resource,
+    Task,
+    TaskStatus,
+    ValueSet,
+    ValueType,
+)
 
 
 def resources_json(resources: Resources | Iterable[Resource]) -> dict[str, object]:
@@ -19,10 +28,10 @@ def resources_json(resources: Resources | Iterable[Resource]) -> dict[str, objec
     return Resources.from_list(resources).to_json_summary()
 
 
-def _value_text(kind: ValueType, ranges: Any, items: Any) -> str:
+def _value_text(kind: ValueType, ranges: Ranges | None, items: ValueSet | None) -> str:
     if kind is ValueType.RANGES:
-        return "[" + ", ".join(f"{r.begin}-{r.end}" for r in ranges.range) + "]"
-    return "{" + ", ".join(items.item) + "}"
+        return "[" + ", ".join(f"{r.begin}-{r.end}" for r in (ranges.range if ranges else [])) + "]"
+    return "{" + ", ".join(items.item if items else []) + "}"
 
 
 def attributes_json(attributes: list[Attribute]) -> dict[str, object]:
@@ -37,7 +46,7 @@ def attributes_json(attributes: list[Attribute]) -> dict[str, object]:
     return out
 
 
-def labels_json(labels: Any) -> list[Any]:
+def labels_json(labels: Labels) -> list[Any]:
     out: list[Any] = msgspec.to_builtins(labels.labels)
     return out
 

@@ -69,27 +69,39 @@ class TaskOwner:
         if not task.cancelled() and task.exception() is not None:
             log.error("%s: %s failed", self.name, task.get_name(), exc_info=task.exception())
 
+    async def join(self) -> None:
+        """Waits until every task, also those started meanwhile, has ended; cancels nothing."""
+        await self._wait(None, shielded=False)
+
     async def close(self, grace: float = 0.0) -> None:
-        """Lets the tasks end on their own for `grace` seconds, then cancels and awaits the rest."""
-        if grace > 0 and not self._closed:
-            await self._wait(asyncio.get_running_loop().time() + grace, shielded=False)
-        self._closed = True
-        for task in self._others():
-            task.cancel()
-        await self._wait(asyncio.get_running_loop().time() + self.cleanup_timeout, shielded=True)
+        """Lets the tasks end on their own for `grace` seconds, then cancels and awaits the rest.
+
+        Cancelled while granting the grace, it still cancels and awaits them, then propagates.
+        """
+        try:
+            if grace > 0 and not self._closed:
+                await self._wait(asyncio.get_running_loop().time() + grace, shielded=False)
+        finally:
+            self._closed = True
+            for task in self._others():
+                task.cancel()
+            await self._wait(asyncio.get_running_loop().time() + self.cleanup_timeout, shielded=True)
 
     def _others(self) -> set[asyncio.Task[Any]]:
         """The tasks to wait for: all but the caller's own (a task may close its owner)."""
         return self._tasks - {asyncio.current_task()}
 
-    async def _wait(self, deadline: float, *, shielded: bool) -> None:
-        """Until every task (also those started meanwhile) has ended, or `deadline`.
+    async def _wait(self, deadline: float | None, *, shielded: bool) -> None:
+        """Until every task (also those started meanwhile) has ended, or `deadline` (None: none).
 
         Shielded, a cancellation of the caller waits (bounded) too, then propagates.
         """
         loop = asyncio.get_running_loop()
         cancelled = False
-        while (others := self._others()) and (remaining := deadline - loop.time()) > 0:
+        while others := self._others():
+            remaining = None if deadline is None else deadline - loop.time()
+            if remaining is not None and remaining <= 0:
+                break
             waiter = asyncio.ensure_future(asyncio.wait(others, timeout=remaining))
             while not waiter.done():
                 try:

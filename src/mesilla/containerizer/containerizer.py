@@ -24,7 +24,7 @@ import signal
 import time
 from collections import OrderedDict
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from mesilla.common.blocking import in_thread
 from mesilla.common.errors import (
@@ -68,6 +68,9 @@ from mesilla.containerizer.types import (
 from mesilla.v1 import codec
 from mesilla.v1.mesos import ContainerID, ContainerStatus, Image, Reason, Resource
 
+if TYPE_CHECKING:  # imported when an image provider is enabled
+    from mesilla.containerizer.provisioner.provisioner import Provisioner
+
 log = logging.getLogger(__name__)
 
 # Mesos bounds nesting (MAX_NESTING_LEVEL in containerizer.cpp).
@@ -103,7 +106,7 @@ class Containerizer:
         flags: Any,
         launcher: Launcher,
         isolators: list[Isolator],
-        provisioner: Any | None,
+        provisioner: Provisioner | None,
     ) -> None:
         self._flags = flags
         self._launcher = launcher
@@ -176,7 +179,8 @@ class Containerizer:
             container.forked = True
             container.provisioned = state.config.rootfs is not None
             self._containers[state.container_id] = container
-            parent = self._containers.get(state.container_id.parent)  # type: ignore[arg-type]
+            parent_id = state.container_id.parent
+            parent = self._containers.get(parent_id) if parent_id is not None else None
             if parent is not None:
                 parent.children.add(state.container_id)
             self._watch(container)
@@ -221,7 +225,7 @@ class Containerizer:
                     container_id, ContainerState.STARTING.value,
                     f"parent container {container_id.parent} does not exist or is being destroyed",
                 )  # fmt: skip
-        if self._has_image(config) and self._provisioner is None:
+        if self._image(config) is not None and self._provisioner is None:
             raise InvalidContainer(
                 container_id, ContainerState.STARTING.value,
                 "the container has an image but no image provider is enabled: "
@@ -244,9 +248,9 @@ class Containerizer:
         return LaunchResult.SUCCESS
 
     @staticmethod
-    def _has_image(config: ContainerConfig) -> bool:
+    def _image(config: ContainerConfig) -> Image | None:
         info = config.container_info
-        return info is not None and info.mesos is not None and info.mesos.image is not None
+        return info.mesos.image if info is not None and info.mesos is not None else None
 
     def _isolators_for(self, container: _Container) -> list[Isolator]:
         isolators = self._isolators
@@ -277,10 +281,10 @@ class Containerizer:
             self._runtime.write_config(container_id, config)
             if container_id.parent is None and config.executor_info is None:
                 self._runtime.mark_standalone(container_id)
-            if self._has_image(config):
+            image = self._image(config)
+            if image is not None:
                 container.state = ContainerState.PROVISIONING
-                assert self._provisioner is not None and config.container_info is not None
-                image = config.container_info.mesos.image  # type: ignore[union-attr]
+                assert self._provisioner is not None
                 provisioned = await self._provisioner.provision(container_id, image)
                 container.provisioned = True
                 config.rootfs = provisioned.rootfs
@@ -584,11 +588,8 @@ class Containerizer:
     async def prune_images(self, excluded: list[Image]) -> None:
         if self._provisioner is None:
             return
-        in_use = [
-            c.config.container_info.mesos.image  # type: ignore[union-attr]
-            for c in self._containers.values()
-            if self._has_image(c.config)
-        ]
+        images = (self._image(c.config) for c in self._containers.values())
+        in_use = [image for image in images if image is not None]
         await self._provisioner.prune(excluded, in_use)
 
     async def close(self) -> None:
@@ -647,16 +648,17 @@ def _default_launcher(flags: Any) -> str:
         return "posix"
     try:
         linux = load_launcher("linux")
-        available = bool(linux.available(flags))  # type: ignore[attr-defined]
+        available = linux.available(flags)
     except Exception as exc:  # not built or not working here: fall back, as Mesos does
         log.info("The linux launcher is not available (%s): using posix", exc)
         return "posix"
     return "linux" if available else "posix"
 
 
-async def _construct(cls: type[Any], flags: Any) -> Any:
+async def _construct(cls: type[Launcher], flags: Any) -> Launcher:
     """`await cls.create(flags)` when the class defines it, else `cls(flags)`."""
     create = getattr(cls, "create", None)
     if create is not None and asyncio.iscoroutinefunction(create):
-        return await create(flags)
+        launcher: Launcher = await create(flags)
+        return launcher
     return cls(flags)

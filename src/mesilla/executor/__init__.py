@@ -13,4 +13,5 @@ import sys
 
 _SSL_ENABLED = os.environ.get("LIBPROCESS_SSL_ENABLED", "").lower() in ("1", "true", "yes")
 if sys.argv[:1] == ["-m"] and not _SSL_ENABLED:
+    # None in sys.modules makes `import ssl` fail fast, as documented; typeshed wants a module.
     sys.modules.setdefault("ssl", None)  # type: ignore[arg-type]

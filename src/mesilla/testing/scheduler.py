@@ -246,6 +246,10 @@ class Framework:
         group = {"executor": executor, "task_group": {"tasks": tasks}}
         await self.accept(offer, [{"type": "LAUNCH_GROUP", "launch_group": group}])
 
+    async def acknowledged(self) -> None:
+        """Waits for the acknowledgements still in flight."""
+        await self._acks.join()
+
     async def kill(self, task_id: str, grace_seconds: float | None = None) -> None:
         payload: Json = {"task_id": {"value": task_id}}
         if grace_seconds is not None:

@@ -1,7 +1,8 @@
 """Decoding and encoding of v1 messages at the HTTP boundary.
 
 Decode errors become `BadRequest` carrying msgspec's message, which names the
-offending field (``Expected `str`, got `int` - at `$.framework_info.user```).
+offending field (``Expected `str`, got `int` - at `$.framework_info.user```),
+and that field as its `field` (``framework_info.user``).
 
 A JSON `null` is an unset field, as Mesos reads it (stout's protobuf parser
 skips `JSON::Null`): mesos-go writes empty repeated fields as `null`. The typed
@@ -30,11 +31,11 @@ def decode(data: bytes | str, type_: type[T]) -> T:
             try:
                 parsed = msgspec.json.decode(data)
             except msgspec.DecodeError as malformed:
-                raise BadRequest(f"Failed to parse body into JSON: {malformed}") from None
+                raise BadRequest(f"Failed to parse body into JSON: {malformed}") from malformed
             return convert(parsed, type_)
-        raise BadRequest(f"Failed to validate {type_.__name__}: {exc}") from None
+        raise _invalid(type_, exc) from exc
     except msgspec.DecodeError as exc:
-        raise BadRequest(f"Failed to parse body into JSON: {exc}") from None
+        raise BadRequest(f"Failed to parse body into JSON: {exc}") from exc
 
 
 def convert(obj: Any, type_: type[T]) -> T:
@@ -46,7 +47,14 @@ def convert(obj: Any, type_: type[T]) -> T:
             return msgspec.convert(_without_nulls(obj), type=type_)
         except msgspec.ValidationError:
             # The first error names the field as the client wrote it.
-            raise BadRequest(f"Failed to validate {type_.__name__}: {first}") from None
+            raise _invalid(type_, first) from first
+
+
+def _invalid(type_: type, exc: msgspec.ValidationError) -> BadRequest:
+    # msgspec ends its message with the path: "... - at `$.task_infos[0].task_id`".
+    _, at, path = str(exc).rpartition(" - at `$")
+    field = path.rstrip("`").lstrip(".") if at else None
+    return BadRequest(f"Failed to validate {type_.__name__}: {exc}", field=field or None)
 
 
 def _without_nulls(obj: Any) -> Any:

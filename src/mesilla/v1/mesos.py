@@ -2,6 +2,9 @@
 
 Fields Mesilla does not interpret yet but must carry through unchanged
 (discovery, docker parameters, ...) are typed as plain JSON (`Json`).
+
+Over 600 lines, and one module on purpose: it mirrors the one .proto file, and
+holds nothing but message definitions.
 """
 
 from __future__ import annotations

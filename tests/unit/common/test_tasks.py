@@ -156,3 +156,43 @@ async def test_async_with_closes_on_exit() -> None:
         task = owner.spawn(asyncio.Event().wait(), "waiter")
         await asyncio.sleep(0)
     assert task.cancelled()
+
+
+async def test_join_waits_for_every_task_and_cancels_nothing() -> None:
+    owner = TaskOwner("owner")
+    step = asyncio.Event()
+    results: list[str] = []
+
+    async def first() -> None:
+        await step.wait()
+        results.append("first")
+        owner.spawn(second(), "second")  # started while joining: waited for too
+
+    async def second() -> None:
+        results.append("second")
+
+    owner.spawn(first(), "first")
+    joining = asyncio.create_task(owner.join())
+    await asyncio.sleep(0)
+    assert not joining.done()
+    step.set()
+    await joining
+    assert results == ["first", "second"] and not owner.closed
+
+
+async def test_a_close_cancelled_during_its_grace_still_ends_every_task() -> None:
+    owner = TaskOwner("owner")
+    started = asyncio.Event()
+
+    async def job() -> None:
+        started.set()
+        await asyncio.Event().wait()
+
+    task = owner.spawn(job(), "job")
+    await started.wait()
+    closing = asyncio.create_task(owner.close(grace=60))
+    await asyncio.sleep(0)
+    closing.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await closing
+    assert task.cancelled() and owner.closed

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from mesilla.containerizer.types import (
     ContainerConfig,
     ContainerLaunchInfo,
@@ -15,7 +17,17 @@ class LaunchError(Exception):
 
 
 class Launcher:
+    """Created with the agent's flags: `cls(flags)`, or `await cls.create(flags)` where defined."""
+
     name: str = ""
+
+    def __init__(self, flags: Any) -> None:
+        pass
+
+    @staticmethod
+    def available(flags: Any = None) -> bool:
+        """Whether the launcher works on this host with these flags."""
+        return True
 
     async def recover(self, states: list[ContainerRuntimeState]) -> set[ContainerID]:
         """Re-attaches to live containers; returns those it knows that `states` lacks (orphans)."""

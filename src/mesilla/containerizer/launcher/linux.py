@@ -1,7 +1,7 @@
 """The linux launcher: every container is an OCI runtime container (runc or crun).
 
 As Mesos's `LinuxLauncher`, a container gets namespaces and a cgroup; here the
-OCI runtime makes them from a bundle we generate (`oci.py`) under the
+OCI runtime makes them from a bundle we generate (`bundle.py`, `oci.py`) under the
 container's runtime directory:
 
     <runtime_dir>/containers/<id>[/containers/<child id>...]/
@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import ctypes
 import json
 import logging
 import os
@@ -45,6 +44,13 @@ from mesilla.common.files import write_atomically
 from mesilla.containerizer.cgroups import cgroup_path
 from mesilla.containerizer.launcher import enter, host_rootfs, monitor, oci
 from mesilla.containerizer.launcher.base import Launcher, LaunchError
+from mesilla.containerizer.launcher.bundle import (
+    forget_secrets,
+    mount_tmpfs,
+    namespaces,
+    oci_mount,
+    write_spec,
+)
 from mesilla.containerizer.launcher.runtime import (
     NoOciRuntime,
     OciRuntime,
@@ -61,9 +67,8 @@ from mesilla.containerizer.types import (
     ContainerConfig,
     ContainerLaunchInfo,
     ContainerRuntimeState,
-    Mount,
 )
-from mesilla.v1.mesos import ContainerID
+from mesilla.v1.mesos import ContainerID, LinuxInfo
 
 # The init of containers with their own pid namespace (Debian's tini-static: a
 # static binary, so it runs in any image), and where containers see it.
@@ -160,7 +165,7 @@ class LinuxLauncher(Launcher):
             os.makedirs(monitor_dir)
             os.makedirs(config.sandbox, exist_ok=True)
             spec = self._spec(container_id, argv, config, launch_info, bundle)
-            await in_thread(_write_spec, bundle, spec)
+            await in_thread(write_spec, bundle, spec)
             spawn = asyncio.ensure_future(
                 monitor.spawn(
                     self._runtime,
@@ -177,7 +182,7 @@ class LinuxLauncher(Launcher):
             if launch_info.secret_names:
                 # crun keeps a copy of the config in its state directory; runc does not.
                 copies = [os.path.join(bundle, "config.json"), self._runtime.config_copy(rid)]
-                _forget_secrets(copies, launch_info.secret_names)
+                forget_secrets(copies, launch_info.secret_names)
         except asyncio.CancelledError:
             # conmon goes on creating the container: let it finish, then remove it all.
             if spawn is not None:
@@ -210,41 +215,9 @@ class LinuxLauncher(Launcher):
         parent_pid = self._parent_pid(container_id)
         linux_info = config.container_info.linux_info if config.container_info else None
         debug = config.container_class is ContainerClass.DEBUG
-        enter: dict[str, str] = {}
-        if parent_pid is not None:
-            kinds = {"network": "net", "uts": "uts", "ipc": "ipc"}
-            if debug or (linux_info is not None and linux_info.share_pid_namespace):
-                kinds["pid"] = "pid"
-            enter = {
-                kind: f"/proc/{parent_pid}/ns/{name}"
-                for kind, name in kinds.items()
-                if kind not in launch_info.clone_namespaces
-            }
-        enter.update(launch_info.enter_namespaces)
-        create = ({"mount", "pid"} | launch_info.clone_namespaces) - set(enter)
-
-        if launch_info.rootfs:
-            rootfs = launch_info.rootfs
-            mounts = oci.base_mounts(shm=self._shm(container_id, create, enter, linux_info))
-            sandbox_target = self._flags.sandbox_directory
-        else:
-            rootfs = os.path.join(bundle, "rootfs")
-            os.makedirs(rootfs)
-            mounts = [
-                *oci.base_mounts(shm=self._shm(container_id, create, enter, linux_info)),
-                *host_rootfs.prepare(rootfs),
-            ]
-            sandbox_target = config.sandbox
-        extra: list[dict[str, Any]] = []
-        for mount in map(_oci_mount, launch_info.mounts):
-            # The same mount twice (two isolators asking for it) would hide what was
-            # mounted under the first one in between.
-            if mount not in extra:
-                extra.append(mount)
-        # The sandbox is always there, read-write; an isolator's own mount of it wins.
-        if not any(m["destination"] == sandbox_target for m in extra):
-            mounts.append(oci.bind(config.sandbox, sandbox_target))
-        mounts.extend(extra)
+        create, enter = namespaces(parent_pid, launch_info, linux_info, debug)
+        shm = self._shm(container_id, create, enter, linux_info)
+        rootfs, mounts, sandbox_target = self._filesystem(config, launch_info, bundle, shm)
 
         if "pid" in create and _INIT is not None:
             # A process that is pid 1 of its namespace gets no default signal
@@ -291,6 +264,36 @@ class LinuxLauncher(Launcher):
             hostname=hostname or container_id.value,
         )
 
+    def _filesystem(
+        self,
+        config: ContainerConfig,
+        launch_info: ContainerLaunchInfo,
+        bundle: str,
+        shm: dict[str, Any],
+    ) -> tuple[str, list[dict[str, Any]], str]:
+        """(rootfs, mounts, where the sandbox is inside): an image's rootfs, else the
+        host's seen from a rootfs of the bundle; the sandbox and the isolators' mounts."""
+        if launch_info.rootfs:
+            rootfs = launch_info.rootfs
+            mounts = oci.base_mounts(shm=shm)
+            sandbox_target = self._flags.sandbox_directory
+        else:
+            rootfs = os.path.join(bundle, "rootfs")
+            os.makedirs(rootfs)
+            mounts = [*oci.base_mounts(shm=shm), *host_rootfs.prepare(rootfs)]
+            sandbox_target = config.sandbox
+        extra: list[dict[str, Any]] = []
+        for mount in map(oci_mount, launch_info.mounts):
+            # The same mount twice (two isolators asking for it) would hide what was
+            # mounted under the first one in between.
+            if mount not in extra:
+                extra.append(mount)
+        # The sandbox is always there, read-write; an isolator's own mount of it wins.
+        if not any(m["destination"] == sandbox_target for m in extra):
+            mounts.append(oci.bind(config.sandbox, sandbox_target))
+        mounts.extend(extra)
+        return rootfs, mounts, sandbox_target
+
     def _parent_pid(self, container_id: ContainerID) -> int | None:
         if container_id.parent is None:
             return None
@@ -326,7 +329,7 @@ class LinuxLauncher(Launcher):
         container_id: ContainerID,
         create: set[str],
         enter: dict[str, str],
-        linux_info: Any,
+        linux_info: LinuxInfo | None,
     ) -> dict[str, Any]:
         """/dev/shm goes with the IPC namespace: a private tmpfs, the parent's, or the host's.
 
@@ -339,7 +342,7 @@ class LinuxLauncher(Launcher):
             os.makedirs(path, exist_ok=True)
             size = linux_info.shm_size if linux_info is not None else None
             if not os.path.ismount(path):
-                _mount_tmpfs(path, size)
+                mount_tmpfs(path, size)
             return oci.bind(path, "/dev/shm")
         source = "/dev/shm"
         if "ipc" in enter and container_id.parent is not None:
@@ -492,21 +495,6 @@ class LinuxLauncher(Launcher):
         return found
 
 
-def _forget_secrets(paths: list[str], names: set[str]) -> None:
-    """Rewrites the copies of the config that exist without the secret variables,
-    once the runtime has created the container (and so read them)."""
-    for path in paths:
-        try:
-            with open(path) as f:
-                spec = json.load(f)
-        except FileNotFoundError:
-            continue
-        process = spec["process"]
-        process["env"] = [e for e in process["env"] if e.partition("=")[0] not in names]
-        with open(path, "w") as f:
-            f.write(json.dumps(spec))
-
-
 def _enter_filesystem_of(
     pid: int, user: oci.User, capabilities: dict[str, list[str]], argv: list[str]
 ) -> list[str]:
@@ -566,34 +554,6 @@ def _kill_init(container: _Container) -> bool:
     finally:
         os.close(fd)
 
-
-
-def _oci_mount(mount: Mount) -> dict[str, Any]:
-    return {
-        "destination": mount.target,
-        "type": mount.type,
-        "source": mount.source,
-        "options": list(mount.options),
-    }
-
-
-_libc = ctypes.CDLL(None, use_errno=True)
-_MS_NOSUID, _MS_NODEV = 0x2, 0x4
-
-
-def _mount_tmpfs(path: str, size_mb: int | None) -> None:
-    options = "mode=1777" + (f",size={size_mb}m" if size_mb is not None else "")
-    if _libc.mount(b"tmpfs", path.encode(), b"tmpfs", _MS_NOSUID | _MS_NODEV,
-                   options.encode()) != 0:  # fmt: skip
-        errno = ctypes.get_errno()
-        raise OSError(errno, f"mounting a tmpfs at {path} failed: {os.strerror(errno)}")
-
-
-def _write_spec(bundle: str, spec: dict[str, Any]) -> None:
-    """The bundle's config.json: input of one `create`, not state, so no fsync (recovery
-    reads the runtime's state). dumps, not dump: json.dump encodes in pure Python, piece by piece."""
-    with open(os.path.join(bundle, "config.json"), "w") as f:
-        f.write(json.dumps(spec))
 
 
 def _remove_trees(root: str, paths: list[str]) -> None:

@@ -68,29 +68,8 @@ async def spawn(
         raise MonitorError("conmon is not installed: apt-get install conmon")
     exit_dir = os.path.join(directory, "exit")
     os.makedirs(exit_dir, exist_ok=True)
+    argv = _conmon_argv(binary, runtime, runtime_id, bundle, directory, console_socket)
     read_end, write_end = os.pipe()
-    argv = [
-        binary,
-        "--api-version", "1",
-        "--cid", runtime_id,
-        "--cuuid", runtime_id,
-        "--name", runtime_id,
-        "--runtime", runtime.binary,
-        "--runtime-arg", "--root",
-        "--runtime-arg", runtime.root,
-        "--bundle", bundle,
-        "--container-pidfile", os.path.join(directory, "init.pid"),
-        "--conmon-pidfile", os.path.join(directory, "pid"),
-        "--exit-dir", exit_dir,
-        # The container writes to our files itself; conmon copies nothing.
-        "--log-path", "passthrough:",
-        "--log-level", "error",
-        # Not a sync(2) of the whole host at every exit: the files are the container's.
-        "--no-sync-log",
-    ]
-    if console_socket is not None:
-        # Not conmon's own --terminal: that one keeps the master and logs what it reads.
-        argv += ["--runtime-opt", "--console-socket", "--runtime-opt", console_socket]
     streams: list[int] = []
     try:
         streams.append(_open_stream(stdin, os.O_RDONLY))
@@ -130,6 +109,39 @@ async def spawn(
     if monitor_pid is None:
         raise MonitorError(f"conmon wrote no pid file for container {runtime_id} in {directory}")
     return Monitored(monitor_pid, pid)
+
+
+def _conmon_argv(
+    binary: str,
+    runtime: OciRuntime,
+    runtime_id: str,
+    bundle: str,
+    directory: str,
+    console_socket: str | None,
+) -> list[str]:
+    argv = [
+        binary,
+        "--api-version", "1",
+        "--cid", runtime_id,
+        "--cuuid", runtime_id,
+        "--name", runtime_id,
+        "--runtime", runtime.binary,
+        "--runtime-arg", "--root",
+        "--runtime-arg", runtime.root,
+        "--bundle", bundle,
+        "--container-pidfile", os.path.join(directory, "init.pid"),
+        "--conmon-pidfile", os.path.join(directory, "pid"),
+        "--exit-dir", os.path.join(directory, "exit"),
+        # The container writes to our files itself; conmon copies nothing.
+        "--log-path", "passthrough:",
+        "--log-level", "error",
+        # Not a sync(2) of the whole host at every exit: the files are the container's.
+        "--no-sync-log",
+    ]
+    if console_socket is not None:
+        # Not conmon's own --terminal: that one keeps the master and logs what it reads.
+        argv += ["--runtime-opt", "--console-socket", "--runtime-opt", console_socket]
+    return argv
 
 
 def _open_stream(path: str | None, flags: int) -> int:

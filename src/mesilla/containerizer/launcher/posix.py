@@ -72,10 +72,6 @@ class PosixLauncher(Launcher):
         self._runtime = RuntimeDir(flags.runtime_dir)
         self._containers: dict[ContainerID, _Container] = {}
 
-    @staticmethod
-    def available() -> bool:
-        return True
-
     async def recover(self, states: list[ContainerRuntimeState]) -> set[ContainerID]:
         known = {state.container_id for state in states}
         orphans: set[ContainerID] = set()
@@ -116,24 +112,10 @@ class PosixLauncher(Launcher):
         terminal, terminal_path = None, None
         if config.console_socket is not None:
             terminal, terminal_path = _allocate_terminal(config)
-        user = launch_info.user or config.user
-        if user is not None and os.geteuid() != 0:
-            user = None  # only root can switch users; run as ourselves, as Mesos does
         env = {**config.environment, **launch_info.environment}
-        nanny_argv = [
-            sys.executable, "-s", "-S", NANNY_SCRIPT,
-            os.path.join(directory, STATUS_FILE),
-            os.path.join(directory, PID_FILE),
-            terminal_path or config.stdin or "-",
-            terminal_path or stdout,
-            terminal_path or stderr,
-            launch_info.working_directory or config.sandbox,
-            user or "-",
-            _rlimit_spec(launch_info.rlimits),
-            "1" if "LC_CTYPE" in env else "0",
-            "--",
-            *argv,
-        ]  # fmt: skip
+        nanny_argv = _nanny_argv(
+            directory, argv, config, launch_info, (stdout, stderr), terminal_path, "LC_CTYPE" in env
+        )
         gate_r, gate_w = os.pipe()
         report_r, report_w = os.pipe()
         try:
@@ -241,6 +223,36 @@ class PosixLauncher(Launcher):
 
         # A callback rather than a task in wait_readable: no task per container to own.
         loop.add_reader(pidfd, on_exit)
+
+
+def _nanny_argv(
+    directory: str,
+    argv: list[str],
+    config: ContainerConfig,
+    launch_info: ContainerLaunchInfo,
+    output: tuple[str, str],
+    terminal_path: str | None,
+    keep_lc_ctype: bool,
+) -> list[str]:
+    """posix_nanny.py's command line (its docstring lists the arguments)."""
+    user = launch_info.user or config.user
+    if user is not None and os.geteuid() != 0:
+        user = None  # only root can switch users; run as ourselves, as Mesos does
+    stdout, stderr = output
+    return [
+        sys.executable, "-s", "-S", NANNY_SCRIPT,
+        os.path.join(directory, STATUS_FILE),
+        os.path.join(directory, PID_FILE),
+        terminal_path or config.stdin or "-",
+        terminal_path or stdout,
+        terminal_path or stderr,
+        launch_info.working_directory or config.sandbox,
+        user or "-",
+        _rlimit_spec(launch_info.rlimits),
+        "1" if keep_lc_ctype else "0",
+        "--",
+        *argv,
+    ]  # fmt: skip
 
 
 def _kill_session(leader: int) -> None:

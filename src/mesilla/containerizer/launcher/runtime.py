@@ -20,6 +20,7 @@ import tempfile
 from dataclasses import dataclass
 from typing import Any
 
+from mesilla.common.errors import ConfigurationError
 from mesilla.containerizer.launcher.base import LaunchError
 
 CANDIDATES = ("crun", "runc")
@@ -94,7 +95,7 @@ class OciRuntime:
         return json.loads(out) or []
 
 
-class NoOciRuntime(LaunchError):
+class NoOciRuntime(LaunchError, ConfigurationError):
     """No OCI runtime runs a container on this host; the message says why for each tried."""
 
 

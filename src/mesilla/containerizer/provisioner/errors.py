@@ -8,12 +8,16 @@ ProvisionerError
 ├── UnsupportedImage      a manifest type, media type or platform we cannot use
 ├── BlobDigestMismatch    a blob whose content does not match its digest
 ├── LayerExtractionError  a layer tarball that is unsafe or malformed
-└── BackendError          a rootfs backend that cannot be used or failed
+├── BackendError          a rootfs backend that cannot be used or failed
+│   └── UnusableBackend   --image_provisioner_backend names an unknown backend or one
+│                         this host lacks (also a ConfigurationError)
+└── UnsupportedImageProviders  --image_providers names one Mesilla lacks (also a
+                          ConfigurationError)
 """
 
 from __future__ import annotations
 
-from mesilla.common.errors import MesillaError
+from mesilla.common.errors import ConfigurationError, MesillaError
 
 
 class ProvisionerError(MesillaError):
@@ -49,4 +53,12 @@ class LayerExtractionError(ProvisionerError):
 
 
 class BackendError(ProvisionerError):
+    pass
+
+
+class UnusableBackend(BackendError, ConfigurationError):
+    pass
+
+
+class UnsupportedImageProviders(ProvisionerError, ConfigurationError):
     pass

@@ -34,7 +34,7 @@ from mesilla.containerizer.provisioner.backends._mount import (
     unmount,
 )
 from mesilla.containerizer.provisioner.backends.base import Backend
-from mesilla.containerizer.provisioner.errors import ProvisionerError
+from mesilla.containerizer.provisioner.errors import ProvisionerError, UnsupportedImageProviders
 from mesilla.containerizer.provisioner.stores.docker import DockerStore
 from mesilla.containerizer.provisioner.stores.registry_client import (
     Credential,
@@ -71,7 +71,7 @@ class Provisioner:
         providers = flags.get("image_providers") or []
         unknown = [p for p in providers if p.lower() not in SUPPORTED_PROVIDERS]
         if unknown:
-            raise ProvisionerError(
+            raise UnsupportedImageProviders(
                 f"Unsupported --image_providers {', '.join(unknown)}: only 'docker' is supported"
             )
         store_dir = os.path.abspath(flags.docker_store_dir)

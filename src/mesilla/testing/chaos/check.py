@@ -4,7 +4,8 @@ Per framework and task, from the updates it read (a resent update, same uuid,
 counts once; answers to reconciliation are not updates):
 - a task whose ACCEPT was answered 202 ends in exactly one terminal state; one
   that never reached an agent may instead be unknown to the master (it died with
-  the launch), which RECONCILE then says (TASK_UNKNOWN), having never run;
+  the launch), which RECONCILE then says (TASK_UNKNOWN), having never run; so may
+  one last heard TASK_UNREACHABLE from a master that then failed over (`forgotten`);
 - a task of an ACCEPT answered 4xx never gets an update;
 - no update after the terminal one;
 - every terminal update that carries a uuid was acknowledged (a 202 ACKNOWLEDGE);
@@ -34,6 +35,10 @@ class TaskRecord:
     long: bool  # runs until killed (the load's other tasks end on their own within seconds)
     updates: list[Event] = field(default_factory=list)  # distinct, in order
     answers: list[Event] = field(default_factory=list)  # reconciliation answers
+    # Last heard TASK_UNREACHABLE, then the master failed over: as in Mesos, the
+    # registry keeps no unreachable tasks, so if the agent comes back without it
+    # (it never received the launch) no one can tell of its end but RECONCILE.
+    forgotten: bool = False
 
     def states(self) -> list[str]:
         return [u.data["state"] for u in self.updates]
@@ -43,6 +48,11 @@ class TaskRecord:
 
     def terminal(self) -> list[Event]:
         return [u for u in self.updates if u.data["state"] in TERMINAL_STATES]
+
+    def live(self) -> bool:
+        """Known to the framework as running somewhere (an update, not terminal, not forgotten)."""
+        last = self.last()
+        return last is not None and last not in TERMINAL_STATES and not self.forgotten
 
 
 def launched_tasks(history: History, source: str) -> dict[str, TaskRecord]:
@@ -65,23 +75,32 @@ def launched_tasks(history: History, source: str) -> dict[str, TaskRecord]:
                 tasks[task_id] = TaskRecord(task_id, event.data["outcome"], info["resources"], executor, long)
     answering = False
     seen: set[str] = set()
-    for event in history.events:
+    failovers: list[int] = []  # where in the history the master was killed
+    last_news: dict[str, int] = {}  # task id -> where in the history its last update is
+    for i, event in enumerate(history.events):
         if event.source == "chaos" and event.kind == "note" and event.data.get("reconcile") == source:
             answering = True  # answers from here on are to our RECONCILE
+        if event.source == "chaos" and event.kind == "fault" and event.data["kind"] == "master_kill":
+            failovers.append(i)
         if event.source != source or event.kind != "update":
             continue
         record = tasks.get(event.data["task_id"])
         if record is None:
-            tasks[event.data["task_id"]] = record = TaskRecord(
-                event.data["task_id"], "never sent", [], None, False
-            )
+            record = TaskRecord(event.data["task_id"], "never sent", [], None, False)
+            tasks[record.task_id] = record
         uuid = event.data["uuid"]
-        if uuid is None and answering and event.data["reason"] == RECONCILIATION:
-            record.answers.append(event)
+        if uuid is None and event.data["reason"] == RECONCILIATION:
+            if answering:
+                record.answers.append(event)
+            # else: the answer to a KILL of a task the master does not know, not news
         elif uuid is None or uuid not in seen:
             if uuid is not None:
                 seen.add(uuid)
             record.updates.append(event)
+            last_news[record.task_id] = i
+    for record in tasks.values():
+        record.forgotten = record.last() == "TASK_UNREACHABLE" and any(
+            i > last_news[record.task_id] for i in failovers)  # fmt: skip
     return tasks
 
 
@@ -105,7 +124,7 @@ def check_tasks(history: History, source: str) -> list[str]:
             continue
         if not ends:
             answer = record.answers[-1].data["state"] if record.answers else None
-            if record.updates or answer not in UNKNOWN_STATES:
+            if (record.updates and not record.forgotten) or answer not in UNKNOWN_STATES:
                 violations.append(f"{where}: no terminal update (last RECONCILE answer: {answer})")
         if len(ends) > 1:
             violations.append(f"{where}: {len(ends)} terminal updates " + ", ".join(
@@ -115,10 +134,9 @@ def check_tasks(history: History, source: str) -> list[str]:
             if any(u.data["state"] not in TERMINAL_STATES for u in after):
                 violations.append(f"{where}: a non-terminal update after {ends[0].data['state']}")
             for end in ends:
-                if end.data["uuid"] is not None and end.data["uuid"] not in acks:
-                    violations.append(
-                        f"{where}: {end.data['state']} (uuid {end.data['uuid']}) never acknowledged"
-                    )
+                uuid = end.data["uuid"]
+                if uuid is not None and uuid not in acks:
+                    violations.append(f"{where}: {end.data['state']} (uuid {uuid}) never acknowledged")
     return violations
 
 
@@ -131,7 +149,7 @@ def check_reconciliation(
     violations = []
     for task_id, record in after.items():
         last = before[task_id].last() if task_id in before else None
-        live = last is not None and last not in TERMINAL_STATES
+        live = task_id in before and before[task_id].live()
         if live and task_id not in implicit_ids:
             violations.append(f"task {task_id} ({last}): no answer to the implicit RECONCILE")
         if not live and task_id in implicit_ids:
@@ -145,9 +163,8 @@ def check_reconciliation(
         elif live and any(a != last for a in answers):
             violations.append(f"task {task_id}: last seen {last}, RECONCILE answered {answers}")
         elif not live and any(a not in TERMINAL_STATES | UNKNOWN_STATES for a in answers):
-            violations.append(
-                f"task {task_id}: last seen {last}, RECONCILE answered {answers}: it runs unseen"
-            )
+            violations.append(f"task {task_id}: last seen {last}, RECONCILE answered {answers}: "
+                              "it runs unseen")  # fmt: skip
     return violations
 
 
@@ -164,8 +181,7 @@ def expected_use(records: list[dict[str, TaskRecord]]) -> dict[str, dict[str, fl
 
     for tasks in records:
         for record in tasks.values():
-            last = record.last()
-            if last is None or last in TERMINAL_STATES:
+            if not record.live():
                 continue
             agent = record.updates[-1].data["agent_id"]
             add(agent, record.resources)

@@ -80,9 +80,8 @@ class RecordingFramework(Framework):
                              source=status.get("source"), message=status.get("message"),
                              agent_id=status.get("agent_id", {}).get("value"))  # fmt: skip
         elif kind == "SUBSCRIBED":
-            self.history.add(
-                self.info["name"], "subscribed", framework_id=event["subscribed"]["framework_id"]
-            )
+            framework_id = event["subscribed"]["framework_id"]
+            self.history.add(self.info["name"], "subscribed", framework_id=framework_id)
         elif kind == "ERROR":
             self.history.add(self.info["name"], "error", message=event.get("error", {}).get("message"))
         await super()._handle(event, subscribed)

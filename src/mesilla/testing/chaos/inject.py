@@ -164,11 +164,8 @@ class Injector:
             self.down.discard("master")
         master = self.cluster.master
         health = f"{self.cluster.master_url}/health"
-        await self._recovered(
-            fault,
-            "master",
-            lambda: master.await_ready(lambda: answers(health), "HTTP endpoint", RECOVERY_TIMEOUT),
-        )
+        await self._recovered(fault, "master", lambda: master.await_ready(
+            lambda: answers(health), "HTTP endpoint", RECOVERY_TIMEOUT))  # fmt: skip
         await self._recovered(fault, "agents re-registered", lambda: self._agents_back(killed_at))
         return True
 
@@ -183,11 +180,10 @@ class Injector:
                     continue
                 with contextlib.suppress(OSError, ValueError):
                     agent = self.cluster.agent_in_master(i)
-                    if not (agent and agent.get("active")):
-                        continue
-                    since = max(agent.get("reregistered_time") or 0, agent.get("registered_time") or 0)
-                    if since >= after:
-                        waiting.discard(i)
+                    if agent and agent.get("active"):
+                        since = max(agent.get("reregistered_time") or 0, agent.get("registered_time") or 0)
+                        if since >= after:
+                            waiting.discard(i)
             if waiting and time.monotonic() > deadline:
                 raise DaemonError(f"agents {sorted(waiting)} not re-registered within {RECOVERY_TIMEOUT}s")
             time.sleep(0.2)

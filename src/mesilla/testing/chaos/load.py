@@ -40,10 +40,8 @@ def _task(name: str, command: str, image: str | None) -> Json:
         "command": {"value": command},
     }
     if image is not None:
-        info["container"] = {
-            "type": "MESOS",
-            "mesos": {"image": {"type": "DOCKER", "docker": {"name": image}}},
-        }
+        docker = {"type": "DOCKER", "docker": {"name": image}}
+        info["container"] = {"type": "MESOS", "mesos": {"image": docker}}
     return info
 
 
@@ -65,9 +63,8 @@ class Load:
         self._loops: list[asyncio.Task[None]] = []
 
     def start(self) -> None:
-        self._loops = [
-            asyncio.create_task(self._run(f, r)) for f, r in zip(self.frameworks, self.rngs, strict=True)
-        ]
+        pairs = zip(self.frameworks, self.rngs, strict=True)
+        self._loops = [asyncio.create_task(self._run(f, r)) for f, r in pairs]
 
     async def stop(self) -> None:
         """No more launches or kills; the frameworks stay subscribed for the checks."""
@@ -78,11 +75,11 @@ class Load:
         return sum(len(by_id) for by_id in self.launched.values())
 
     def live(self, framework: RecordingFramework) -> list[Launched]:
-        return [
-            t
-            for t in self.launched[framework.info["name"]].values()
-            if framework.state(t.task_id) not in TERMINAL_STATES
-        ]
+        """Tasks neither ended nor unknown to the master (its answer to a KILL of a task it
+        forgot, say after a failover: the task does not hold a place of the load's)."""
+        gone = TERMINAL_STATES | {"TASK_UNKNOWN"}
+        launched = self.launched[framework.info["name"]].values()
+        return [t for t in launched if framework.state(t.task_id) not in gone]
 
     async def ensure_subscribed(self, framework: RecordingFramework, timeout: float = 10.0) -> bool:
         if framework.connected:
@@ -118,9 +115,8 @@ class Load:
             if len(self.live(framework)) < self.max_live:
                 await self._launch(framework, rng, offer)
             else:
-                await framework.call(
-                    "DECLINE", {"offer_ids": [offer["id"]], "filters": {"refuse_seconds": 1}}
-                )
+                decline = {"offer_ids": [offer["id"]], "filters": {"refuse_seconds": 1}}
+                await framework.call("DECLINE", decline)
 
     async def _launch(self, framework: RecordingFramework, rng: random.Random, offer: Json) -> None:
         now = self.history.now()

@@ -120,7 +120,7 @@ async def quiet_checks(cluster: Cluster, history: History, load: Load, injector:
             violations.append(f"{framework.info['name']}: no SUBSCRIBE within {RECOVERY_TIMEOUT}s once quiet")
             return violations
     for framework in load.frameworks:
-        violations += await settle(history, framework)
+        violations += await settle(cluster, history, framework)
         violations += await reconcile(history, framework)
     violations += await check_resources(cluster, history, load.frameworks)
     for framework in load.frameworks:
@@ -141,28 +141,42 @@ def records(history: History, framework: RecordingFramework) -> dict[str, check.
     return check.launched_tasks(history, framework.info["name"])
 
 
-async def settle(history: History, framework: RecordingFramework) -> list[str]:
-    """Waits until every task that got an update ended, or runs if it is a long one."""
+async def settle(cluster: Cluster, history: History, framework: RecordingFramework) -> list[str]:
+    """Waits until every task ended, or runs if it is a long one. One the framework heard
+    nothing of yet (its launch may still be on its way), or last heard TASK_UNREACHABLE
+    from a master that failed over since (`TaskRecord.forgotten`), is settled once the
+    master does not know it either: nothing more will come of it then."""
 
-    def done(record: check.TaskRecord) -> bool:
-        return record.last() in TERMINAL_STATES | {None} or (record.long and record.last() == "TASK_RUNNING")
+    def done(record: check.TaskRecord, known: set[str]) -> bool:
+        last = record.last()
+        if last is None or record.forgotten:
+            return record.task_id not in known
+        return last in TERMINAL_STATES or (record.long and last == "TASK_RUNNING")
 
-    def settled() -> bool:
-        return all(done(r) for r in records(history, framework).values())
+    deadline = time.monotonic() + SETTLE_TIMEOUT
+    while True:
+        known = await asyncio.to_thread(master_tasks, cluster, framework)
+        stuck = {t: r.states() for t, r in records(history, framework).items() if not done(r, known)}
+        if not stuck:
+            return []
+        if time.monotonic() > deadline:
+            return [f"{framework.info['name']}: tasks not settled within {SETTLE_TIMEOUT}s: {stuck}"]
+        await asyncio.sleep(0.5)
 
-    try:
-        await framework.until(settled, SETTLE_TIMEOUT, "every task running or ended")
-    except FrameworkError:
-        stuck = {t: r.states() for t, r in records(history, framework).items()
-                 if not done(r)}  # fmt: skip
-        return [f"{framework.info['name']}: tasks not settled within {SETTLE_TIMEOUT}s: {stuck}"]
-    return []
+
+def master_tasks(cluster: Cluster, framework: RecordingFramework) -> set[str]:
+    """The ids of the framework's tasks the master holds (live, unacknowledged or unreachable)."""
+    framework_id = (framework.framework_id or {}).get("value")
+    for entry in http_json(f"{cluster.master_url}/state").get("frameworks", []):
+        if entry["id"] == framework_id:
+            return {t["id"] for t in [*entry.get("tasks", []), *entry.get("unreachable_tasks", [])]}
+    return set()
 
 
 async def reconcile(history: History, framework: RecordingFramework) -> list[str]:
     name = framework.info["name"]
     before = records(history, framework)
-    live = {t for t, r in before.items() if r.last() is not None and r.last() not in TERMINAL_STATES}
+    live = {t for t, r in before.items() if r.live()}
     history.add("chaos", "note", reconcile=name, text="implicit RECONCILE")
 
     def answered() -> set[str]:
@@ -176,9 +190,8 @@ async def reconcile(history: History, framework: RecordingFramework) -> list[str
     ids = list(before)
     await framework.reconcile(ids)
     with contextlib.suppress(FrameworkError):
-        await framework.until(
-            lambda: all(framework.reconciled(t) for t in ids), 60, "answers to the explicit RECONCILE"
-        )
+        await framework.until(lambda: all(framework.reconciled(t) for t in ids), 60,
+                              "answers to the explicit RECONCILE")  # fmt: skip
     return [f"{name}: {v}" for v in check.check_reconciliation(before, records(history, framework), implicit)]
 
 
@@ -199,37 +212,25 @@ async def check_resources(
         if time.monotonic() > deadline:
             executors = sorted(f"{e['executor_id']} on {e['slave_id']}" for f in state.get("frameworks", [])
                                for e in f.get("executors", []))  # fmt: skip
-            ended = TERMINAL_STATES | {None}
-            live = sorted(
-                f"{t} on {r.updates[-1].data['agent_id']}"
-                for f in frameworks
-                for t, r in records(history, f).items()
-                if r.last() not in ended
-            )
-            return [
-                f"master's used resources {used} != live tasks' {want}; "
-                f"the master's executors: {executors}; live tasks: {live}"
-            ]
+            live = sorted(f"{t} on {r.updates[-1].data['agent_id']}" for f in frameworks
+                          for t, r in records(history, f).items() if r.live())  # fmt: skip
+            return [f"master's used resources {used} != live tasks' {want}; "
+                    f"the master's executors: {executors}; live tasks: {live}"]  # fmt: skip
         await asyncio.sleep(0.5)
 
 
 async def kill_all(history: History, framework: RecordingFramework) -> list[str]:
-    live = [
-        t
-        for t, r in records(history, framework).items()
-        if r.last() is not None and r.last() not in TERMINAL_STATES
-    ]
+    live = [t for t, r in records(history, framework).items() if r.live()]
     for task_id in live:
         await framework.kill(task_id)
     try:
-        await framework.until(
-            lambda: all(records(history, framework)[t].last() in TERMINAL_STATES for t in live),
-            SETTLE_TIMEOUT,
-            "every task killed",
-        )
+        await framework.until(lambda: all(records(history, framework)[t].last() in TERMINAL_STATES
+                                          for t in live), SETTLE_TIMEOUT, "every task killed")  # fmt: skip
     except FrameworkError:
         left = {t: records(history, framework)[t].states() for t in live}
         return [f"{framework.info['name']}: KILL did not end every task within {SETTLE_TIMEOUT}s: {left}"]
-    # The acknowledgements of the last updates, still in flight.
-    await asyncio.gather(*list(framework._acks), return_exceptions=True)
+    # The acknowledgements of the last updates, still in flight: they end on their
+    # own, each one call; a minute at most.
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(framework.acknowledged(), 60)
     return []

@@ -81,6 +81,7 @@ def parse(body: bytes, cls: type[Message]) -> Message:
     except (DecodeError, RuntimeError) as exc:
         raise BadRequest(f"Failed to parse body into {cls.DESCRIPTOR.name}: {exc}") from None
     if not msg.IsInitialized():
+        # Every concrete message has it; types-protobuf declares it on none.
         missing = ", ".join(msg.FindInitializationErrors())  # type: ignore[attr-defined]
         raise BadRequest(
             f"Failed to parse body into {cls.DESCRIPTOR.name}: missing required fields {missing}"
@@ -138,6 +139,7 @@ _INTEGERS = {
 
 
 def _fill(msg: Message, data: dict[str, Any]) -> None:
+    # types-protobuf types DESCRIPTOR of the base Message loosely.
     fields: Mapping[str, FieldDescriptor] = msg.DESCRIPTOR.fields_by_name  # type: ignore[assignment]
     for key, value in data.items():
         field = fields.get(key)

@@ -161,13 +161,7 @@ class NetworkCniIsolator(Isolator):
             if owner is None:
                 return self._host_files(config)
             # A nested container in its parent's network: its address and /etc files.
-            launch = ContainerLaunchInfo()
-            ip = owner.first_ip()
-            if ip is not None:
-                launch.environment["MESOS_CONTAINER_IP"] = ip
-            if config.rootfs:
-                launch.mounts += _etc_mounts(owner.directory)
-            return launch
+            return _addressed(ContainerLaunchInfo(), owner, config)
 
         networks = self._configs(container_id, requested)
         if not valid_name(cni_id(container_id)):
@@ -192,12 +186,7 @@ class NetworkCniIsolator(Isolator):
             # Its own hostname (ContainerInfo.hostname, else its id), as Mesos.
             clone_namespaces={"uts"},
         )
-        ip = info.first_ip()
-        if ip is not None:
-            launch.environment["MESOS_CONTAINER_IP"] = ip
-        if config.rootfs:
-            launch.mounts += _etc_mounts(info.directory)
-        return launch
+        return _addressed(launch, info, config)
 
     def _configs(
         self, container_id: ContainerID, requested: list[NetworkInfo]
@@ -468,6 +457,16 @@ def _etc_mounts(directory: str) -> list[Mount]:
 def _write_json(path: str, value: Any) -> None:
     with open(path, "w") as f:
         f.write(json.dumps(value))
+
+
+def _addressed(launch: ContainerLaunchInfo, info: _Info, config: ContainerConfig) -> ContainerLaunchInfo:
+    """`launch` with the address of `info`'s namespace and, in an image's rootfs, its /etc files."""
+    ip = info.first_ip()
+    if ip is not None:
+        launch.environment["MESOS_CONTAINER_IP"] = ip
+    if config.rootfs:
+        launch.mounts += _etc_mounts(info.directory)
+    return launch
 
 
 def _read_config(path: str) -> NetworkConfig:

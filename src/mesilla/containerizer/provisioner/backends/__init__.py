@@ -6,7 +6,7 @@ import importlib
 import logging
 
 from mesilla.containerizer.provisioner.backends.base import Backend
-from mesilla.containerizer.provisioner.errors import BackendError
+from mesilla.containerizer.provisioner.errors import BackendError, UnusableBackend
 
 log = logging.getLogger(__name__)
 
@@ -21,7 +21,7 @@ def load_backend(name: str) -> type[Backend]:
     try:
         target = BACKENDS[name]
     except KeyError:
-        raise BackendError(
+        raise UnusableBackend(
             f"Unknown --image_provisioner_backend '{name}' (known: {', '.join(BACKENDS)})"
         ) from None
     module, _, attribute = target.partition(":")
@@ -34,7 +34,10 @@ def choose_backend(name: str | None, store_dir: str) -> Backend:
     overlay when the store's filesystem supports it, else copy."""
     if name:
         backend = load_backend(name)
-        backend.check(store_dir)
+        try:
+            backend.check(store_dir)
+        except BackendError as exc:  # the operator asked for it: a start-up error
+            raise UnusableBackend(str(exc)) from exc
         return backend()
     overlay = load_backend("overlay")
     try:

@@ -33,6 +33,7 @@ import aiohttp
 from mesilla.common import files
 from mesilla.common.blocking import in_thread
 from mesilla.common.files import fsync_directory, is_temporary, write_atomically
+from mesilla.common.tasks import TaskOwner
 from mesilla.containerizer.provisioner._fs import remove
 from mesilla.containerizer.provisioner.errors import ProvisionerError
 from mesilla.containerizer.provisioner.stores import reference as references
@@ -79,6 +80,8 @@ class DockerStore:
         self._client: RegistryClient | None = None
         self._pulls: dict[tuple[str, str], asyncio.Task[StoredImage]] = {}
         self._layer_pulls: dict[tuple[str, str], asyncio.Task[None]] = {}
+        # Both kinds of pull, shared by every caller that wants the same image or layer.
+        self._tasks = TaskOwner("the docker store")
         # Pruning excludes pulling: a layer must not vanish under a pull that reuses it.
         self._gate = asyncio.Condition()
         self._active_pulls = 0
@@ -98,10 +101,7 @@ class DockerStore:
 
     async def close(self) -> None:
         """Stop pulls in progress (their staging is removed) and the HTTP session."""
-        tasks = [*self._pulls.values(), *self._layer_pulls.values()]
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        await self._tasks.close()
         if self._session is not None:
             await self._session.close()
             self._session, self._client = None, None
@@ -135,8 +135,11 @@ class DockerStore:
         if image is None or not self._complete(image, form):
             task = self._pulls.get((key, form))
             if task is None:
-                task = asyncio.create_task(
-                    self._pull(key, name, reference, form, credential)
+                # Its callers await it and see its failure: the owner need not log it.
+                task = self._tasks.spawn(
+                    self._pull(key, name, reference, form, credential),
+                    f"pull of '{key}' ({form})",
+                    log_failure=False,
                 )
                 self._pulls[(key, form)] = task
                 task.add_done_callback(lambda _: self._pulls.pop((key, form), None))
@@ -277,7 +280,11 @@ class DockerStore:
             return
         task = self._layer_pulls.get((layer.digest, form))
         if task is None:
-            task = asyncio.create_task(self._pull_layer(image, layer, form, fetch))
+            task = self._tasks.spawn(
+                self._pull_layer(image, layer, form, fetch),
+                f"pull of layer {layer.digest} ({form})",
+                log_failure=False,
+            )
             self._layer_pulls[(layer.digest, form)] = task
             task.add_done_callback(
                 lambda _: self._layer_pulls.pop((layer.digest, form), None)

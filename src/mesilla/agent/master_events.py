@@ -35,6 +35,7 @@ class MasterEvents:
 
     def __init__(self, agent: Agent) -> None:
         self.agent = agent
+        self._sessions = 0  # connections to the master so far (one ends at `disconnected`)
 
     def register_call(self) -> internal.Register:
         """REGISTER, with what the agent runs when it already has an id (re-registration)."""
@@ -76,14 +77,34 @@ class MasterEvents:
         agent.info.id = registered.agent_id
         agent.master_info = registered.master_info
         if first:
-            agent.spawn(agent.checkpointer.agent(agent.info), "checkpoint of the agent's id")
+            # As Mesos: the id is durable before the agent counts as registered, so that
+            # an agent killed from then on recovers as this agent, not a new one.
+            agent.spawn(self._checkpoint_then_run(self._sessions), "checkpoint of the agent's id")
+        else:
+            self._running()
+
+    async def _checkpoint_then_run(self, session: int) -> None:
+        agent = self.agent
+        try:
+            await agent.checkpointer.agent(agent.info)
+        except OSError as exc:
+            log.critical("Failed to checkpoint the agent's id: %s", exc)
+            agent.shutdown_requested.set()
+            raise
+        if session == self._sessions:  # still connected
+            self._running()
+
+    def _running(self) -> None:
+        agent = self.agent
+        assert agent.info.id is not None
         agent.metrics["registrations"] += 1
         agent.status = AgentStatus.RUNNING
-        log.info("Registered with the master as agent %s", registered.agent_id.value)
+        log.info("Registered with the master as agent %s", agent.info.id.value)
         agent.status_updates.resume()
 
     def disconnected(self) -> None:
         agent = self.agent
+        self._sessions += 1
         if agent.status is AgentStatus.RUNNING:
             agent.status = AgentStatus.DISCONNECTED
             log.info("Disconnected from the master; status updates are paused")

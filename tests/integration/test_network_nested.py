@@ -135,11 +135,13 @@ def ping(site: NestedSite, source: Pod, ip: str, *extra: str) -> bool:
 
 
 def subports(site: NestedSite, i: int) -> list[Json]:
-    return http_json(f"{site.service_url}v2.0/trunks/{site.trunks[i]}/get_subports")["sub_ports"]
+    subs: list[Json] = http_json(f"{site.service_url}v2.0/trunks/{site.trunks[i]}/get_subports")["sub_ports"]
+    return subs
 
 
 def pod_ports(site: NestedSite) -> list[Json]:
-    return http_json(f"{site.service_url}v2.0/ports?device_owner={SUBPORT}")["ports"]
+    ports: list[Json] = http_json(f"{site.service_url}v2.0/ports?device_owner={SUBPORT}")["ports"]
+    return ports
 
 
 def leftovers(site: NestedSite) -> list[str]:

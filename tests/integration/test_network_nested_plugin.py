@@ -22,6 +22,8 @@ import openstack
 import pytest
 from pyroute2 import IPRoute
 
+from mesilla.network.nested import plugin
+from mesilla.network.nested.plumbing import PlumbingError, probe_vlan
 from mesilla.network.ovs import OvsInstance
 from mesilla.testing.netns import entered, network_namespace, run_in
 from mesilla.testing.processes import Cluster, Daemon, http_json
@@ -66,10 +68,13 @@ class Host:
                 "network_id": self.network_id, "agent_socket": self.socket, **changes}  # fmt: skip
 
     def subports(self) -> list[dict[str, Any]]:
-        return http_json(f"{self.url}v2.0/trunks/{self.trunk_id}/get_subports")["sub_ports"]
+        doc = http_json(f"{self.url}v2.0/trunks/{self.trunk_id}/get_subports")
+        subs: list[dict[str, Any]] = doc["sub_ports"]
+        return subs
 
     def pod_ports(self) -> list[dict[str, Any]]:
-        return http_json(f"{self.url}v2.0/ports?device_owner={SUBPORT}")["ports"]
+        ports: list[dict[str, Any]] = http_json(f"{self.url}v2.0/ports?device_owner={SUBPORT}")["ports"]
+        return ports
 
     def pod_links(self) -> list[str]:
         return [p for p in self.ovs().ports("br-trunk") if p != "trunk0"]
@@ -84,7 +89,7 @@ class Host:
         left += [f"ovs port {p}" for p in self.pod_links()]
         with IPRoute() as ipr:
             left += [f"link {n}" for link in ipr.link("dump")
-                     if (n := link.get("IFLA_IFNAME")).startswith(("mn", "mt"))]  # fmt: skip
+                     if (n := link.get("IFLA_IFNAME")).startswith(("mn", "mt", "mp"))]  # fmt: skip
         left += [f"binding {b}" for b in self.bindings()]
         return left
 
@@ -106,6 +111,13 @@ class Host:
                 return pooled
             time.sleep(0.05)
         raise AssertionError(f"the pool holds {self.pooled()}, not {count} subports")
+
+    def await_port_name(self, port_id: str, name: str) -> None:
+        for _ in range(300):
+            if http_json(f"{self.url}v2.0/ports/{port_id}")["port"]["name"] == name:
+                return
+            time.sleep(0.05)
+        raise AssertionError(f"port {port_id} is not named {name}")
 
 
 @pytest.fixture(scope="module")
@@ -228,6 +240,14 @@ def test_bad_configurations_and_networks_are_refused(host: Host, pod: str) -> No
     rc, error = cni("ADD", host.conf("9.9.9"), pod)
     assert rc == 1 and error["code"] == 1
     assert cni("ADD", host.conf(), "/run/netns/no-such-pod")[0] == 1
+    rc, error = cni("GC", host.conf(), pod)
+    assert rc == 1 and error["code"] == 4 and "GC" in error["msg"]
+    rc, error = cni("ADD", {**host.conf(), "agent_socket": 5}, pod)
+    assert rc == 1 and error["code"] == 7 and "agent_socket" in error["msg"]
+    # What reaches the agent's socket is checked there too: a CNI error object, never a 500.
+    for body in (b"nope", b"[]", b'{"command": "ADD", "config": {"network_id": "n"}}'):
+        status, answer = plugin.forward(host.socket, body)
+        assert status == 400 and json.loads(answer)["code"] in (4, 7), answer
     assert host.leftovers() == []
 
 
@@ -281,25 +301,109 @@ def test_a_pool_keeps_ready_subports_that_attach_without_the_service(host: Host,
     assert host.leftovers() == []
 
 
-def test_an_agent_without_its_trunk_nic_refuses_to_start(host: Host, tmp_path: Path) -> None:
-    agent = Daemon(
-        "agent",
-        [
-            "--ip=127.0.0.1",
-            "--port=0",
-            f"--master={host.cluster.master_address}",
-            f"--work_dir={tmp_path / 'w'}",
-            f"--runtime_dir={tmp_path / 'r'}",
-            *host.extra,
-            "--network_trunk_nic=nosuchnic0",
-        ],
-        tmp_path / "agent.log",
-    )
+def test_deleting_a_network_drains_its_pools(host: Host, pod: str) -> None:
+    conn = host.sdk()
+    net = conn.network.create_network(name="doomed", mtu=1400)
+    conn.network.create_subnet(network_id=net.id, cidr="10.42.0.0/24", ip_version=4)
+    conf = host.conf(network_id=net.id)
+    host.restart_agent("--network_nested_pool_size=2")
+    try:
+        assert cni("ADD", conf, pod, container="first")[0] == 0  # the network's first fills its pool
+        pooled = host.await_pooled(2)
+        with network_namespace("mesilla-pod") as second:
+            rc, result = cni("ADD", conf, f"/run/netns/{second}", container="second")
+            assert rc == 0, result
+            [taken] = [p for p in host.pod_ports() if p["mac_address"] == result["interfaces"][0]["mac"]]
+            assert taken["id"] in pooled
+            # Renamed for its pod in the background: no longer a pooled port, it holds the network.
+            host.await_port_name(taken["id"], "mesilla-nested:second/eth0")
+            host.await_pooled(2)
+            with pytest.raises(openstack.exceptions.ConflictException):
+                conn.network.delete_network(net.id)
+            assert cni("DEL", conf, f"/run/netns/{second}", container="second")[0] == 0
+        assert cni("DEL", conf, pod, container="first")[0] == 0
+        # Only pooled subports are left: they go with the network, and the agent forgets them
+        # (and their veths) at its next look at its trunk.
+        conn.network.delete_network(net.id)
+        assert host.subports() == [] and host.pod_ports() == []
+        host.await_pooled(0)
+        assert host.leftovers() == []
+
+        # Taken off the trunk while the agent is down (by an admin): the restarted agent
+        # releases them.
+        host.restart_agent("--network_nested_pool_size=2")
+        assert cni("ADD", host.conf(), pod, container="third")[0] == 0
+        host.await_pooled(2)
+        assert cni("DEL", host.conf(), pod, container="third")[0] == 0
+        host.cluster.agents[0].stop()
+        for port_id in host.pooled():
+            conn.network.delete_trunk_subports(host.trunk_id, [{"port_id": port_id}])
+        host.restart_agent("--network_nested_pool_size=2")
+        assert host.pooled() == set()
+    finally:
+        host.restart_agent()
+    assert host.leftovers() == []
+
+
+def test_pools_outlive_a_master_restart(host: Host, pod: str) -> None:
+    host.restart_agent("--network_nested_pool_size=2")
+    try:
+        assert cni("ADD", host.conf(), pod, container="first")[0] == 0
+        pooled = host.await_pooled(2)
+        host.cluster.master.stop()
+        host.cluster.start_master()
+        assert pooled <= {s["port_id"] for s in host.subports()}  # the book has them back
+        with network_namespace("mesilla-pod") as second:
+            rc, result = cni("ADD", host.conf(), f"/run/netns/{second}", container="second")
+            assert rc == 0, result
+            [taken] = [p for p in host.pod_ports() if p["mac_address"] == result["interfaces"][0]["mac"]]
+            assert taken["id"] in pooled
+            host.await_port_name(taken["id"], "mesilla-nested:second/eth0")
+            assert host.await_pooled(2) <= {s["port_id"] for s in host.subports()}
+            assert cni("DEL", host.conf(), f"/run/netns/{second}", container="second")[0] == 0
+        assert cni("DEL", host.conf(), pod, container="first")[0] == 0
+    finally:
+        host.restart_agent()
+    assert host.leftovers() == []
+
+
+def refused_start(host: Host, tmp_path: Path, *flags: str) -> str:
+    """The log of an agent with `flags` that must refuse to start."""
+    agent = Daemon("agent", [
+        "--ip=127.0.0.1", "--port=0", f"--master={host.cluster.master_address}",
+        f"--work_dir={tmp_path / 'w'}", f"--runtime_dir={tmp_path / 'r'}", *host.extra, *flags,
+    ], tmp_path / "agent.log")  # fmt: skip
     agent.start()
     try:
         assert agent.wait_exit(60) != 0
     finally:
         agent.stop()
     log = agent.log_tail()
+    assert "Traceback" not in log, log
+    return log
+
+
+def test_an_agent_without_its_trunk_nic_refuses_to_start(host: Host, tmp_path: Path) -> None:
+    log = refused_start(host, tmp_path, "--network_trunk_nic=nosuchnic0")
     assert "Nested networking cannot start on --network_trunk_nic=nosuchnic0" in log, log
-    assert "Traceback" not in log
+
+
+def test_the_backend_is_chosen_by_probing_the_kernel(host: Host, tmp_path: Path) -> None:
+    with network_namespace() as namespace, entered(namespace):
+        with IPRoute() as ipr:
+            ipr.link("add", ifname="probe0", kind="veth", peer="probe1")
+        # What iproute2 says about 802.1Q here, against what the probe finds (and leaves).
+        vlan = ["ip", "link", "add", "link", "probe0", "name", "pv5", "type", "vlan", "id", "5"]
+        made = subprocess.run(vlan, capture_output=True, check=False).returncode == 0
+        assert probe_vlan("probe0") is made
+        with IPRoute() as ipr:
+            names = {link.get("IFLA_IFNAME") for link in ipr.link("dump")}
+        assert names == {"lo", "probe0", "probe1", *(["pv5"] if made else [])}
+        with pytest.raises(PlumbingError, match="nosuchnic0"):
+            probe_vlan("nosuchnic0")
+    # The agent (--network_nested_backend=auto) went by the probe.
+    chosen = "vlan" if made else "ovs"
+    assert f"({chosen} backend)" in host.cluster.agents[0].log_path.read_text()
+    if not made:
+        log = refused_start(host, tmp_path, "--network_trunk_nic=trunk0", "--network_nested_backend=vlan")
+        assert "The vlan backend needs 802.1Q, which this kernel lacks" in log, log

@@ -10,7 +10,7 @@ import json
 import threading
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -80,7 +80,8 @@ def service(tmp_path: Path) -> Iterator[Service]:
 
 
 def neutron_error(exc: sdk_errors.HttpException) -> dict[str, Any]:
-    body = exc.response.json()
+    assert exc.response is not None
+    body: dict[str, Any] = exc.response.json()
     assert set(body) == {"NeutronError"} and set(body["NeutronError"]) == {"type", "message", "detail"}
     assert body["NeutronError"]["detail"] == ""
     return body["NeutronError"]  # type: ignore[no-any-return]
@@ -298,7 +299,7 @@ def test_concurrent_ports_never_share_an_address(service: Service) -> None:
                                          fixed_ips=[{"subnet_id": subnet.id, "ip_address": "10.30.0.62"}])
             return "created"
         except sdk_errors.ConflictException as exc:
-            return neutron_error(exc)["type"]
+            return str(neutron_error(exc)["type"])
 
     with ThreadPoolExecutor(max_workers=8) as pool:
         outcomes = sorted(pool.map(same, range(8)))
@@ -354,6 +355,10 @@ def test_trunk_tokens_manage_their_trunk_only(service: Service) -> None:
     trunk = agent.network.add_trunk_subports(mine.id, [{"port_id": port.id, "segmentation_type": "vlan"}])
     assert trunk.sub_ports == [{"port_id": port.id, "segmentation_type": "vlan", "segmentation_id": 1}]
     assert agent.network.get_trunk_subports(mine.id)["sub_ports"][0]["port_id"] == port.id
+    # A port taken from a pool is renamed for its pod; its name is all the agent may change.
+    assert agent.network.update_port(port.id, name="mesilla-nested:c1/eth0").name == "mesilla-nested:c1/eth0"
+    with pytest.raises(sdk_errors.ForbiddenException):
+        agent.network.update_port(port.id, admin_state_up=False)
     agent.network.delete_trunk_subports(mine.id, [{"port_id": port.id}])
     pooled = list(agent.network.create_ports([{"network_id": net.id, "device_owner": SUBPORT}] * 2))
     agent.network.delete_port(port)
@@ -361,7 +366,7 @@ def test_trunk_tokens_manage_their_trunk_only(service: Service) -> None:
     assert agent.network.get_network(net.id).mtu == 1500
     assert agent.network.get_subnet(subnet.id).gateway_ip == "10.50.0.1"
 
-    refused = [
+    refused: list[Callable[[], object]] = [
         lambda: list(agent.network.subnets()),
         lambda: list(agent.network.networks()),
         lambda: agent.network.get_trunk_subports(theirs.id),
@@ -384,6 +389,8 @@ def test_trunk_tokens_manage_their_trunk_only(service: Service) -> None:
     admin.network.add_trunk_subports(theirs.id, [{"port_id": pooled[1].id, "segmentation_type": "vlan"}])
     with pytest.raises(sdk_errors.ForbiddenException):
         agent.network.delete_port(pooled[1].id)
+    with pytest.raises(sdk_errors.ForbiddenException):
+        agent.network.update_port(pooled[1].id, name="mine-now")
     assert admin.network.get_port(vm_port.id).id == vm_port.id
 
     # Deleting the trunk revokes the token: it is refused, never taken for an admin's.

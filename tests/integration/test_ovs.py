@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 from pyroute2 import IPRoute
 
-from mesilla.network.ovs import OvsInstance, kernel_datapath
+from mesilla.network.ovs import PACKET_RECEIVE_BUFFER, OvsInstance, kernel_datapath
 from mesilla.testing.cluster import free_port
-from mesilla.testing.netns import entered, network_namespace
+from mesilla.testing.netns import entered, network_namespace, run_in
 from mesilla.testing.processes import Daemon, answers, http_json
 
 pytestmark = [
@@ -36,7 +36,7 @@ def ovs(tmp_path: Path) -> Iterator[tuple[OvsInstance, str]]:
 
 
 def test_bridge_ports_and_flows(ovs: tuple[OvsInstance, str]) -> None:
-    instance, _namespace = ovs
+    instance, namespace = ovs
     instance.add_bridge("br-test", "fail_mode=secure")
     datapath = instance.vsctl("get", "bridge", "br-test", "datapath_type").strip()
     assert datapath == ("system" if kernel_datapath() else "netdev")
@@ -48,6 +48,10 @@ def test_bridge_ports_and_flows(ovs: tuple[OvsInstance, str]) -> None:
     assert instance.vsctl("get", "port", "ovt-a", "tag").strip() == "7"
     number = instance.ofport("ovt-a")
     assert number is not None and number > 0
+    if datapath == "netdev":  # the port is an AF_PACKET socket of ovs-vswitchd, its buffer widened
+        sockets = run_in(namespace, "ss", "-0", "-m", "-n", "-p").stdout
+        [line] = [line for line in sockets.splitlines() if "*:ovt-a" in line]
+        assert "ovs-vswitchd" in line and f"rb{2 * PACKET_RECEIVE_BUFFER}," in line, sockets
     assert instance.ofport("nothing") is None
     instance.replace_flows("br-test", [f"table=0,priority=10,in_port={number},actions=drop",
                                        "table=0,priority=0,actions=drop"])

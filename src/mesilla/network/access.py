@@ -13,6 +13,8 @@ and hands it to the agent of the host that trunk serves. A request whose
   ``trunk:subport``;
 * ``DELETE /v2.0/ports/<id>`` of a ``trunk:subport`` port attached to no
   trunk or to its own (the book refuses the latter with 409 until removed);
+* ``PUT /v2.0/ports/<id>`` changing only the ``name`` of a subport of its
+  trunk (the agent names a port it took from a pool for its pod);
 * ``GET /v2.0/networks/<id>`` and ``GET /v2.0/subnets/<id>`` (one, by id: what
   an agent needs to plumb a pod, the MTU, prefix length and gateway of the
   port it got; lists stay an admin's).
@@ -113,6 +115,12 @@ def check(principal: Principal, method: str, segments: list[str], body: Any, boo
             port = book.ports.get(port_id)
             allowed = port is None or (
                 _subport_owned(port) and port["device_id"] in ("", own)
+            )
+        case ["v2.0", "ports", port_id] if method == "PUT":
+            port = book.ports.get(port_id)
+            changes = body.get("port") if isinstance(body, dict) else None
+            allowed = (port is None or book.trunk_of_subport(port_id) == own) and (
+                isinstance(changes, dict) and set(changes) == {"name"} and set(body) == {"port"}
             )
     if not allowed:
         raise errors.HTTPForbidden(

@@ -11,6 +11,7 @@ the gateway and (IPv4) the network and broadcast addresses never are.
 from __future__ import annotations
 
 import ipaddress
+import itertools
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
@@ -113,7 +114,7 @@ def validate_pools(cidr: IPNetwork, pools: Sequence[Pool], gateway: IPAddress | 
         if pool.start not in hosts or pool.end not in hosts:
             raise errors.OutOfBoundsAllocationPool(str(pool), str(cidr))
     ordered = sorted(pools, key=lambda p: int(p.start))
-    for one, two in zip(ordered, ordered[1:]):
+    for one, two in itertools.pairwise(ordered):
         if one.overlaps(two):
             raise errors.OverlappingAllocationPools(str(one), str(two), str(cidr))
     if gateway is not None:

@@ -22,7 +22,9 @@ port pools fit, with no table of their own: the pool of (host, network) is
 the attached subports on that network bound to that host and not yet handed
 to a pod (``GET /v2.0/ports?device_owner=trunk:subport&network_id=N&
 binding:host_id=H&name=available-port``), filled and drained by bulk port
-creates and atomic add/remove_subports.
+creates and atomic add/remove_subports. Deleting a network deletes its
+pooled subports (named ``available-port``, Kuryr's name for them) with it,
+as Neutron deletes a network's DHCP ports: they hold the network for no pod.
 """
 
 from __future__ import annotations
@@ -44,6 +46,8 @@ from mesilla.network.ipam import IPAddress, SubnetAddresses
 from mesilla.network.segmentation import TrunkSegments
 
 SUBPORT_OWNER = "trunk:subport"
+#: The name of a pooled subport, ready and not yet handed to a pod (Kuryr's).
+POOLED_PORT_NAME = "available-port"
 MAC_PREFIX = "fa:16:3e"
 TOKEN_PREFIX = "mesilla-trunk-"
 
@@ -63,6 +67,10 @@ def _new_doc(values: Doc) -> Doc:
 
 def _revised(doc: Doc, changes: Doc) -> Doc:
     return {**doc, **changes, "updated_at": _now(), "revision_number": doc["revision_number"] + 1}
+
+
+def _pooled(port: Doc) -> bool:
+    return bool(port["device_owner"] == SUBPORT_OWNER and port["name"] == POOLED_PORT_NAME)
 
 
 def token_digest(token: str) -> str:
@@ -328,12 +336,21 @@ class Book:
         return await self._mutate(plan)
 
     async def delete_network(self, net_id: str) -> None:
-        """Refused while ports are on it; its subnets go with it, as in Neutron."""
+        """Refused while ports other than pooled subports are on it; its subnets and pooled
+        subports (taken off their trunks) go with it."""
         def plan() -> tuple[Change, None]:
             self.network(net_id)
-            if any(p["network_id"] == net_id for p in self.ports.values()):
+            ports = [p for p in self.ports.values() if p["network_id"] == net_id]
+            if not all(_pooled(p) for p in ports):
                 raise errors.NetworkInUse(net_id)
             change = Change()
+            pooled = {p["id"] for p in ports}
+            for trunk_id in {self._trunk_of_subport[p] for p in pooled if p in self._trunk_of_subport}:
+                trunk = self.trunks[trunk_id]
+                kept = [s for s in trunk["sub_ports"] if s["port_id"] not in pooled]
+                change.put("trunks", _revised(trunk, {"sub_ports": kept}))
+            for port_id in pooled:
+                change.delete("ports", port_id)
             for subnet in self._subnets_of(net_id):
                 change.delete("subnets", subnet["id"])
             change.delete("networks", net_id)

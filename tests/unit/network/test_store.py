@@ -16,7 +16,7 @@ import pytest
 from mesilla.network import errors
 from mesilla.network.attributes import parse_create
 from mesilla.network.database import Database, Row
-from mesilla.network.store import SUBPORT_OWNER, Book, Doc
+from mesilla.network.store import POOLED_PORT_NAME, SUBPORT_OWNER, Book, Doc
 
 
 @pytest.fixture
@@ -185,6 +185,39 @@ async def test_trunks_vlan_ids_per_trunk(book: Book) -> None:
     await book.delete_trunk(t1["id"])
     assert book.ports[b["id"]]["device_id"] == "" and book.trunk_of_subport(b["id"]) is None
     await book.delete_port(parent1["id"])
+
+
+async def test_deleting_a_network_deletes_its_pooled_subports(tmp_path: Path) -> None:
+    book = await Book.open(Database.in_work_dir(str(tmp_path)))
+    hosts, pods = await network(book), await network(book)
+    await subnet(book, hosts)
+    sub = await subnet(book, pods, "10.1.0.0/24")
+    t = await trunk(book, await port(book, hosts))
+    pooled = [await port(book, pods, device_owner=SUBPORT_OWNER, name=POOLED_PORT_NAME) for _ in range(2)]
+    spare = await port(book, pods, device_owner=SUBPORT_OWNER, name=POOLED_PORT_NAME)  # on no trunk
+    kept = await port(book, hosts, device_owner=SUBPORT_OWNER)
+    await book.add_subports(t["id"], [{"port_id": p["id"]} for p in [*pooled, kept]])
+    # A port a pod uses (the agent renamed it) holds the network, as in Neutron.
+    used = await port(book, pods, device_owner=SUBPORT_OWNER, name="mesilla-nested:c1/eth0")
+    with pytest.raises(errors.NetworkInUse):
+        await book.delete_network(pods["id"])
+    assert len(book.trunks[t["id"]]["sub_ports"]) == 3
+    await book.delete_port(used["id"])
+    await book.delete_network(pods["id"])
+    assert set(book.ports) == {t["port_id"], kept["id"]} and pods["id"] not in book.networks
+    assert [s["port_id"] for s in book.trunks[t["id"]]["sub_ports"]] == [kept["id"]]
+    assert all(book.trunk_of_subport(p["id"]) is None for p in [*pooled, spare])
+    assert sub["id"] not in book.subnets
+    # Durably: a reopened book agrees, and the pooled ports' VLAN IDs are free on the trunk.
+    await book.close()
+    book = await Book.open(Database.in_work_dir(str(tmp_path)))
+    try:
+        assert set(book.ports) == {t["port_id"], kept["id"]}
+        other = await port(book, hosts, device_owner=SUBPORT_OWNER)
+        got = await book.add_subports(t["id"], [{"port_id": other["id"]}])
+        assert sorted(s["segmentation_id"] for s in got["sub_ports"]) == [1, 3]
+    finally:
+        await book.close()
 
 
 async def test_a_restarted_book_has_everything_back(tmp_path: Path) -> None:

@@ -2,31 +2,36 @@
 
 The seed's Kuryr agent in its "secondary" mode: it holds no credentials of
 the network service, only a token scoped to its own trunk
-(``--network_trunk_token``, a file), and the `mesilla-nested` CNI plugin asks
-it (never the service) for a subport, over a unix socket
-(``--network_nested_socket``, default ``<runtime_dir>/nested.sock``):
+(``--network_trunk_token``, a file). The `mesilla-nested` CNI plugin
+forwards each CNI request to it over a unix socket
+(``--network_nested_socket``, default ``<runtime_dir>/nested.sock``;
+``POST /v1/cni``, `mesilla.network.nested.cni`), and the agent, which has
+pyroute2 loaded and its pools' subports plumbed ahead, does the work:
 
-    PUT    /v1/attachments/<container>/<ifname>  {"network_id": N}  -> 200 the binding
-    GET    /v1/attachments/<container>/<ifname>                      -> 200 the binding, or 404
-    DELETE /v1/attachments/<container>/<ifname>                      -> 204 (also when unknown)
-
-A PUT creates a port (``device_owner: trunk:subport``) on network N through
-the service and adds it to the trunk as a subport, the service picking the
-lowest VLAN ID free on this trunk; it answers the binding (port, MAC, VLAN
-ID, MTU, addresses with their gateways) and how this host plumbs it (the
-`host` part: backend, bridge, Open vSwitch directory). The same PUT again
-answers the same binding; DELETE removes the subport and deletes the port.
+* ADD creates a port (``device_owner: trunk:subport``) on the network through
+  the service and adds it to the trunk as a subport, the service picking the
+  lowest VLAN ID free on this trunk, then plumbs it into the pod's namespace
+  (`plumbing`). ADD again finds the same binding and keeps a complete
+  interface; a failed ADD leaves nothing.
+* DEL unplugs whatever part of an ADD was done, removes the subport and
+  deletes the port; DEL of what was never added succeeds.
+* CHECK compares the pod's interface with the binding.
 
 With ``--network_nested_pool_size=N``, every network this host has
 attached a pod to keeps N ready subports (created in one bulk call, added
-to the trunk in one atomic call, refilled in the background after each
-attach), and an attach takes one of them without a call to the service.
-Pooled subports are bindings too (``pool/<network>/<id>``, ``pooled``), so
-pools survive restarts; a restart with a smaller size releases the excess.
+to the trunk in one atomic call, plumbed ahead, refilled in the background
+after each attach), and an attach takes one of them without a call to the
+service; the port is then renamed for its pod in the background. Pooled
+ports are named ``available-port`` (Kuryr's convention), which lets the
+embedded service delete them with their network; the agent checks its
+pools against its trunk every `POOL_CHECK_INTERVAL` seconds and releases
+(and unplugs) pooled subports that are gone from it. Pooled subports are bindings
+too (``pool/<network>/<id>``, ``pooled``), so pools survive restarts; a
+restart with a smaller size releases the excess.
 
 Bindings are durable under ``<work_dir>/network/nested/``: one file per
 attachment, written (``pending``) as soon as the port exists and again
-(``attached``) before the answer, so that an agent killed at any point
+(``attached``) before the plumbing, so that an agent killed at any point
 finds on its next start every port it may have made. On start it releases
 the pending ones (their ADD never got an answer: the isolator DELs or
 retries) and any subport of its trunk that no binding names.
@@ -41,7 +46,6 @@ import logging
 import os
 import urllib.parse
 import uuid
-from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -49,9 +53,12 @@ import aiohttp
 from aiohttp import web
 
 from mesilla.common import files
+from mesilla.common.blocking import in_thread
 from mesilla.common.flags import Flag, FlagError, Flags
+from mesilla.common.tasks import TaskOwner
 from mesilla.containerizer.isolators.network.cni import CNI_DIR, NS_FILE
 from mesilla.network.ovs import OvsError
+from mesilla.network.store import POOLED_PORT_NAME
 
 if TYPE_CHECKING:
     from mesilla.network.nested.plumbing import Plumbing
@@ -63,10 +70,12 @@ PENDING = "pending"
 ATTACHED = "attached"
 POOLED = "pooled"
 POOL = "pool"  # the key of a pooled subport: pool/<network>/<id>
+UNCLAIMED = "unclaimed"  # taken from a pool, the port not yet renamed for its pod
 SOCKET_FILE = "nested.sock"
 BINDINGS_DIR = "network/nested"
 OVS_DIR = "network/ovs"
 SERVICE_TIMEOUT = 30.0
+POOL_CHECK_INTERVAL = 5.0
 
 NESTED_FLAGS: list[Flag] = [
     Flag("network_service_url",
@@ -92,7 +101,8 @@ NESTED_FLAGS: list[Flag] = [
 
 
 class ServiceError(RuntimeError):
-    """The network service refused or failed a call; `status` is what to answer the plugin."""
+    """The network service refused or failed a call; `status` 4xx is the plugin's fault (a
+    wrong network id), anything else the service's or the agent's."""
 
     def __init__(self, message: str, status: int = 502) -> None:
         super().__init__(message)
@@ -150,7 +160,7 @@ class Service:
 
 
 class NestedAgent:
-    """The bindings of this host's pods and the unix socket the plugin asks them on."""
+    """The bindings of this host's pods, their plumbing, and the socket the plugin asks on."""
 
     def __init__(self, flags: Flags) -> None:
         self.trunk_id: str = flags.network_trunk_id
@@ -168,24 +178,29 @@ class NestedAgent:
         self.cni_roots = [os.path.join(base, CNI_DIR) for base in (flags.runtime_dir, flags.work_dir)]
         self.backend_flag: str = flags.network_nested_backend
         self.backend = ""
+        self._plumbing: Plumbing | None = None
         self._locks: dict[str, asyncio.Lock] = {}
         self._subnets: dict[str, dict[str, Any]] = {}
         self._mtus: dict[str, int] = {}
         self._runner: web.AppRunner | None = None
         self.pool_size: int = flags.network_nested_pool_size
         self._fillers: dict[str, asyncio.Task[None]] = {}
+        self._tasks = TaskOwner("nested networking")
 
     # --- life cycle --------------------------------------------------------------------
 
     async def start(self) -> None:
         """Sets the host up (the backend, its bridge), reconciles, then serves the socket."""
-        from mesilla.network.nested import plumbing  # pyroute2 takes 0.3 s to import: not for every agent
+        # pyroute2 takes 0.3 s to import: not for every agent.
+        from mesilla.network.nested import cni, plumbing
 
         os.makedirs(self.directory, exist_ok=True)
         try:
-            vlan = await asyncio.to_thread(plumbing.probe_vlan, self.trunk_nic)
+            vlan = await in_thread(plumbing.probe_vlan, self.trunk_nic)
             self.backend = plumbing.choose(self.backend_flag, vlan)
-            await asyncio.to_thread(self.plumbing().setup_host, self.trunk_nic)
+            self._plumbing = plumbing.backend(self.backend, self.trunk_nic, self.ovs_dir, self.bridge,
+                                              self.pod_namespaces)  # fmt: skip
+            await in_thread(self._plumbing.setup_host, self.trunk_nic)
         except (ValueError, plumbing.PlumbingError, OvsError) as exc:
             raise FlagError(f"Nested networking cannot start on --network_trunk_nic={self.trunk_nic} "
                             f"(--network_nested_backend={self.backend_flag}): {exc}") from None  # fmt: skip
@@ -196,13 +211,15 @@ class NestedAgent:
         except ServiceError as exc:
             # Pods then fail to attach until the service answers; the agent serves the rest.
             log.warning("Cannot reconcile trunk %s with the network service: %s", self.trunk_id, exc)
+        for key, binding in self.bindings().items():
+            if binding["state"] == POOLED:  # plumbed ahead again where a switch restart lost it
+                await self._prepare(key, binding)
         for network_id in self.pools():
             self._refill(network_id)  # pools recovered from the bindings, topped up
+        if self.pool_size > 0:
+            self._tasks.spawn(self._watch_pools(), "pool check")
         app = web.Application()
-        route = "/v1/attachments/{container}/{ifname}"
-        app.router.add_route("PUT", route, self._handle(self._put))
-        app.router.add_route("GET", route, self._handle(self._get))
-        app.router.add_route("DELETE", route, self._handle(self._delete))
+        app.router.add_post(cni.ROUTE, cni.handler(self))
         self._runner = web.AppRunner(app, access_log=None, handle_signals=False, shutdown_timeout=1.0)
         await self._runner.setup()
         os.makedirs(os.path.dirname(self.socket), exist_ok=True)
@@ -214,34 +231,28 @@ class NestedAgent:
     async def close(self) -> None:
         if self._runner is not None:
             await self._runner.cleanup()
-        for filler in self._fillers.values():
-            filler.cancel()
-        await asyncio.gather(*self._fillers.values(), return_exceptions=True)
+        await self._tasks.close()
         await self.service.close()
 
-    def host(self) -> dict[str, Any]:
-        """How this host plumbs a subport, for the plugin."""
-        doc: dict[str, Any] = {"backend": self.backend, "trunk_nic": self.trunk_nic}
-        if self.backend == "ovs":
-            doc.update(bridge=self.bridge, ovs_dir=self.ovs_dir)
-        else:
-            # Where a sub-interface holding a VLAN ID may outlive its pod: the pods' namespaces.
-            doc["namespaces"] = sorted(
-                str(p) for root in self.cni_roots for p in Path(root).glob(f"*/{NS_FILE}")
-            )
-        return doc
-
+    @property
     def plumbing(self) -> Plumbing:
-        from mesilla.network.nested import plumbing
+        assert self._plumbing is not None, "start() chooses the backend"
+        return self._plumbing
 
-        return plumbing.from_host(self.host())
+    def pod_namespaces(self) -> list[str]:
+        """Where a sub-interface holding a VLAN ID may outlive its pod: the pods' namespaces."""
+        return sorted(str(p) for root in self.cni_roots for p in Path(root).glob(f"*/{NS_FILE}"))
 
     async def reconcile(self) -> None:
-        """Releases what a crash left (pending bindings, subports no binding names) and pooled
-        subports beyond --network_nested_pool_size (0 drains the pools)."""
+        """Releases what a crash left (pending bindings, subports no binding names), pooled
+        subports beyond --network_nested_pool_size (0 drains the pools) and pooled ones no
+        longer on the trunk (deleted with their network meanwhile); renames ports taken from
+        a pool whose renaming was cut short."""
         bindings = self.bindings()
         kept: dict[str, int] = {}
         for key, binding in bindings.items():
+            if binding.get(UNCLAIMED):
+                self._tasks.spawn(self._claim(key, binding["port_id"]), f"claim {key}")
             if binding["state"] == POOLED:
                 kept[binding["network_id"]] = kept.get(binding["network_id"], 0) + 1
                 if kept[binding["network_id"]] <= self.pool_size:
@@ -251,13 +262,40 @@ class NestedAgent:
             log.info("Releasing port %s (%s, %s)", binding["port_id"], key, binding["state"])
             if await self._release_logged(binding):
                 self._forget(key)
+        subs = await self._check_pools()
         known = {b["port_id"] for b in self.bindings().values()}
-        subs = await self.service.call("GET", f"v2.0/trunks/{self.trunk_id}/get_subports")
-        for sub in subs.get("sub_ports", []):
+        for sub in subs:
             if sub["port_id"] not in known:
                 log.info("Releasing subport %s (VLAN %s) that no binding names",
                          sub["port_id"], sub["segmentation_id"])  # fmt: skip
                 await self._release_logged({"port_id": sub["port_id"], "state": ATTACHED})
+
+    async def _check_pools(self) -> list[dict[str, Any]]:
+        """Releases (and unplugs) the pooled subports no longer on the trunk, deleted with their
+        network or taken off by an admin; answers the trunk's subports."""
+        subs: list[dict[str, Any]] = (
+            await self.service.call("GET", f"v2.0/trunks/{self.trunk_id}/get_subports")
+        ).get("sub_ports", [])
+        on_trunk = {sub["port_id"] for sub in subs}
+        for key, binding in self.bindings().items():
+            if binding["state"] == POOLED and binding["port_id"] not in on_trunk:
+                async with self._lock(key):
+                    if self._binding(key) is None:
+                        continue  # taken by an attach meanwhile
+                    log.info("Pooled port %s of network %s is off the trunk (its network deleted?)",
+                             binding["port_id"], binding["network_id"])  # fmt: skip
+                    if await self._release_logged(binding):
+                        self._forget(key)
+        return subs
+
+    async def _watch_pools(self) -> None:
+        while True:
+            await asyncio.sleep(POOL_CHECK_INTERVAL)
+            if self.pools():
+                try:
+                    await self._check_pools()
+                except ServiceError as exc:
+                    log.warning("Cannot check the pools of trunk %s: %s", self.trunk_id, exc)
 
     async def _release_logged(self, binding: dict[str, Any]) -> bool:
         """`_release`, a refusal logged rather than raised (the next start tries again)."""
@@ -283,8 +321,8 @@ class NestedAgent:
                     found[urllib.parse.unquote(name[: -len(".json")])] = doc
         return found
 
-    def _record(self, key: str, binding: dict[str, Any]) -> None:
-        files.write_atomically(self._file(key), json.dumps(binding).encode())
+    async def _record(self, key: str, binding: dict[str, Any]) -> None:
+        await in_thread(files.write_atomically, self._file(key), json.dumps(binding).encode())
 
     def _forget(self, key: str) -> None:
         with contextlib.suppress(FileNotFoundError):
@@ -298,27 +336,77 @@ class NestedAgent:
         except (OSError, ValueError):
             return None
 
+    def _lock(self, key: str) -> asyncio.Lock:
+        return self._locks.setdefault(key, asyncio.Lock())
+
+    # --- the CNI verbs -------------------------------------------------------------------
+
+    async def add(
+        self, container: str, ifname: str, netns: str, network_id: str
+    ) -> tuple[dict[str, Any], str]:
+        """The pod's binding, plumbed into `netns`, and the interface's MAC."""
+        from mesilla.network.nested.plumbing import PlumbingError, Vif
+
+        key = f"{container}/{ifname}"
+        async with self._lock(key):
+            binding = await self._attach(key, container, ifname, network_id)
+            vif = Vif.from_json(binding)
+            try:
+                mac = await in_thread(self.plumbing.plug, vif, netns, ifname)
+            except Exception as exc:  # whatever failed, the half-made interface and the subport go
+                await self._unplug_and_release(key, binding, netns, ifname)
+                raise PlumbingError(f"Plumbing port {vif.port_id} into {netns} failed: {exc}") from None
+            finally:
+                self._refill(network_id)  # after the plumbing, which it would only slow down
+        return binding, mac
+
+    async def delete(self, container: str, ifname: str, netns: str | None) -> None:
+        key = f"{container}/{ifname}"
+        async with self._lock(key):
+            binding = self._binding(key)
+            if binding is not None:
+                await self._unplug_and_release(key, binding, netns, ifname)
+                log.info("Released port %s of %s", binding["port_id"], key)
+        self._locks.pop(key, None)
+
+    async def check(self, container: str, ifname: str, netns: str) -> str | None:
+        """What is wrong with the pod's interface, None if nothing."""
+        from mesilla.network.nested.plumbing import Vif, pod_end_ready
+
+        binding = self._binding(f"{container}/{ifname}")
+        if binding is None or binding["state"] != ATTACHED:
+            return f"The agent holds no subport for {container}/{ifname}"
+        if not await in_thread(pod_end_ready, netns, ifname, Vif.from_json(binding)):
+            return f"{ifname} in {netns} lacks port {binding['port_id']}'s MAC or addresses"
+        return None
+
+    async def _unplug_and_release(
+        self, key: str, binding: dict[str, Any], netns: str | None, ifname: str
+    ) -> None:
+        if "segmentation_id" in binding:  # else never plumbed: a pending binding
+            await in_thread(self.plumbing.unplug, binding["port_id"], netns, ifname,
+                                    binding.get("mac_address"))  # fmt: skip
+        await self._release(binding)
+        self._forget(key)
+
     # --- attach and release --------------------------------------------------------------
 
-    async def attach(self, container: str, ifname: str, network_id: str) -> dict[str, Any]:
-        key = f"{container}/{ifname}"
-        async with self._locks.setdefault(key, asyncio.Lock()):
-            binding = self._binding(key)
-            if binding is not None and binding["state"] == ATTACHED:
-                if binding["network_id"] != network_id:
-                    raise ServiceError(f"{key} is attached to network {binding['network_id']} already", 409)
-                return binding
-            if binding is not None:
-                await self._release(binding)
-            binding = self._take_pooled(network_id, key, container, ifname)
-            if binding is None:
-                [binding] = await self._make_subports(
-                    network_id, [(key, {"container": container, "ifname": ifname})], ATTACHED
-                )
-            self._refill(network_id)
-            log.info("Attached port %s (VLAN %d, %s) for %s", binding["port_id"], binding["segmentation_id"],
-                     ", ".join(a["address"] for a in binding["addresses"]), key)  # fmt: skip
+    async def _attach(self, key: str, container: str, ifname: str, network_id: str) -> dict[str, Any]:
+        binding = self._binding(key)
+        if binding is not None and binding["state"] == ATTACHED:
+            if binding["network_id"] != network_id:
+                raise ServiceError(f"{key} is attached to network {binding['network_id']} already", 409)
             return binding
+        if binding is not None:
+            await self._release(binding)
+        binding = await self._take_pooled(network_id, key, container, ifname)
+        if binding is None:
+            [binding] = await self._make_subports(
+                network_id, [(key, {"container": container, "ifname": ifname})], ATTACHED
+            )
+        log.info("Attached port %s (VLAN %d, %s) for %s", binding["port_id"], binding["segmentation_id"],
+                 ", ".join(a["address"] for a in binding["addresses"]), key)  # fmt: skip
+        return binding
 
     async def _make_subports(
         self, network_id: str, wanted: list[tuple[str, dict[str, Any]]], state: str
@@ -326,14 +414,15 @@ class NestedAgent:
         """Ports on `network_id` (one bulk create), one atomic add to the trunk, a binding
         recorded under each key: pending as soon as the ports exist, then `state`."""
         created = await self.service.call("POST", "v2.0/ports", {"ports": [
-            {"network_id": network_id, "device_owner": SUBPORT_OWNER, "name": f"mesilla-nested:{key}"}
+            {"network_id": network_id, "device_owner": SUBPORT_OWNER,
+             "name": POOLED_PORT_NAME if state == POOLED else f"mesilla-nested:{key}"}
             for key, _ in wanted
         ]})  # fmt: skip
         ports = created["ports"]
         bindings = []
         for (key, extra), port in zip(wanted, ports, strict=True):
             binding = {"state": PENDING, **extra, "network_id": network_id, "port_id": port["id"]}
-            self._record(key, binding)
+            await self._record(key, binding)
             bindings.append((key, binding, port))
         try:
             trunk = await self.service.call("PUT", f"v2.0/trunks/{self.trunk_id}/add_subports", {
@@ -352,63 +441,8 @@ class NestedAgent:
                 self._forget(key)
             raise
         for key, binding, _ in bindings:
-            self._record(key, binding)
+            await self._record(key, binding)
         return [binding for _, binding, _ in bindings]
-
-    # --- port pools ------------------------------------------------------------------------
-
-    def _pooled(self, network_id: str) -> list[str]:
-        prefix = f"{POOL}/{network_id}/"
-        return [k for k, b in self.bindings().items() if k.startswith(prefix) and b["state"] == POOLED]
-
-    def _take_pooled(self, network_id: str, key: str, container: str, ifname: str) -> dict[str, Any] | None:
-        """A ready subport of the network's pool handed to `key`, with no call to the service."""
-        for pool_key in self._pooled(network_id):
-            pooled = self._binding(pool_key)
-            if pooled is None:
-                continue
-            binding = {**pooled, "state": ATTACHED, "container": container, "ifname": ifname}
-            self._record(key, binding)  # the new owner first: a crash in between leaves it named
-            self._forget(pool_key)
-            return binding
-        return None
-
-    def _refill(self, network_id: str) -> None:
-        """Tops the network's pool up to --network_nested_pool_size, in the background."""
-        running = self._fillers.get(network_id)
-        if self.pool_size <= 0 or (running is not None and not running.done()):
-            return
-        self._fillers[network_id] = asyncio.create_task(self._fill(network_id), name=f"pool {network_id}")
-
-    async def _fill(self, network_id: str) -> None:
-        missing = self.pool_size - len(self._pooled(network_id))
-        if missing <= 0:
-            return
-        wanted: list[tuple[str, dict[str, Any]]] = [
-            (f"{POOL}/{network_id}/{uuid.uuid4().hex}", {}) for _ in range(missing)
-        ]
-        try:
-            await self._make_subports(network_id, wanted, POOLED)
-        except ServiceError as exc:
-            log.warning("Cannot fill the pool of network %s: %s", network_id, exc)
-
-    def pools(self) -> dict[str, int]:
-        """Ready subports per network."""
-        counts: dict[str, int] = {}
-        for key, binding in self.bindings().items():
-            if key.startswith(f"{POOL}/") and binding["state"] == POOLED:
-                counts[binding["network_id"]] = counts.get(binding["network_id"], 0) + 1
-        return counts
-
-    async def release(self, container: str, ifname: str) -> None:
-        key = f"{container}/{ifname}"
-        async with self._locks.setdefault(key, asyncio.Lock()):
-            binding = self._binding(key)
-            if binding is not None:
-                await self._release(binding)
-                self._forget(key)
-                log.info("Released port %s of %s", binding["port_id"], key)
-        self._locks.pop(key, None)
 
     async def _release(self, binding: dict[str, Any]) -> None:
         port_id = binding["port_id"]
@@ -417,6 +451,8 @@ class NestedAgent:
             await self.service.call("PUT", f"v2.0/trunks/{self.trunk_id}/remove_subports",
                                     {"sub_ports": [{"port_id": port_id}]}, missing_ok=True)  # fmt: skip
         await self.service.call("DELETE", f"v2.0/ports/{port_id}", missing_ok=True)
+        if binding["state"] == POOLED:
+            await in_thread(self.plumbing.unplug, port_id, None, "", None)
 
     async def _mtu(self, network_id: str) -> int:
         if network_id not in self._mtus:
@@ -432,36 +468,86 @@ class NestedAgent:
         prefix = subnet["cidr"].split("/")[1]
         return {"address": f"{fixed['ip_address']}/{prefix}", "gateway": subnet.get("gateway_ip")}
 
-    # --- the socket's API ----------------------------------------------------------------
+    # --- port pools ------------------------------------------------------------------------
 
-    def _handle(
-        self, answer: Callable[[web.Request, str, str], Awaitable[web.Response]]
-    ) -> Callable[[web.Request], Awaitable[web.Response]]:
-        async def handler(request: web.Request) -> web.Response:
-            container, ifname = request.match_info["container"], request.match_info["ifname"]
-            try:
-                return await answer(request, container, ifname)
-            except ServiceError as exc:
-                return web.json_response({"error": str(exc)}, status=exc.status)
+    def _pooled(self, network_id: str) -> list[str]:
+        prefix = f"{POOL}/{network_id}/"
+        return [k for k, b in self.bindings().items() if k.startswith(prefix) and b["state"] == POOLED]
 
-        return handler
+    async def _take_pooled(
+        self, network_id: str, key: str, container: str, ifname: str
+    ) -> dict[str, Any] | None:
+        """A ready subport of the network's pool handed to `key`, with no call to the service
+        (the port is renamed for its pod in the background)."""
+        for pool_key in self._pooled(network_id):
+            lock = self._lock(pool_key)
+            if lock.locked():
+                continue  # being prepared, checked or taken
+            async with lock:
+                pooled = self._binding(pool_key)
+                if pooled is None:
+                    continue
+                binding = {**pooled, "state": ATTACHED, "container": container, "ifname": ifname,
+                           UNCLAIMED: True}  # fmt: skip
+                await self._record(key, binding)  # the new owner first: a crash in between leaves it named
+                self._forget(pool_key)
+            self._locks.pop(pool_key, None)
+            self._tasks.spawn(self._claim(key, binding["port_id"]), f"claim {key}")
+            return binding
+        return None
 
-    async def _put(self, request: web.Request, container: str, ifname: str) -> web.Response:
+    async def _claim(self, key: str, port_id: str) -> None:
+        """Renames a port taken from a pool, so that its network's deletion no longer takes it
+        (the binding says so until done: a restarted agent claims it again)."""
         try:
-            body = await request.json()
-        except ValueError:
-            body = None
-        if not isinstance(body, dict) or not isinstance(body.get("network_id"), str):
-            return web.json_response({"error": 'Expecting {"network_id": "<network id>"}'}, status=400)
-        binding = await self.attach(container, ifname, body["network_id"])
-        return web.json_response({**binding, "host": self.host()})
+            await self.service.call("PUT", f"v2.0/ports/{port_id}",
+                                    {"port": {"name": f"mesilla-nested:{key}"}})  # fmt: skip
+        except ServiceError as exc:
+            log.warning("Cannot rename port %s for %s: %s", port_id, key, exc)
+            return
+        async with self._lock(key):
+            binding = self._binding(key)
+            if binding is not None and binding["port_id"] == port_id:
+                binding.pop(UNCLAIMED, None)
+                await self._record(key, binding)
 
-    async def _get(self, request: web.Request, container: str, ifname: str) -> web.Response:
-        binding = self._binding(f"{container}/{ifname}")
-        if binding is None:
-            return web.json_response({"error": f"No binding for {container}/{ifname}"}, status=404)
-        return web.json_response({**binding, "host": self.host()})
+    def _refill(self, network_id: str) -> None:
+        """Tops the network's pool up to --network_nested_pool_size, in the background."""
+        running = self._fillers.get(network_id)
+        if self.pool_size <= 0 or (running is not None and not running.done()):
+            return
+        self._fillers[network_id] = self._tasks.spawn(self._fill(network_id), f"pool {network_id}")
 
-    async def _delete(self, request: web.Request, container: str, ifname: str) -> web.Response:
-        await self.release(container, ifname)
-        return web.Response(status=204)
+    async def _fill(self, network_id: str) -> None:
+        # Until full: attaches that come while it prepares ports take from the pool too.
+        while (missing := self.pool_size - len(self._pooled(network_id))) > 0:
+            wanted: list[tuple[str, dict[str, Any]]] = [
+                (f"{POOL}/{network_id}/{uuid.uuid4().hex}", {}) for _ in range(missing)
+            ]
+            try:
+                made = await self._make_subports(network_id, wanted, POOLED)
+            except ServiceError as exc:
+                log.warning("Cannot fill the pool of network %s: %s", network_id, exc)
+                return
+            for (key, _), binding in zip(wanted, made, strict=True):
+                await self._prepare(key, binding)
+
+    async def _prepare(self, key: str, binding: dict[str, Any]) -> None:
+        """Plumbs a pooled subport ahead; an attach plumbs it in full if this fails."""
+        from mesilla.network.nested.plumbing import PlumbingError, Vif
+
+        async with self._lock(key):
+            if self._binding(key) is None:
+                return  # taken meanwhile
+            try:
+                await in_thread(self.plumbing.prepare, Vif.from_json(binding))
+            except (PlumbingError, OvsError, OSError) as exc:
+                log.warning("Cannot plumb pooled port %s ahead: %s", binding["port_id"], exc)
+
+    def pools(self) -> dict[str, int]:
+        """Ready subports per network."""
+        counts: dict[str, int] = {}
+        for key, binding in self.bindings().items():
+            if key.startswith(f"{POOL}/") and binding["state"] == POOLED:
+                counts[binding["network_id"]] = counts.get(binding["network_id"], 0) + 1
+        return counts

@@ -6,27 +6,28 @@ that serves this host's trunk::
     {"cniVersion": "1.0.0", "name": "tenant-a", "type": "mesilla-nested",
      "network_id": "<Neutron network id>", "agent_socket": "/run/mesilla/nested.sock"}
 
-ADD asks the agent (never the service: the plugin holds no credentials) for
-a subport for (CNI_CONTAINERID, CNI_IFNAME), plumbs it into CNI_NETNS with
-the backend the agent names, and prints a CNI result of the configuration's
-version (1.0.0, 0.4.0, 0.3.x; 0.2.0's `ip4`/`ip6` for Mesos) with the port's
-MAC, address and gateway. ADD again finds the same subport and leaves a
-complete interface as it is. DEL unplugs whatever part of an ADD was done
-and has the agent release the subport; DEL of what was never added succeeds.
+The plugin holds no credentials and does no plumbing: it forwards the
+request (CNI_COMMAND, CNI_CONTAINERID, CNI_NETNS, CNI_IFNAME and the
+configuration) to its agent over that unix socket and prints the answer,
+a result or a CNI error object (`mesilla.network.nested.cni` does the verbs).
+It answers VERSION itself, and a CNI error when the agent cannot be reached.
+
+It is a process per pod, so it starts as little as it can: the standard
+library's C halves of `json` and `socket` only (the modules themselves
+import `re` and `enum`, which cost this 2-core machine as much as the
+interpreter's own start), and nothing of Mesilla.
 """
 
 from __future__ import annotations
 
-import http.client
-import json
+import _json
+import _socket
 import os
-import socket
 import sys
-import urllib.parse
-from typing import Any
 
 SUPPORTED_VERSIONS = ["0.2.0", "0.3.0", "0.3.1", "0.4.0", "1.0.0"]
 AGENT_TIMEOUT = 60.0
+ROUTE = "/v1/cni"
 # CNI's well-known error codes.
 INCOMPATIBLE_VERSION = 1
 INVALID_ENVIRONMENT = 4
@@ -35,6 +36,8 @@ TRY_AGAIN = 11
 
 
 class CniFailure(Exception):
+    """What a CNI error object says (the plugin's own, or the agent's)."""
+
     def __init__(self, code: int, msg: str, details: str = "") -> None:
         super().__init__(msg)
         self.code = code
@@ -42,158 +45,93 @@ class CniFailure(Exception):
         self.details = details
 
 
-class _UnixConnection(http.client.HTTPConnection):
-    def __init__(self, path: str) -> None:
-        super().__init__("localhost", timeout=AGENT_TIMEOUT)
-        self._path = path
+class _Decoding:
+    """What `_json`'s scanner reads its options from (json.decoder.JSONDecoder's defaults)."""
 
-    def connect(self) -> None:
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        sock.settimeout(AGENT_TIMEOUT)
-        sock.connect(self._path)
-        self.sock = sock
+    strict = True
+    object_hook = None
+    object_pairs_hook = None
+    parse_float = float
+    parse_int = int
+    parse_constant = float
 
 
-def ask_agent(socket_path: str, method: str, container: str, ifname: str,
-              body: Any = None) -> tuple[int, Any]:  # fmt: skip
-    path = "/v1/attachments/{}/{}".format(urllib.parse.quote(container, safe=""),
-                                          urllib.parse.quote(ifname, safe=""))  # fmt: skip
-    connection = _UnixConnection(socket_path)
+def parse(text: str) -> object:
+    """The JSON value of `text` (ValueError if it is not JSON)."""
+    text = text.strip()
     try:
-        data = json.dumps(body) if body is not None else None
-        connection.request(method, path, body=data, headers={"Content-Type": "application/json"})
-        response = connection.getresponse()
-        raw = response.read()
-    except OSError as exc:
-        raise CniFailure(TRY_AGAIN, f"The mesilla agent at {socket_path} does not answer: {exc}") from None
-    finally:
-        connection.close()
-    return response.status, json.loads(raw) if raw.strip() else None
-
-
-def result(version: str, binding: dict[str, Any], ifname: str, netns: str, mac: str) -> dict[str, Any]:
-    """The CNI result of `version` for a plumbed binding."""
-    from mesilla.network.nested.plumbing import Vif
-
-    vif = Vif.from_json(binding)
-    if version == "0.2.0":
-        out: dict[str, Any] = {"cniVersion": version, "dns": {}}
-        for addr in vif.addresses:
-            key = "ip6" if addr.interface.version == 6 else "ip4"
-            if key not in out:
-                entry: dict[str, Any] = {"ip": addr.address}
-                if addr.gateway:
-                    entry.update(gateway=addr.gateway,
-                                 routes=[{"dst": "::/0" if key == "ip6" else "0.0.0.0/0"}])  # fmt: skip
-                out[key] = entry
-        return out
-    ips = []
-    for addr in vif.addresses:
-        ip: dict[str, Any] = {"interface": 0, "address": addr.address}
-        if addr.gateway:
-            ip["gateway"] = addr.gateway
-        if version != "1.0.0":
-            ip["version"] = str(addr.interface.version)
-        ips.append(ip)
-    routes = [{"dst": "::/0" if a.interface.version == 6 else "0.0.0.0/0", "gw": a.gateway}
-              for a in vif.addresses if a.gateway]  # fmt: skip
-    return {"cniVersion": version, "interfaces": [{"name": ifname, "mac": mac, "sandbox": netns}],
-            "ips": ips, "routes": routes, "dns": {}}  # fmt: skip
-
-
-def _config(stdin: str) -> dict[str, Any]:
-    try:
-        conf = json.loads(stdin)
-    except ValueError:
-        raise CniFailure(INVALID_CONFIG, "The network configuration is not JSON") from None
-    if not isinstance(conf, dict):
-        raise CniFailure(INVALID_CONFIG, "The network configuration is not a JSON object")
-    for key in ("network_id", "agent_socket"):
-        if not isinstance(conf.get(key), str) or not conf[key]:
-            raise CniFailure(INVALID_CONFIG, f"mesilla-nested needs '{key}' in network '{conf.get('name')}'")
-    if conf.get("cniVersion", "0.2.0") not in SUPPORTED_VERSIONS:
-        raise CniFailure(INCOMPATIBLE_VERSION, f"cniVersion {conf.get('cniVersion')} is not supported",
-                         f"supported: {', '.join(SUPPORTED_VERSIONS)}")  # fmt: skip
-    return conf
-
-
-def _env(name: str, required: bool = True) -> str:
-    value = os.environ.get(name, "")
-    if required and not value:
-        raise CniFailure(INVALID_ENVIRONMENT, f"{name} is not set")
+        # typeshed types the context as a scanner; any object with these attributes will do.
+        value, end = _json.make_scanner(_Decoding())(text, 0)  # type: ignore[arg-type]
+    except StopIteration:
+        raise ValueError("not JSON") from None
+    if end != len(text):
+        raise ValueError("extra data after the JSON value")
     return value
 
 
-def add(conf: dict[str, Any]) -> dict[str, Any]:
-    from mesilla.network.nested import plumbing
+def _string(value: str) -> str:
+    return str(_json.encode_basestring_ascii(value))
 
-    container, netns, ifname = _env("CNI_CONTAINERID"), _env("CNI_NETNS"), _env("CNI_IFNAME")
-    status, binding = ask_agent(conf["agent_socket"], "PUT", container, ifname,
-                                {"network_id": conf["network_id"]})  # fmt: skip
-    if status != 200:
-        raise CniFailure(TRY_AGAIN if status >= 500 else INVALID_CONFIG,
-                         (binding or {}).get("error", f"The agent answered {status}"))  # fmt: skip
-    backend = plumbing.from_host(binding["host"])
-    vif = plumbing.Vif.from_json(binding)
+
+def forward(socket_path: str, body: bytes) -> tuple[int, bytes]:
+    """`POST /v1/cni` on the agent's socket: its status and body."""
+    head = (f"POST {ROUTE} HTTP/1.1\r\nHost: mesilla-agent\r\nContent-Type: application/json\r\n"
+            f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n").encode()  # fmt: skip
+    sock = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
     try:
-        mac = backend.plug(vif, netns, ifname)
-    except Exception as exc:  # whatever failed, the half-made interface and the subport go
-        backend.unplug(vif.port_id, netns, ifname, vif.mac_address)
-        ask_agent(conf["agent_socket"], "DELETE", container, ifname)
-        raise CniFailure(TRY_AGAIN, f"Plumbing port {vif.port_id} into {netns} failed: {exc}") from None
-    return result(conf.get("cniVersion", "0.2.0"), binding, ifname, netns, mac)
+        sock.settimeout(AGENT_TIMEOUT)
+        sock.connect(socket_path)
+        sock.sendall(head + body)
+        chunks = []
+        while chunk := sock.recv(65536):
+            chunks.append(chunk)
+    except OSError as exc:
+        raise CniFailure(TRY_AGAIN, f"The mesilla agent at {socket_path} does not answer: {exc}") from None
+    finally:
+        sock.close()
+    answer = b"".join(chunks)
+    head, _, content = answer.partition(b"\r\n\r\n")
+    try:
+        return int(head.split(b"\r\n", 1)[0].split()[1]), content
+    except (IndexError, ValueError):
+        raise CniFailure(TRY_AGAIN, f"The mesilla agent at {socket_path} answered {answer[:100]!r}") from None
 
 
-def delete(conf: dict[str, Any]) -> None:
-    from mesilla.network.nested import plumbing
-
-    container, ifname = _env("CNI_CONTAINERID"), _env("CNI_IFNAME")
-    netns = _env("CNI_NETNS", required=False) or None
-    status, binding = ask_agent(conf["agent_socket"], "GET", container, ifname)
-    if status == 200:
-        backend = plumbing.from_host(binding["host"])
-        backend.unplug(binding["port_id"], netns, ifname, binding.get("mac_address"))
-    elif status != 404:
-        raise CniFailure(TRY_AGAIN, (binding or {}).get("error", f"The agent answered {status}"))
-    status, answer = ask_agent(conf["agent_socket"], "DELETE", container, ifname)
-    if status >= 300:
-        raise CniFailure(TRY_AGAIN, (answer or {}).get("error", f"The agent answered {status}"))
-
-
-def check(conf: dict[str, Any]) -> None:
-    from mesilla.network.nested import plumbing
-
-    container, netns, ifname = _env("CNI_CONTAINERID"), _env("CNI_NETNS"), _env("CNI_IFNAME")
-    status, binding = ask_agent(conf["agent_socket"], "GET", container, ifname)
-    if status != 200 or binding.get("state") != "attached":
-        raise CniFailure(TRY_AGAIN, f"The agent holds no subport for {container}/{ifname}")
-    if not plumbing.pod_end_ready(netns, ifname, plumbing.Vif.from_json(binding)):
-        raise CniFailure(TRY_AGAIN, f"{ifname} in {netns} lacks port {binding['port_id']}'s MAC or addresses")
+def request(command: str, conf: object, stdin: str, env: dict[str, str]) -> tuple[str, bytes]:
+    """The agent's socket and the request for it: CNI_* of `env` and the configuration, as given."""
+    socket_path = conf.get("agent_socket") if isinstance(conf, dict) else None
+    if not isinstance(socket_path, str) or not socket_path:
+        raise CniFailure(INVALID_CONFIG, "mesilla-nested needs 'agent_socket' in its network configuration")
+    fields = {"command": command, "container_id": env.get("CNI_CONTAINERID", ""),
+              "netns": env.get("CNI_NETNS", ""), "ifname": env.get("CNI_IFNAME", "")}  # fmt: skip
+    body = ", ".join(f"{_string(k)}: {_string(v)}" for k, v in fields.items())
+    return socket_path, f'{{{body}, "config": {stdin.strip()}}}'.encode()
 
 
 def main() -> None:
     command = os.environ.get("CNI_COMMAND", "")
+    if command == "VERSION":
+        versions = ", ".join(map(_string, SUPPORTED_VERSIONS))
+        print(f'{{"cniVersion": "1.0.0", "supportedVersions": [{versions}]}}')
+        return
+    stdin = sys.stdin.read()
     version = "1.0.0"
     try:
-        if command == "VERSION":
-            print(json.dumps({"cniVersion": "1.0.0", "supportedVersions": SUPPORTED_VERSIONS}))
-            return
-        conf = _config(sys.stdin.read())
-        version = conf.get("cniVersion", "0.2.0")
-        if command == "ADD":
-            print(json.dumps(add(conf)))
-        elif command == "DEL":
-            delete(conf)
-        elif command == "CHECK":
-            check(conf)
-        else:
-            raise CniFailure(INVALID_ENVIRONMENT, f"Unknown CNI_COMMAND '{command}'")
+        try:
+            conf = parse(stdin)
+        except ValueError:
+            raise CniFailure(INVALID_CONFIG, "The network configuration is not JSON") from None
+        if isinstance(conf, dict) and isinstance(conf.get("cniVersion"), str):
+            version = conf["cniVersion"]
+        status, answer = forward(*request(command, conf, stdin, dict(os.environ)))
+        if status not in (200, 400):
+            raise CniFailure(TRY_AGAIN, f"The mesilla agent answered {status}: {answer[:200]!r}")
     except CniFailure as exc:
-        error = {"cniVersion": version, "code": exc.code, "msg": exc.msg}
-        if exc.details:
-            error["details"] = exc.details
-        print(json.dumps(error))
+        print(f'{{"cniVersion": {_string(version)}, "code": {exc.code}, "msg": {_string(exc.msg)}}}')
         sys.exit(1)
+    sys.stdout.write(answer.decode())
+    if status == 400:
+        sys.exit(1)  # a CNI error object, from the agent
 
 
 if __name__ == "__main__":

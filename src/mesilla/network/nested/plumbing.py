@@ -1,10 +1,11 @@
 """Plumbing a pod's subport into its network namespace: the `ovs` and `vlan` backends.
 
-Both end the same way, Kuryr's nested binding: an interface created in the
-host's namespace under a temporary name (`eth0` would clash there), moved
-into the pod's namespace, renamed to `CNI_IFNAME`, given the Neutron port's
-MAC and MTU, brought up, given its addresses and a default route through
-the subnet's gateway. They differ in what carries the VLAN ID:
+The agent runs them (the plugin only forwards its request). Both end the
+same way, Kuryr's nested binding: an interface created in the host's
+namespace under a temporary name (`eth0` would clash there), moved into the
+pod's namespace, renamed to `CNI_IFNAME`, given the Neutron port's MAC and
+MTU, brought up, given its addresses and a default route through the
+subnet's gateway. They differ in what carries the VLAN ID:
 
 * `vlan`: an 802.1Q sub-interface of the trunk NIC (``kind=vlan``). A stale
   one holding the same VLAN ID on the same NIC (a pod namespace deleted late)
@@ -15,22 +16,28 @@ the subnet's gateway. They differ in what carries the VLAN ID:
   bridge's uplink is the trunk NIC in trunk mode, so that the frames on the
   trunk are real 802.1Q all the same. The pods keep their offloads: the
   switch runs with userspace TSO, which handles the partial checksums veths
-  leave (`mesilla.network.ovs`).
+  leave (`mesilla.network.ovs`). A pooled subport is plumbed ahead
+  (`prepare`: the veth with the port's MAC and MTU, its host end on the
+  bridge), so that its attach is only the move into the pod and the pod's
+  L3, with no switch to wait for.
 
 `probe_vlan` tells the two apart: the kernel answers EOPNOTSUPP to a
 ``kind=vlan`` create where 802.1Q is missing. Every netlink operation goes
-through pyroute2.
+through pyroute2, in a pod's namespace over a socket opened there by the
+calling thread (`setns` and back: pyroute2's own ``netns=`` forks a helper
+per socket, ~20 ms each).
 """
 
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import errno
 import ipaddress
 import os
 import socket
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -86,17 +93,48 @@ def host_name(port_id: str) -> str:
     return "mn" + port_id.replace("-", "")[:11]
 
 
+def pod_end_name(port_id: str) -> str:
+    """The pod end of a prepared veth while it waits in the host's namespace."""
+    return "mp" + port_id.replace("-", "")[:11]
+
+
 def _temporary_name() -> str:
     return "mt" + uuid.uuid4().hex[:11]
+
+
+_libc = ctypes.CDLL(None, use_errno=True)
+_CLONE_NEWNET = 0x40000000
+
+
+def _setns(fd: int) -> None:
+    if _libc.setns(fd, _CLONE_NEWNET) != 0:
+        raise OSError(ctypes.get_errno(), os.strerror(ctypes.get_errno()))
+
+
+def _netlink_socket_in(path: str) -> socket.socket:
+    """A netlink socket of the namespace at `path`, opened by this thread from inside it."""
+    own = os.open("/proc/thread-self/ns/net", os.O_RDONLY)
+    try:
+        target = os.open(path, os.O_RDONLY)
+        try:
+            _setns(target)
+            try:
+                return socket.socket(socket.AF_NETLINK, socket.SOCK_DGRAM, socket.NETLINK_ROUTE)
+            finally:
+                _setns(own)  # never left in the pod's namespace: this thread serves others next
+        finally:
+            os.close(target)
+    finally:
+        os.close(own)
 
 
 @contextlib.contextmanager
 def _namespace(path: str) -> Iterator[IPRoute]:
     try:
-        ipr = IPRoute(netns=path, flags=0)
+        sock = _netlink_socket_in(path)
     except OSError as exc:
         raise PlumbingError(f"Cannot enter the pod's network namespace {path}: {exc}") from None
-    with ipr:
+    with IPRoute(use_socket=sock) as ipr:
         yield ipr
 
 
@@ -108,8 +146,13 @@ def _ns_fd(path: str) -> int:
 
 
 def _index(ipr: IPRoute, ifname: str) -> int | None:
-    found = ipr.link_lookup(ifname=ifname)
-    return found[0] if found else None
+    # One RTM_GETLINK by name: link_lookup dumps every link of the namespace.
+    try:
+        return int(ipr.link("get", ifname=ifname)[0]["index"])
+    except NetlinkError as exc:
+        if exc.code == errno.ENODEV:
+            return None
+        raise
 
 
 def _trunk_index(ipr: IPRoute, trunk_nic: str) -> int:
@@ -128,17 +171,26 @@ def _link_attr(ipr: IPRoute, index: int, name: str) -> Any:
     return ipr.link("get", index=index)[0].get(name)
 
 
-def _configure_pod_end(netns: str, temporary: str, ifname: str, vif: Vif) -> str:
-    """Renames the moved interface and gives it the port's L2 and L3; returns its MAC."""
+def _move(ipr: IPRoute, name: str, netns: str, ifname: str) -> None:
+    """Moves `name` into the pod's namespace as `ifname` (one message: the kernel renames it
+    there once moved)."""
+    target = _ns_fd(netns)
+    try:
+        ipr.link("set", index=_index(ipr, name), net_ns_fd=target, ifname=ifname)
+    finally:
+        os.close(target)
+
+
+def _configure_pod_end(netns: str, ifname: str, vif: Vif) -> str:
+    """Gives the moved interface the port's L2 and L3; returns its MAC."""
     with _namespace(netns) as ipr:
-        index = _index(ipr, temporary)
+        index = _index(ipr, ifname)
         if index is None:
-            raise PlumbingError(f"{temporary} did not arrive in {netns}")
-        ipr.link("set", index=index, ifname=ifname, address=vif.mac_address, mtu=vif.mtu)
+            raise PlumbingError(f"{ifname} did not arrive in {netns}")
+        ipr.link("set", index=index, address=vif.mac_address, mtu=vif.mtu, state="up")
         for addr in vif.addresses:
             iface = addr.interface
             ipr.addr("add", index=index, address=str(iface.ip), prefixlen=iface.network.prefixlen)
-        ipr.link("set", index=index, state="up")
         for addr in vif.addresses:
             if addr.gateway:
                 family = socket.AF_INET6 if addr.interface.version == 6 else socket.AF_INET
@@ -185,27 +237,46 @@ class OvsPlumbing:
         self.ovs.add_port(self.bridge, trunk_nic, "vlan_mode=trunk")
         _trunk_up(trunk_nic)
 
-    def plug(self, vif: Vif, netns: str, ifname: str) -> str:
-        host = vif.host_name
+    def prepare(self, vif: Vif) -> None:
+        """The veth of a pooled subport, both ends in the host's namespace: the host end on
+        the bridge, tagged, the pod end (`pod_end_name`) with the port's MAC and MTU."""
         with IPRoute() as ipr:
-            present = _index(ipr, host) is not None
-        if present and pod_end_ready(netns, ifname, vif):
-            self.ovs.add_port(self.bridge, host, f"tag={vif.segmentation_id}")
-            return vif.mac_address
-        self.unplug(vif.port_id, netns, ifname, vif.mac_address)  # a half-done ADD
-        temporary = _temporary_name()
-        target = _ns_fd(netns)
+            ends = (_index(ipr, vif.host_name), _index(ipr, pod_end_name(vif.port_id)))
+        ready = None not in ends
+        if ready:
+            self.ovs.add_port(self.bridge, vif.host_name, f"tag={vif.segmentation_id}")  # kept if there
+        else:
+            self.unplug(vif.port_id, None, "", None)
+            self._make(vif)
+
+    def _make(self, vif: Vif) -> None:
+        host, pod_end = vif.host_name, pod_end_name(vif.port_id)
         try:
             with IPRoute() as ipr:
-                ipr.link("add", ifname=host, kind="veth", peer=temporary)
-                ipr.link("set", index=_index(ipr, temporary), net_ns_fd=target)
+                ipr.link("add", ifname=host, kind="veth", peer=pod_end)
+                ipr.link("set", index=_index(ipr, pod_end), address=vif.mac_address, mtu=vif.mtu)
                 ipr.link("set", index=_index(ipr, host), mtu=vif.mtu, state="up")
         except NetlinkError as exc:
             raise PlumbingError(f"Cannot create the veth {host} for port {vif.port_id}: {exc}") from None
-        finally:
-            os.close(target)
         self.ovs.add_port(self.bridge, host, f"tag={vif.segmentation_id}")
-        return _configure_pod_end(netns, temporary, ifname, vif)
+
+    def plug(self, vif: Vif, netns: str, ifname: str) -> str:
+        host, pod_end = vif.host_name, pod_end_name(vif.port_id)
+        with IPRoute() as ipr:
+            present = _index(ipr, host) is not None
+            prepared = present and _index(ipr, pod_end) is not None
+        if present and not prepared and pod_end_ready(netns, ifname, vif):
+            self.ovs.add_port(self.bridge, host, f"tag={vif.segmentation_id}")
+            return vif.mac_address  # a repeated ADD
+        if not prepared:  # not from a pool, or a half-done ADD: made afresh
+            self.unplug(vif.port_id, netns, ifname, vif.mac_address)
+            self._make(vif)
+        try:
+            with IPRoute() as ipr:
+                _move(ipr, pod_end, netns, ifname)
+        except NetlinkError as exc:
+            raise PlumbingError(f"Cannot move {pod_end} of port {vif.port_id} into {netns}: {exc}") from None
+        return _configure_pod_end(netns, ifname, vif)
 
     def unplug(self, port_id: str, netns: str | None, ifname: str, mac: str | None) -> None:
         host = host_name(port_id)
@@ -214,11 +285,8 @@ class OvsPlumbing:
             index = _index(ipr, host)
             if index is not None:
                 with contextlib.suppress(NetlinkError):
-                    ipr.link("del", index=index)  # takes the pod end with it
+                    ipr.link("del", index=index)  # takes the pod end with it, wherever it is
         _delete_pod_end(netns, ifname, mac)
-
-    def host_ports(self) -> list[str]:
-        return [p for p in self.ovs.ports(self.bridge) if p.startswith("mn")]
 
 
 class VlanPlumbing:
@@ -226,20 +294,22 @@ class VlanPlumbing:
 
     name = VLAN
 
-    def __init__(self, trunk_nic: str, stale_namespaces: list[str] | None = None) -> None:
+    def __init__(self, trunk_nic: str, stale_namespaces: Callable[[], list[str]] = list) -> None:
         self.trunk_nic = trunk_nic
         #: Where a stale sub-interface holding a VLAN ID may be left (pod namespaces).
-        self.stale_namespaces = stale_namespaces or []
+        self.stale_namespaces = stale_namespaces
 
     def setup_host(self, trunk_nic: str) -> None:
         _trunk_up(trunk_nic)
+
+    def prepare(self, vif: Vif) -> None:
+        """Nothing ahead: a sub-interface is one netlink call at attach, no switch to wait for."""
 
     def plug(self, vif: Vif, netns: str, ifname: str) -> str:
         if pod_end_ready(netns, ifname, vif):
             return vif.mac_address
         self.unplug(vif.port_id, netns, ifname, vif.mac_address)
         temporary = _temporary_name()
-        target = _ns_fd(netns)
         try:
             with IPRoute() as ipr:
                 link = _index(ipr, self.trunk_nic)
@@ -251,18 +321,16 @@ class VlanPlumbing:
                     if exc.code != errno.EEXIST or not self._clear_stale(vif.segmentation_id):
                         raise
                     ipr.link("add", ifname=temporary, kind="vlan", link=link, vlan_id=vif.segmentation_id)
-                ipr.link("set", index=_index(ipr, temporary), net_ns_fd=target)
+                _move(ipr, temporary, netns, ifname)
         except NetlinkError as exc:
             raise PlumbingError(
                 f"Cannot create VLAN {vif.segmentation_id} on {self.trunk_nic} for port {vif.port_id}: {exc}"
             ) from None
-        finally:
-            os.close(target)
-        return _configure_pod_end(netns, temporary, ifname, vif)
+        return _configure_pod_end(netns, ifname, vif)
 
     def _clear_stale(self, vlan_id: int) -> bool:
         """Deletes a sub-interface of the trunk NIC with `vlan_id` left in a pod namespace."""
-        for path in self.stale_namespaces:
+        for path in self.stale_namespaces():
             with contextlib.suppress(PlumbingError, NetlinkError), _namespace(path) as ipr:
                 for link in ipr.link("dump"):
                     info = link.get(("IFLA_LINKINFO", "IFLA_INFO_DATA")) or {}
@@ -276,20 +344,18 @@ class VlanPlumbing:
     def unplug(self, port_id: str, netns: str | None, ifname: str, mac: str | None) -> None:
         _delete_pod_end(netns, ifname, mac)
 
-    def host_ports(self) -> list[str]:
-        return []
-
 
 Plumbing = OvsPlumbing | VlanPlumbing
 
 
-def from_host(doc: dict[str, Any]) -> Plumbing:
-    """The backend the agent's answer names (its `host` part), as the plugin uses it."""
-    if doc.get("backend") == OVS:
-        return OvsPlumbing(OvsInstance(str(doc["ovs_dir"])), str(doc["bridge"]))
-    if doc.get("backend") == VLAN:
-        return VlanPlumbing(str(doc["trunk_nic"]), [str(p) for p in doc.get("namespaces", [])])
-    raise PlumbingError(f"The agent names no known plumbing backend: {doc.get('backend')!r}")
+def backend(name: str, trunk_nic: str, ovs_dir: str, bridge: str,
+            stale_namespaces: Callable[[], list[str]] = list) -> Plumbing:  # fmt: skip
+    """The plumbing of backend `name` (`choose`'s answer) for this host."""
+    if name == OVS:
+        return OvsPlumbing(OvsInstance(ovs_dir), bridge)
+    if name == VLAN:
+        return VlanPlumbing(trunk_nic, stale_namespaces)
+    raise PlumbingError(f"No plumbing backend '{name}': expecting {' or '.join(BACKENDS)}")
 
 
 def probe_vlan(trunk_nic: str) -> bool:

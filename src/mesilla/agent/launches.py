@@ -103,6 +103,8 @@ def _deliver(
         except OSError as exc:  # a full or broken disk: the tasks end, the agent goes on
             log.warning("Failed to create the sandbox of executor %s: %s", info.executor_id.value, exc)
             _drop(agent, framework, info, tasks, f"Failed to create executor directory: {exc}")
+            if not command_task:  # as Mesos: the master added the executor for this launch
+                terminations.send_exited_executor(agent, framework.id, info.executor_id, None)
             return
         written = _queue(agent, framework, executor, tasks, group, new_executor=True)
         agent.spawn(

@@ -25,7 +25,14 @@ from mesilla.common.files import remove_file
 from mesilla.containerizer.types import ContainerTermination
 from mesilla.v1 import executor as ev
 from mesilla.v1 import internal
-from mesilla.v1.mesos import FrameworkID, KillPolicy, Reason, TaskResourceLimitation, TaskState
+from mesilla.v1.mesos import (
+    ExecutorID,
+    FrameworkID,
+    KillPolicy,
+    Reason,
+    TaskResourceLimitation,
+    TaskState,
+)
 
 log = logging.getLogger(__name__)
 
@@ -190,20 +197,8 @@ def executor_terminated(
     else:
         for task_id in list(executor.launched_tasks):
             executor.terminated_tasks[task_id] = executor.launched_tasks.pop(task_id)
-    if not executor.command_task and agent.info.id is not None:
-        exited = internal.ExitedExecutor(
-            framework_id=framework.id,
-            executor_id=executor.info.executor_id,
-            # As Mesos: -1 when the executor never ran (its launch failed).
-            status=status if status is not None else -1,
-        )
-        agent.master.send(
-            internal.AgentCall(
-                type=internal.AgentCallType.EXITED_EXECUTOR,
-                agent_id=agent.info.id,
-                exited_executor=exited,
-            )
-        )
+    if not executor.command_task:
+        send_exited_executor(agent, framework.id, executor.info.executor_id, status)
     if (
         agent.status is AgentStatus.TERMINATING
         or framework.state is FrameworkState.TERMINATING
@@ -212,6 +207,28 @@ def executor_terminated(
         remove_executor(agent, framework, executor)
     if framework.idle():
         remove_framework(agent, framework)
+
+
+def send_exited_executor(
+    agent: Agent, framework_id: FrameworkID, executor_id: ExecutorID, status: int | None
+) -> None:
+    """EXITED_EXECUTOR, so that the master lets the executor's resources go (never for a
+    command executor: the master does not know those)."""
+    if agent.info.id is None:
+        return
+    exited = internal.ExitedExecutor(
+        framework_id=framework_id,
+        executor_id=executor_id,
+        # As Mesos: -1 when the executor never ran (its launch failed).
+        status=status if status is not None else -1,
+    )
+    agent.master.send(
+        internal.AgentCall(
+            type=internal.AgentCallType.EXITED_EXECUTOR,
+            agent_id=agent.info.id,
+            exited_executor=exited,
+        )
+    )
 
 
 def _executor_terminated_update(

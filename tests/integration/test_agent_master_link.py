@@ -105,7 +105,6 @@ class _Registering:
 
     def __init__(self) -> None:
         self.info = AgentInfo(hostname="localhost", id=AgentID(value="agent-link"))
-        self.send_to_master: Any = None
 
     def register_call(self) -> Register:
         return Register(agent_info=self.info)
@@ -127,8 +126,8 @@ async def test_a_call_made_while_registering_reaches_the_master_after_registered
     master = FakeMaster()
     master.hold_registered = asyncio.Event()
     await master.start()
-    link = MasterLink(_Registering(), master.address, 0.1)
-    running = asyncio.create_task(link.run())
+    link = MasterLink(master.address, 0.1)
+    running = asyncio.create_task(link.run(_Registering()))
     try:
         await master.wait_for(lambda: master.registering)
         exited = AgentCall(

@@ -133,11 +133,11 @@ async def test_cpu_hog_is_throttled(containerizer, env):
     await containerizer.launch(cid, config)
 
     async def throttled() -> bool:
-        usage = await containerizer.usage(cid)
+        usage = (await containerizer.usage(cid)).to_json()
         return usage.get("cpus_nr_throttled", 0) > 3
 
     await until(throttled, "the CPU hog is throttled")
-    usage = await containerizer.usage(cid)
+    usage = (await containerizer.usage(cid)).to_json()
     assert usage["cpus_limit"] == 0.1
     # Throttled for most of each period: at 0.1 CPU a hog waits about 90% of the time.
     assert usage["cpus_nr_throttled"] >= usage["cpus_nr_periods"] // 2
@@ -161,7 +161,7 @@ async def test_fork_bomb_stops_at_the_pids_limit(containerizer, env):
     await until(finished, "the fork bomb gave up")
     forked, error = map(int, read(gave_up).split())
     assert error == 11  # EAGAIN from the pids controller
-    usage = await containerizer.usage(cid)
+    usage = (await containerizer.usage(cid)).to_json()
     assert usage["threads"] == 32  # --cgroups_max_pids
     assert forked < 32
     await containerizer.destroy(cid)
@@ -255,7 +255,7 @@ async def test_nested_container_with_own_cgroups_is_oom_killed_alone(
     assert termination is not None
     assert termination.reason == Reason.REASON_CONTAINER_LIMITATION_MEMORY
     assert parent in containerizer.containers()  # the parent lives on
-    usage = await containerizer.usage(parent)
+    usage = (await containerizer.usage(parent)).to_json()
     assert usage["mem_limit_bytes"] == 256 << 20
     await containerizer.destroy(parent)
 
@@ -309,7 +309,7 @@ async def test_after_agent_restart_oom_is_still_reported_and_orphans_lose_their_
         await restarted.recover({hog})
         hierarchy = Hierarchy.detect()
         assert not hierarchy.cgroup(own_cgroup_path(env.flags, orphan)).exists("memory")
-        assert (await restarted.usage(hog))["mem_limit_bytes"] == 64 << 20
+        assert (await restarted.usage(hog)).to_json()["mem_limit_bytes"] == 64 << 20
         Path(hog_config.sandbox, "go").touch()
         termination = await asyncio.wait_for(restarted.wait(hog), 120)
         assert termination is not None

@@ -91,7 +91,7 @@ async def test_kill_then_destroy_leaves_no_process(
     assert [(await agent.next_update())["state"] for _ in range(2)] == [
         "TASK_STARTING", "TASK_RUNNING",
     ]  # fmt: skip
-    leader = (await containerizer.status(cid))["executor_pid"]
+    leader = (await containerizer.status(cid)).executor_pid
     agent.send(kill_event("t1", grace_secs=1))
     assert [(await agent.next_update())["state"] for _ in range(2)] == [
         "TASK_KILLING", "TASK_KILLED",
@@ -112,7 +112,7 @@ async def test_destroying_the_container_takes_the_task_down(
     agent.send(launch_event("t1", {"value": "exec sleep 1000"}))
     await agent.next_update()
     await agent.next_update()
-    leader = (await containerizer.status(cid))["executor_pid"]
+    leader = (await containerizer.status(cid)).executor_pid
     # The executor and its task, under the linux launcher also the pid namespace's init.
     assert len(session_processes(leader)) >= 2
     await containerizer.destroy(cid)

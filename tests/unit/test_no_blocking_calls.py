@@ -28,13 +28,7 @@ BLOCKING = {
 }
 
 # "path:async function": why a blocking call may stay there.
-ALLOWED: dict[str, str] = {
-    # Open (issue 12): the agent's, moved off the loop by the agent's rework.
-    "agent/container_api.py:remove": "open: a nested container's sandbox removed on the loop",
-    "agent/io_switchboard.py:start": "open: the console socket's directory removed on the loop",
-    "agent/io_switchboard.py:recover": "open: a stale switchboard directory removed on the loop",
-    "agent/io_switchboard.py:stop": "open: the switchboard's directory removed on the loop",
-}
+ALLOWED: dict[str, str] = {}
 
 
 def _imports(tree: ast.AST) -> tuple[dict[str, str], dict[str, tuple[str, str]]]:

@@ -13,7 +13,6 @@ import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable
-from typing import Any
 
 import msgspec
 from aiohttp import web
@@ -24,9 +23,8 @@ from mesilla.agent import files as files_mod
 from mesilla.agent.agent import CAPABILITIES, Agent, AgentStatus
 from mesilla.agent.state import Executor, ExecutorState, Framework, make_task
 from mesilla.common.authorization import require
-from mesilla.common.errors import BadRequest, HttpError, ServiceUnavailable
+from mesilla.common.errors import BadRequest, ContainerError, HttpError, ServiceUnavailable
 from mesilla.common.http import (
-    RECORDIO,
     Router,
     check_accept,
     json_response,
@@ -34,11 +32,22 @@ from mesilla.common.http import (
     read_message,
 )
 from mesilla.common.models import attributes_json, task_json
+from mesilla.common.negotiation import RECORDIO
 from mesilla.common.resources import Resources, ResourcesError
 from mesilla.common.validation import validate_ids
 from mesilla.v1 import agent as api
 from mesilla.v1 import codec
-from mesilla.v1.mesos import FrameworkInfo, Image, TaskState
+from mesilla.v1.mesos import (
+    Flag,
+    FrameworkInfo,
+    Image,
+    Json,
+    Message,
+    Metric,
+    Resource,
+    TaskState,
+    VersionInfo,
+)
 
 log = logging.getLogger(__name__)
 
@@ -60,7 +69,7 @@ def _require_recovered(agent: Agent) -> None:
         raise ServiceUnavailable("Agent has not finished recovery")
 
 
-def _summary(resources: list[Any]) -> dict[str, object]:
+def _summary(resources: list[Resource]) -> dict[str, object]:
     try:
         return Resources.from_list(resources).to_json_summary()
     except ResourcesError:
@@ -122,9 +131,10 @@ async def get_containers(agent: Agent, call: api.GetContainersCall) -> api.GetCo
             entry.executor_id = codec.to_builtins(executor.info.executor_id)
             entry.executor_name = executor.info.name
         try:
-            entry.container_status = await agent.containerizer.status(container_id)
-            entry.resource_statistics = await agent.containerizer.usage(container_id)
-        except Exception as exc:  # a container may end while it is being listed
+            status = await agent.containerizer.status(container_id)
+            entry.container_status = codec.to_builtins(status)
+            entry.resource_statistics = (await agent.containerizer.usage(container_id)).to_json()
+        except ContainerError as exc:  # a container may end while it is being listed
             log.debug("No status for container %s: %s", container_id, exc)
         out.append(entry)
     return api.GetContainers(containers=out)
@@ -192,7 +202,7 @@ def metrics(agent: Agent) -> dict[str, float]:
 # --- v0 state --------------------------------------------------------------------------
 
 
-def _executor_json(executor: Executor) -> dict[str, Any]:
+def _executor_json(executor: Executor) -> Json:
     info = executor.info
     queued = [
         make_task(t, TaskState.TASK_STAGING, executor.framework_id, executor.agent_id)
@@ -216,7 +226,7 @@ def _executor_json(executor: Executor) -> dict[str, Any]:
     }
 
 
-def _framework_json(framework: Framework) -> dict[str, Any]:
+def _framework_json(framework: Framework) -> Json:
     info: FrameworkInfo = framework.info
     return {
         "id": framework.id.value,
@@ -234,7 +244,7 @@ def _framework_json(framework: Framework) -> dict[str, Any]:
     }
 
 
-def state_json(agent: Agent) -> dict[str, Any]:
+def state_json(agent: Agent) -> Json:
     info = agent.info
     return {
         "version": MESOS_VERSION,
@@ -248,7 +258,7 @@ def state_json(agent: Agent) -> dict[str, Any]:
         "unreserved_resources": _summary(info.resources),
         "attributes": attributes_json(info.attributes),
         "master_hostname": agent.master_info.hostname if agent.master_info else "",
-        "flags": agent.flags.as_strings(),
+        "flags": agent.flags.parsed.as_strings(),
         "frameworks": [_framework_json(f) for f in agent.frameworks.values()],
         "completed_frameworks": [_framework_json(f) for f in agent.completed_frameworks],
     }
@@ -263,18 +273,22 @@ class AgentApi:
         self.files = files
         self._handlers: dict[api.CallType, CallHandler] = {}
         self._streaming: StreamingHandler | None = None
-        self._install_defaults()
+        self._install_state_calls()
+        self._install_other_calls()
 
     def register(self, call_type: api.CallType, handler: CallHandler) -> None:
         self._handlers[call_type] = handler
 
-    def respond(self, request: web.Request, **fields: Any) -> web.Response:
+    def respond(self, request: web.Request, **fields: Message) -> web.Response:
         """The answer to a call, in the encoding its Accept chose (checked by `handle`)."""
         (name,) = fields
         encoding = check_accept(request, api.Response, streaming=True)
-        return json_response(api.Response(type=api.CallType(name.upper()), **fields), encoding=encoding)
+        # One part, named as its call type (`get_state=GetState(...)`): mypy cannot pair them.
+        response = api.Response(type=api.CallType(name.upper()), **fields)  # type: ignore[arg-type]
+        return json_response(response, encoding=encoding)
 
-    def _install_defaults(self) -> None:
+    def _install_state_calls(self) -> None:
+        """The calls that read the agent's state."""
         agent = self.agent
         t = api.CallType
 
@@ -284,14 +298,14 @@ class AgentApi:
         async def version(call: api.Call, request: web.Request) -> web.StreamResponse:
             return self.respond(
                 request,
-                get_version=api.GetVersion(version_info=api.VersionInfo(version=MESOS_VERSION))
+                get_version=api.GetVersion(version_info=VersionInfo(version=MESOS_VERSION))
             )
 
         async def flags(call: api.Call, request: web.Request) -> web.StreamResponse:
-            values = agent.flags.as_strings()
+            values = agent.flags.parsed.as_strings()
             return self.respond(
                 request,
-                get_flags=api.GetFlags(flags=[api.Flag(name=k, value=v) for k, v in values.items()])
+                get_flags=api.GetFlags(flags=[Flag(name=k, value=v) for k, v in values.items()])
             )
 
         async def get_metrics(call: api.Call, request: web.Request) -> web.StreamResponse:
@@ -299,7 +313,7 @@ class AgentApi:
             return self.respond(
                 request,
                 get_metrics=api.GetMetrics(
-                    metrics=[api.Metric(name=k, value=v) for k, v in sorted(values.items())]
+                    metrics=[Metric(name=k, value=v) for k, v in sorted(values.items())]
                 )
             )
 
@@ -340,6 +354,26 @@ class AgentApi:
                     agent, call.get_containers or api.GetContainersCall()
                 )
             )
+
+        for call_type, handler in {
+            t.GET_HEALTH: health,
+            t.GET_VERSION: version,
+            t.GET_FLAGS: flags,
+            t.GET_METRICS: get_metrics,
+            t.GET_LOGGING_LEVEL: logging_level,
+            t.GET_STATE: state,
+            t.GET_FRAMEWORKS: frameworks,
+            t.GET_EXECUTORS: executors,
+            t.GET_TASKS: tasks,
+            t.GET_AGENT: agent_info,
+            t.GET_CONTAINERS: containers,
+        }.items():
+            self.register(call_type, handler)
+
+    def _install_other_calls(self) -> None:
+        """Files, logging, images and resource providers."""
+        agent = self.agent
+        t = api.CallType
 
         async def list_files(call: api.Call, request: web.Request) -> web.StreamResponse:
             if call.list_files is None:
@@ -411,17 +445,6 @@ class AgentApi:
             self.register(call_type, no_resource_providers)
 
         for call_type, handler in {
-            t.GET_HEALTH: health,
-            t.GET_VERSION: version,
-            t.GET_FLAGS: flags,
-            t.GET_METRICS: get_metrics,
-            t.GET_LOGGING_LEVEL: logging_level,
-            t.GET_STATE: state,
-            t.GET_FRAMEWORKS: frameworks,
-            t.GET_EXECUTORS: executors,
-            t.GET_TASKS: tasks,
-            t.GET_AGENT: agent_info,
-            t.GET_CONTAINERS: containers,
             t.LIST_FILES: list_files,
             t.READ_FILE: read_file,
             t.GET_OPERATIONS: operations,
@@ -506,7 +529,7 @@ def install(router: Router, agent: Agent, files: files_mod.Files) -> AgentApi:
 
     async def flags(request: web.Request) -> web.StreamResponse:
         require(agent.authorizer, request, "view_flags")
-        return jsonp_response(request, {"flags": agent.flags.as_strings()})
+        return jsonp_response(request, {"flags": agent.flags.parsed.as_strings()})
 
     async def metrics_snapshot(request: web.Request) -> web.StreamResponse:
         return jsonp_response(request, metrics(agent))

@@ -7,7 +7,7 @@ Mesos checkpoints protobufs; Mesilla writes the same files (see
   `task.info`, `forked.pid`) are replaced atomically: write a temporary file,
   fsync it, rename it over the old one, fsync the directory. A crash leaves
   either the old or the new content, never a mix.
-* the tasks of a task group are checkpointed as one unit (`MetaDir.tasks`):
+* the tasks of a task group are checkpointed as one unit (`MetaDir.launch`):
   recovery sees all of them or none.
 * `task.updates` is an append-only log of RecordIO-framed records, each
   fsync'ed before the update is acted upon. A crash can leave a partial last
@@ -25,7 +25,7 @@ import logging
 import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import ParamSpec, TypeVar
 
 import msgspec
 
@@ -40,6 +40,8 @@ from mesilla.v1.mesos import AgentInfo, ContainerID, ExecutorInfo, FrameworkInfo
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
+R = TypeVar("R")
+P = ParamSpec("P")
 
 
 class CheckpointError(Exception):
@@ -56,12 +58,13 @@ class CheckpointError(Exception):
 # --- primitive I/O -------------------------------------------------------------------
 
 
-def checkpoint(path: str, message: Any) -> None:
+def checkpoint(path: str, message: Message) -> None:
     """Atomically replaces `path` with the JSON of `message`, less its secrets' values."""
-    files.write_atomically(path, _encode(message))
+    files.write_atomically(path, encode(message))
 
 
-def _encode(message: Any) -> bytes:
+def encode(message: Message) -> bytes:
+    """A checkpoint file's content: the message's JSON, less its secrets' values."""
     return secrets.redact(codec.encode(message))
 
 
@@ -240,9 +243,9 @@ class _Reader:
         self.strict = strict
         self.errors = 0
 
-    def guarded(self, fn: Any, *args: Any) -> Any:
+    def guarded(self, fn: Callable[P, R], *args: P.args, **kwargs: P.kwargs) -> R | None:
         try:
-            return fn(*args)
+            return fn(*args, **kwargs)
         except CheckpointError as exc:
             if self.strict:
                 raise
@@ -386,12 +389,17 @@ def recover_agent(work_dir: str, strict: bool) -> AgentCheckpoint | None:
 def checkpoint_agent(work_dir: str, info: AgentInfo) -> None:
     """Records the registered agent and the boot it belongs to."""
     assert info.id is not None
-    checkpoint(paths.agent_info_path(work_dir, info.id.value), info)
+    write_agent(work_dir, info.id.value, encode(info))
+
+
+def write_agent(work_dir: str, agent_id: str, data: bytes) -> None:
+    """`slave.info` (`data`), the boot id and the `latest` link to the agent's tree."""
+    files.write_atomically(paths.agent_info_path(work_dir, agent_id), data)
     boot_id = read_boot_id()
     if boot_id is not None:
         files.write_atomically(paths.boot_id_path(work_dir), boot_id.encode())
     paths.update_latest_symlink(
-        paths.latest_agent_path(work_dir), paths.agent_meta_dir(work_dir, info.id.value)
+        paths.latest_agent_path(work_dir), paths.agent_meta_dir(work_dir, agent_id)
     )
 
 
@@ -438,15 +446,11 @@ class LaunchCheckpoint:
 
 
 class MetaDir:
-    """Writes one agent's checkpoints (only for frameworks with `checkpoint: true`)."""
+    """The paths and contents of one agent's checkpoints (`Checkpointer` writes them)."""
 
     def __init__(self, work_dir: str, agent_id: str) -> None:
         self.work_dir = work_dir
         self.agent_id = agent_id
-
-    def framework(self, info: FrameworkInfo) -> None:
-        assert info.id is not None
-        checkpoint(paths.framework_info_path(self.work_dir, self.agent_id, info.id.value), info)
 
     def _run(
         self, framework_id: str, executor_id: str, container_id: str
@@ -469,34 +473,15 @@ class MetaDir:
         first: list[tuple[str, bytes]] = []
         if framework is not None:
             path = paths.framework_info_path(self.work_dir, self.agent_id, fw)
-            first.append((path, _encode(framework)))
+            first.append((path, encode(framework)))
         latest = None
         if executor is not None:
-            first.append((paths.executor_info_path(*run[:4]), _encode(executor)))
+            first.append((paths.executor_info_path(*run[:4]), encode(executor)))
             run_dir = paths.run_meta_dir(*run)
             latest = (os.path.join(os.path.dirname(run_dir), paths.LATEST), run_dir)
-        task_files = [(paths.task_info_path(*run, t.task_id.value), _encode(t)) for t in tasks]
+        task_files = [(paths.task_info_path(*run, t.task_id.value), encode(t)) for t in tasks]
         pending = None
         if len(tasks) > 1:
             ids = msgspec.json.encode([t.task_id.value for t in tasks])
             pending = (paths.pending_task_group_path(*run), ids)
         return LaunchCheckpoint(first, latest, pending, task_files)
-
-    def task_updates_path(
-        self, framework_id: str, executor_id: str, container_id: str, task_id: str
-    ) -> str:
-        return paths.task_updates_path(*self._run(framework_id, executor_id, container_id), task_id)
-
-    def forked_pid(self, framework_id: str, executor_id: str, container_id: str, pid: int) -> None:
-        path = paths.forked_pid_path(*self._run(framework_id, executor_id, container_id))
-        files.write_atomically(path, str(pid).encode())
-
-    def libprocess_pid(self, framework_id: str, executor_id: str, container_id: str, pid: str) -> None:
-        path = paths.libprocess_pid_path(*self._run(framework_id, executor_id, container_id))
-        files.write_atomically(path, pid.encode())
-
-    def http_marker(self, framework_id: str, executor_id: str, container_id: str) -> None:
-        touch(paths.http_marker_path(*self._run(framework_id, executor_id, container_id)))
-
-    def sentinel(self, framework_id: str, executor_id: str, container_id: str) -> None:
-        touch(paths.executor_sentinel_path(*self._run(framework_id, executor_id, container_id)))

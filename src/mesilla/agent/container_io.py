@@ -41,12 +41,13 @@ import contextlib
 import logging
 import os
 from collections.abc import AsyncIterator
-from typing import Any, Protocol
+from typing import Protocol
 
 from aiohttp import web
 
 from mesilla.agent import authorize, executor_auth, io_switchboard_server
 from mesilla.agent.agent import Agent
+from mesilla.agent.container_calls import ContainerCalls
 from mesilla.agent.io_switchboard import (
     InputBusy,
     InputClosed,
@@ -68,7 +69,7 @@ from mesilla.containerizer.console import ConsoleSocket, set_window_size
 from mesilla.containerizer.types import ContainerClass
 from mesilla.v1 import agent as api
 from mesilla.v1 import codec
-from mesilla.v1.mesos import ContainerID, TTYInfo
+from mesilla.v1.mesos import ContainerID, Json, TTYInfo
 
 log = logging.getLogger(__name__)
 
@@ -164,7 +165,7 @@ class Switchboard:
         self.close_input()
         self._terminal_known.set()
 
-    async def resize(self, window_size: dict[str, Any]) -> None:
+    async def resize(self, window_size: Json) -> None:
         if self.tty is None:
             raise BadRequest("The container has no TTY: 'TTY_INFO' cannot resize it")
         await self._terminal_known.wait()
@@ -268,9 +269,11 @@ class Sessions:
     def directory(self, container_id: ContainerID) -> str:
         return os.path.join(self.root, *container_id.path())
 
-    async def launch(self, request: web.Request, launch: Any, calls: Any) -> web.StreamResponse:
+    async def launch(
+        self, request: web.Request, launch: api.LaunchContainerCall, calls: ContainerCalls
+    ) -> web.StreamResponse:
         """Launches the container with a switchboard and streams its output until it ends."""
-        container_id: ContainerID = launch.container_id
+        container_id = launch.container_id
         if container_id.parent is None:
             raise BadRequest(
                 "Expecting 'launch_nested_container_session.container_id.parent' to be present"
@@ -437,7 +440,7 @@ async def _relay(reader: asyncio.StreamReader, queue: asyncio.Queue[bytes | None
         queue.put_nowait(None)
 
 
-async def _calls(request: web.Request) -> Any:
+async def _calls(request: web.Request) -> AsyncIterator[api.Call]:
     decoder = recordio.Decoder()
     async for chunk in request.content.iter_any():
         for record in decoder.feed(chunk):
@@ -449,7 +452,7 @@ async def _calls(request: web.Request) -> Any:
 class _Input(Protocol):
     async def write_input(self, data: bytes) -> None: ...
 
-    async def resize(self, window_size: dict[str, Any]) -> None: ...
+    async def resize(self, window_size: Json) -> None: ...
 
 
 async def _feed_all(target: _Input, records: AsyncIterator[api.Call]) -> None:

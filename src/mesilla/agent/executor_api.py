@@ -16,7 +16,7 @@ import uuid
 
 from aiohttp import web
 
-from mesilla.agent import executor_auth, executor_link
+from mesilla.agent import executor_auth, executor_link, messages
 from mesilla.agent.agent import Agent, AgentStatus
 from mesilla.agent.state import ExecutorState
 from mesilla.common.authentication import AGENT_EXECUTOR
@@ -116,7 +116,7 @@ def install(router: Router, agent: Agent) -> None:
             return web.Response(status=202)
         if call.type is ev.CallType.MESSAGE:  # the only call left
             assert call.message is not None
-            agent.executor_message(framework, executor, call.message.data)
+            messages.executor_message(agent, framework, executor, call.message.data)
         return web.Response(status=202)
 
     router.add("/api/v1/executor", executor_api, methods=("POST",), realm=AGENT_EXECUTOR)

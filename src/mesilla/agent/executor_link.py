@@ -19,13 +19,12 @@ import contextlib
 import logging
 import socket
 import time
-from typing import Any
 
+from mesilla.agent import resources, status_updates, terminations
 from mesilla.agent.agent import Agent, AgentStatus, partition_aware
 from mesilla.agent.state import Executor, ExecutorState, Framework, FrameworkState
-from mesilla.common.blocking import in_thread
-from mesilla.common.errors import BadRequest
-from mesilla.v1 import codec
+from mesilla.common.errors import ContainerError
+from mesilla.common.http import EventStream
 from mesilla.v1 import executor as ev
 from mesilla.v1.mesos import (
     ContainerID,
@@ -41,7 +40,7 @@ log = logging.getLogger(__name__)
 
 
 async def subscribe(
-    agent: Agent, framework: Framework, executor: Executor, subscribe: ev.Subscribe, stream: Any
+    agent: Agent, framework: Framework, executor: Executor, subscribe: ev.Subscribe, stream: EventStream
 ) -> None:
     if (
         agent.status is AgentStatus.TERMINATING
@@ -58,10 +57,8 @@ async def subscribe(
     executor.stream = stream
     executor.cancel_timers()
     if executor.checkpoint:
-        marker = (framework.id.value, executor.id, executor.container_id.value)
-        agent.in_order(
-            executor, lambda: in_thread(agent.meta.http_marker, *marker), f"mark {executor}"
-        )
+        run = agent.run_of(executor)
+        agent.in_order(executor, lambda: agent.checkpointer.http_marker(run), f"mark {executor}")
     for unacked in subscribe.unacknowledged_updates:
         await update(agent, framework, executor, unacked.status)
     known = {t.task_id.value for t in subscribe.unacknowledged_tasks}
@@ -70,7 +67,8 @@ async def subscribe(
             state = (
                 TaskState.TASK_DROPPED if partition_aware(framework.info) else TaskState.TASK_LOST
             )
-            agent.agent_update(
+            status_updates.agent_update(
+                agent,
                 framework.id,
                 executor,
                 task.task_id.value,
@@ -82,7 +80,7 @@ async def subscribe(
         log.warning(
             "Shutting down executor %s: all its tasks were killed before delivery", executor
         )
-        agent.end_executor(framework, executor)
+        terminations.end_executor(agent, framework, executor)
         return
     events = [
         ev.Event(
@@ -103,7 +101,7 @@ async def subscribe(
     ]
 
     async def deliver() -> None:
-        await agent.cap_after_subscribe(executor)
+        await resources.cap_after_subscribe(agent, executor)
         for event in events:
             await stream.send(event)
 
@@ -128,7 +126,7 @@ async def update(
                 log.warning("Ignoring update of task %s of a terminating framework", task_id)
             else:
                 status.container_status = await _container_status(agent, executor, status)
-                agent.record_update(framework.id, executor, status)
+                status_updates.record_update(agent, framework.id, executor, status)
     # Acknowledged once the agent has taken charge (checkpointed it), so the executor
     # stops resending; a resend waits too, as its first copy may still be being written.
     await agent.status_updates.durable(fw_id, task_id)
@@ -147,10 +145,10 @@ async def _container_status(
     given = status.container_status or ContainerStatus()
     container_id: ContainerID = given.container_id or executor.container_id
     try:
-        fields = await agent.containerizer.status(container_id)
-    except Exception as exc:
+        reported = await agent.containerizer.status(container_id)
+    except ContainerError as exc:
         log.debug("No status for container %s: %s", container_id, exc)
-        fields = {}
+        reported = ContainerStatus()
         task = executor.find_task(status.task_id.value)
         own_network = task is not None and task.container is not None and any(
             n.name for n in task.container.network_infos
@@ -158,17 +156,9 @@ async def _container_status(
         if container_id != executor.container_id and not own_network:
             # A pod task whose container ended before its update came: it was in
             # its executor's network.
-            with contextlib.suppress(Exception):
-                executor_fields = await agent.containerizer.status(executor.container_id)
-                fields = {"network_infos": executor_fields.get("network_infos", [])}
-    try:
-        # The containerizer reports ContainerStatus fields as JSON.
-        reported = codec.convert(
-            {k: v for k, v in fields.items() if k != "container_id"}, ContainerStatus
-        )
-    except BadRequest as exc:
-        log.warning("Ignoring a malformed status of container %s: %s", container_id, exc.reason)
-        reported = ContainerStatus()
+            with contextlib.suppress(ContainerError):
+                of_executor = await agent.containerizer.status(executor.container_id)
+                reported = ContainerStatus(network_infos=of_executor.network_infos)
     network_infos = given.network_infos or reported.network_infos
     if not network_infos:
         # As Mesos, the agent's address stands in for a container without its own network.

@@ -10,14 +10,12 @@
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 import uuid
 
+from mesilla.agent.flags import AgentFlags
 from mesilla.common.durations import format_duration
-from mesilla.common.flags import FlagError, Flags
-from mesilla.containerizer.isolators.network.cni import default_network
 from mesilla.containerizer.types import ContainerConfig
 from mesilla.v1.mesos import (
     CommandInfo,
@@ -26,6 +24,7 @@ from mesilla.v1.mesos import (
     ExecutorID,
     ExecutorInfo,
     FrameworkInfo,
+    Resource,
     TaskInfo,
 )
 
@@ -92,10 +91,10 @@ def executor_command(info: ExecutorInfo) -> CommandInfo:
     return info.command
 
 
-def shutdown_grace_period(flags: Flags, info: ExecutorInfo) -> float:
+def shutdown_grace_period(flags: AgentFlags, info: ExecutorInfo) -> float:
     if info.shutdown_grace_period is not None:
         return info.shutdown_grace_period.nanoseconds / 1e9
-    return float(flags.executor_shutdown_grace_period)
+    return flags.executor_shutdown_grace_period
 
 
 def has_image(info: ExecutorInfo) -> bool:
@@ -103,57 +102,13 @@ def has_image(info: ExecutorInfo) -> bool:
     return bool(container and container.mesos and container.mesos.image)
 
 
-def executor_environment_variables(flags: Flags) -> dict[str, str] | None:
-    """`--executor_environment_variables`: a JSON object of strings, or None when unset."""
-    text = flags.get("executor_environment_variables")
-    if text is None:
-        return None
-    try:
-        value = json.loads(text)
-    except ValueError as exc:
-        raise FlagError(f"Invalid --executor_environment_variables: {exc}") from None
-    if not isinstance(value, dict) or not all(isinstance(v, str) for v in value.values()):
-        raise FlagError(
-            "Invalid --executor_environment_variables: expecting a JSON object of strings"
-        )
-    return value
-
-
-DOMAIN_SOCKET_FILE = "agent.sock"
-DOMAIN_SOCKET_MAX_PATH = 107  # sun_path holds 108 bytes with its NUL
-
-
-def domain_socket(flags: Flags) -> str | None:
-    """The unix socket the agent serves its executor and agent APIs on, if any.
-
-    As Mesos's `--http_executor_domain_sockets` (at `--domain_socket_location`,
-    default `<runtime_dir>/agent.sock`); with network/cni also without that flag,
-    since an executor in a network namespace of its own cannot reach the
-    agent's address otherwise.
-    """
-    wanted = flags.get("http_executor_domain_sockets") or "network/cni" in (
-        flags.get("isolation") or ""
-    ).split(",")
-    if not wanted:
-        return None
-    location = flags.get("domain_socket_location") or os.path.join(
-        flags.runtime_dir, DOMAIN_SOCKET_FILE
-    )
-    if len(location) > DOMAIN_SOCKET_MAX_PATH:
-        raise FlagError(
-            f"Domain socket location '{location}' is longer than {DOMAIN_SOCKET_MAX_PATH} "
-            "characters: set a shorter --domain_socket_location"
-        )
-    return location
-
-
-def _own_network(flags: Flags, info: ExecutorInfo) -> bool:
+def _own_network(flags: AgentFlags, info: ExecutorInfo) -> bool:
     named = info.container is not None and any(n.name for n in info.container.network_infos)
-    return named or default_network(flags) is not None
+    return named or flags.default_network is not None
 
 
 def executor_environment(
-    flags: Flags,
+    flags: AgentFlags,
     info: ExecutorInfo,
     *,
     directory: str,
@@ -168,9 +123,8 @@ def executor_environment(
     those variables. The Mesos variables come on top and the executor's
     `CommandInfo.environment` last.
     """
-    given = executor_environment_variables(flags)
-    if given is not None:
-        env = given
+    if flags.executor_environment is not None:
+        env = dict(flags.executor_environment)
     else:
         env = {k: v for k, v in os.environ.items() if not k.startswith("MESILLA_")}
     env.update(
@@ -191,13 +145,13 @@ def executor_environment(
             ),
         }
     )
-    socket_path = domain_socket(flags)
-    if socket_path and (flags.get("http_executor_domain_sockets") or _own_network(flags, info)):
+    socket_path = flags.domain_socket
+    if socket_path and (flags.http_executor_domain_sockets or _own_network(flags, info)):
         env["MESOS_DOMAIN_SOCKET"] = socket_path
     if checkpoint:
-        env["MESOS_RECOVERY_TIMEOUT"] = format_duration(float(flags.recovery_timeout))
+        env["MESOS_RECOVERY_TIMEOUT"] = format_duration(flags.recovery_timeout)
         env["MESOS_SUBSCRIPTION_BACKOFF_MAX"] = format_duration(
-            float(flags.executor_reregistration_timeout)
+            flags.executor_reregistration_timeout
         )
     command = info.command
     if command and command.environment:
@@ -213,7 +167,7 @@ def container_config(
     directory: str,
     environment: dict[str, str],
     task: TaskInfo | None,
-    resources: list,
+    resources: list[Resource],
     user: str | None,
     limits: dict[str, float] | None = None,
 ) -> ContainerConfig:
@@ -233,7 +187,7 @@ def container_config(
     )
 
 
-def executor_user(flags: Flags, framework: FrameworkInfo, info: ExecutorInfo) -> str | None:
+def executor_user(flags: AgentFlags, framework: FrameworkInfo, info: ExecutorInfo) -> str | None:
     """Who the executor runs as: as Mesos, its command's user, else its framework's,
     unless the agent runs without --switch_user (then as the agent itself)."""
     if not flags.switch_user:

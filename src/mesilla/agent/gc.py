@@ -15,15 +15,19 @@ import time
 from collections.abc import Callable
 
 from mesilla.common import files
+from mesilla.common.blocking import in_thread
+from mesilla.common.tasks import TaskOwner
 
 log = logging.getLogger(__name__)
 
 
 class GarbageCollector:
-    """Deletes only paths inside `work_dir`."""
+    """Deletes only paths inside `work_dir`, each in a worker thread (a sandbox can be a
+    big tree), as a job of the agent's `tasks`."""
 
-    def __init__(self, work_dir: str) -> None:
+    def __init__(self, work_dir: str, tasks: TaskOwner) -> None:
         self.work_dir = work_dir
+        self._tasks = tasks
         self._timers: dict[str, asyncio.TimerHandle] = {}
         self._on_removed: dict[str, Callable[[], None]] = {}
         self.succeeded = 0
@@ -43,7 +47,7 @@ class GarbageCollector:
             return
         self.unschedule(path)
         loop = asyncio.get_running_loop()
-        self._timers[path] = loop.call_later(max(0.0, delay - age), self._remove, path)
+        self._timers[path] = loop.call_later(max(0.0, delay - age), self._start_removal, path)
         if on_removed is not None:
             self._on_removed[path] = on_removed
 
@@ -53,10 +57,13 @@ class GarbageCollector:
             timer.cancel()
         self._on_removed.pop(path, None)
 
-    def _remove(self, path: str) -> None:
+    def _start_removal(self, path: str) -> None:
         self._timers.pop(path, None)
+        self._tasks.spawn(self._remove(path), f"garbage collection of {path}")
+
+    async def _remove(self, path: str) -> None:
         try:
-            files.remove_tree(self.work_dir, path)
+            await in_thread(files.remove_tree, self.work_dir, path)
         except FileNotFoundError:
             pass
         except (OSError, files.OutsideRoot) as exc:

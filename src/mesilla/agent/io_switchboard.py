@@ -25,16 +25,16 @@ import os
 import signal
 import sys
 import tempfile
-from typing import Any
 
 from mesilla.agent import io_switchboard_server as server
 from mesilla.agent.agent import Agent
 from mesilla.common import files
+from mesilla.common.blocking import in_thread
 from mesilla.common.errors import BadRequest
 from mesilla.common.validation import validate_container_id
 from mesilla.containerizer.types import ContainerClass
 from mesilla.v1 import codec
-from mesilla.v1.mesos import ContainerID, ContainerInfo
+from mesilla.v1.mesos import ContainerID, ContainerInfo, Json
 
 log = logging.getLogger(__name__)
 
@@ -78,7 +78,7 @@ class RemoteInput:
         """Types `data`; empty `data` is end-of-file (^D on the terminal)."""
         await self._send(server.frame(server.DATA, data))
 
-    async def resize(self, window_size: dict[str, Any]) -> None:
+    async def resize(self, window_size: Json) -> None:
         rows, columns = int(window_size.get("rows", 0)), int(window_size.get("columns", 0))
         await self._send(server.window_frame(rows, columns))
 
@@ -108,10 +108,7 @@ class Servers:
         """Starts the container's server; returns the console socket its launcher sends
         the terminal to. FileExistsError if the container id has a server already."""
         directory = self.directory(container_id)
-        os.makedirs(self.root, exist_ok=True)
-        os.mkdir(directory)
-        with open(os.path.join(directory, CONTAINER_FILE), "wb") as f:
-            f.write(codec.encode(container_id))
+        _create(self.root, directory, container_id)
         # A short path of its own: runc is given it, and unix socket paths are short.
         console_directory = tempfile.mkdtemp(prefix="mesilla-console-")
         console_path = os.path.join(console_directory, "socket")
@@ -122,24 +119,7 @@ class Servers:
             directory, console_path, os.path.join(sandbox, "stdout"),
         ]  # fmt: skip
         try:
-            pid = os.posix_spawn(
-                sys.executable,
-                argv,
-                {},
-                file_actions=[
-                    (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
-                    (os.POSIX_SPAWN_DUP2, ready_w, 1),
-                    # The server's own complaints; a terminal merges the container's stderr.
-                    (
-                        os.POSIX_SPAWN_OPEN,
-                        2,
-                        os.path.join(sandbox, "stderr"),
-                        os.O_WRONLY | os.O_CREAT | os.O_APPEND,
-                        0o644,
-                    ),
-                ],
-                setsid=True,
-            )
+            pid = _spawn(argv, ready_w, os.path.join(sandbox, "stderr"))
             os.close(ready_w)
             ready_w = -1
             async with asyncio.timeout(READY_TIMEOUT):
@@ -151,7 +131,7 @@ class Servers:
                 os.kill(pid, signal.SIGKILL)
                 await asyncio.to_thread(os.waitpid, pid, 0)
             await self.stop(container_id)
-            files.remove_tree(tempfile.gettempdir(), console_directory, ignore_errors=True)
+            await in_thread(files.remove_tree, tempfile.gettempdir(), console_directory, ignore_errors=True)
             raise
         finally:
             os.close(ready_r)
@@ -173,15 +153,14 @@ class Servers:
         for name in names:
             directory = os.path.join(self.root, name)
             try:
-                with open(os.path.join(directory, CONTAINER_FILE), "rb") as f:
-                    container_id = codec.decode(f.read(), ContainerID)
+                container_id = _read_container(directory)
                 error = validate_container_id(container_id)
                 if error is not None:
                     raise BadRequest(error)
             except (OSError, BadRequest) as exc:
                 log.warning("Removing the unreadable I/O switchboard %s: %s", directory, exc)
                 await _end(directory, 0.0)
-                files.remove_tree(self.root, directory, ignore_errors=True)
+                await in_thread(files.remove_tree, self.root, directory, ignore_errors=True)
                 continue
             self.watch(container_id)
 
@@ -194,7 +173,7 @@ class Servers:
         """Ends the server (after `grace` to exit by itself) and removes its directory."""
         directory = self.directory(container_id)
         await _end(directory, grace)
-        files.remove_tree(self.root, directory, ignore_errors=True)
+        await in_thread(files.remove_tree, self.root, directory, ignore_errors=True)
 
     async def connect(
         self, container_id: ContainerID, role: bytes
@@ -246,8 +225,7 @@ async def _end(directory: str, grace: float) -> None:
     """Gives the server in `directory` `grace` to exit, then makes it (SIGTERM, then
     SIGKILL after TERMINATION_GRACE)."""
     try:
-        with open(os.path.join(directory, server.PID_FILE)) as f:
-            pid = int(f.read())
+        pid = _read_pid(directory)
         pidfd = os.pidfd_open(pid)
     except (OSError, ValueError):
         return  # never started, or gone
@@ -263,8 +241,49 @@ async def _end(directory: str, grace: float) -> None:
         await _exited(pidfd, TERMINATION_GRACE)
     finally:
         os.close(pidfd)
-        with contextlib.suppress(ChildProcessError):
-            os.waitpid(pid, os.WNOHANG)  # reap it if it is our child; a recovered one is not
+        _reap_if_child(pid)
+
+
+# The server's files are a few bytes on --runtime_dir (a tmpfs), never fsynced, and
+# spawning returns at once: these run on the loop.
+
+
+def _create(root: str, directory: str, container_id: ContainerID) -> None:
+    os.makedirs(root, exist_ok=True)
+    os.mkdir(directory)
+    with open(os.path.join(directory, CONTAINER_FILE), "wb") as f:
+        f.write(codec.encode(container_id))
+
+
+def _read_container(directory: str) -> ContainerID:
+    with open(os.path.join(directory, CONTAINER_FILE), "rb") as f:
+        return codec.decode(f.read(), ContainerID)
+
+
+def _read_pid(directory: str) -> int:
+    with open(os.path.join(directory, server.PID_FILE)) as f:
+        return int(f.read())
+
+
+def _spawn(argv: list[str], ready_w: int, stderr: str) -> int:
+    """The server, in a session of its own, telling `ready_w` when it serves."""
+    return os.posix_spawn(
+        sys.executable,
+        argv,
+        {},
+        file_actions=[
+            (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
+            (os.POSIX_SPAWN_DUP2, ready_w, 1),
+            # The server's own complaints; a terminal merges the container's stderr.
+            (os.POSIX_SPAWN_OPEN, 2, stderr, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644),
+        ],
+        setsid=True,
+    )
+
+
+def _reap_if_child(pid: int) -> None:
+    with contextlib.suppress(ChildProcessError):
+        os.waitpid(pid, os.WNOHANG)  # our child's zombie; a recovered server is not ours
 
 
 def _is_server(pid: int, directory: str) -> bool:

@@ -29,6 +29,8 @@ The protocol with the agent. A client connects and sends one line:
   The server closes the connection when the container ended.
 """
 
+from __future__ import annotations
+
 import errno
 import os
 import selectors
@@ -54,16 +56,16 @@ MAX_FRAME = 1 << 20
 MAX_BACKLOG = 8 << 20
 
 
-def frame(kind, payload=b""):
+def frame(kind: bytes, payload: bytes = b"") -> bytes:
     """One input frame (`DATA` or `WINDOW`)."""
     return HEADER.pack(kind, len(payload)) + payload
 
 
-def window_frame(rows, columns):
+def window_frame(rows: int, columns: int) -> bytes:
     return frame(WINDOW, WINDOW_SIZE.pack(rows, columns))
 
 
-def next_frame(buffer):
+def next_frame(buffer: bytearray) -> tuple[bytes, bytes] | None:
     """The first complete frame of `buffer` (a bytearray, consumed) as (kind, payload),
     or None while it is incomplete; ValueError for a malformed one."""
     if len(buffer) < HEADER.size:
@@ -80,7 +82,7 @@ def next_frame(buffer):
     return kind, payload
 
 
-def set_window_size(fd, payload):
+def set_window_size(fd: int, payload: bytes) -> None:
     import fcntl
     import termios
 
@@ -89,32 +91,32 @@ def set_window_size(fd, payload):
 
 
 class Client:
-    def __init__(self, sock):
+    def __init__(self, sock: socket.socket) -> None:
         self.sock = sock
-        self.role = None  # OUTPUT or INPUT once its first line arrived
+        self.role: bytes | None = None  # OUTPUT or INPUT once its first line arrived
         self.incoming = bytearray()
         self.outgoing = bytearray()
 
 
 class Server:
-    def __init__(self, console_path, stdout_path):
+    def __init__(self, console_path: str, stdout_path: str) -> None:
         self.selector = selectors.DefaultSelector()
         self.console_path = console_path
-        self.console = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.console: socket.socket | None = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self.console.bind(console_path)
         self.console.listen(1)
         self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self.listener.bind(SOCKET)
         self.listener.listen(16)
         self.stdout = os.open(stdout_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-        self.master = None
-        self.clients = []
-        self.input = None  # the input client
+        self.master: int | None = None  # the terminal's master; -1 once it ended
+        self.clients: list[Client] = []
+        self.input: Client | None = None  # the input client
         self.typed = bytearray()  # input not yet written to the master
         self.selector.register(self.console, selectors.EVENT_READ, self.receive_master)
         self.selector.register(self.listener, selectors.EVENT_READ, self.accept)
 
-    def run(self):
+    def run(self) -> None:
         # SIGTERM only wakes the loop up: raised in a handler, it could cut a send short.
         wakeup_r, wakeup_w = os.pipe()
         os.set_blocking(wakeup_w, False)
@@ -128,17 +130,17 @@ class Server:
                 key.data(key.fileobj, events)
 
     @property
-    def stopped(self):
+    def stopped(self) -> bool:
         return self.master == -1
 
-    def stop(self, wakeup, events):
+    def stop(self, wakeup: int, events: int) -> None:
         os.read(wakeup, 64)
         if self.master is not None and self.master >= 0:
             self.selector.unregister(self.master)
             os.close(self.master)
         self.master = -1
 
-    def receive_master(self, listener, events):
+    def receive_master(self, listener: socket.socket, events: int) -> None:
         connection, _ = listener.accept()
         with connection:
             _, fds, _, _ = socket.recv_fds(connection, 4096, 1)
@@ -150,7 +152,7 @@ class Server:
         self.selector.register(self.master, selectors.EVENT_READ, self.on_master)
         self.feed()  # what an early input client typed
 
-    def close_console(self):
+    def close_console(self) -> None:
         if self.console is None:
             return
         self.selector.unregister(self.console)
@@ -163,14 +165,14 @@ class Server:
                 pass
             self.console_path = os.path.dirname(self.console_path)
 
-    def accept(self, listener, events):
+    def accept(self, listener: socket.socket, events: int) -> None:
         sock, _ = listener.accept()
         sock.setblocking(False)
         client = Client(sock)
         self.clients.append(client)
         self.selector.register(sock, selectors.EVENT_READ, self.on_client)
 
-    def on_client(self, sock, events):
+    def on_client(self, sock: socket.socket, events: int) -> None:
         client = next((c for c in self.clients if c.sock is sock), None)
         if client is None:
             return  # dropped earlier in this round of events
@@ -179,7 +181,7 @@ class Server:
         if events & selectors.EVENT_READ and client in self.clients:
             self.receive(client)
 
-    def receive(self, client):
+    def receive(self, client: Client) -> bool:
         """Reads and serves what the client sent; False once nothing more is there
         for now, or the client is gone."""
         try:
@@ -195,13 +197,13 @@ class Server:
         self.serve(client)
         return client in self.clients
 
-    def settle(self, client):
+    def settle(self, client: Client) -> None:
         """Serves everything the client has sent so far: it may have left already
         (an input client that has just finished), which the next one must not pay for."""
         while self.receive(client):
             pass
 
-    def serve(self, client):
+    def serve(self, client: Client) -> None:
         if client.role is None:
             if b"\n" not in client.incoming:
                 if len(client.incoming) > len(OUTPUT):
@@ -230,12 +232,13 @@ class Server:
         else:
             client.incoming.clear()  # an output client has nothing to say
 
-    def feed(self):
+    def feed(self) -> None:
         """Applies the input client's frames while the terminal takes what is typed
         (the rest waits in the client's buffer, up to MAX_BACKLOG)."""
         client = self.input
-        if client is None or self.master is None:
+        if client is None or self.master is None or self.master < 0:
             return
+        master = self.master
         while not self.typed:
             try:
                 parsed = next_frame(client.incoming)
@@ -247,14 +250,15 @@ class Server:
                 break
             kind, payload = parsed
             if kind == WINDOW:
-                set_window_size(self.master, payload)
+                set_window_size(master, payload)
             else:
                 self.typed += payload or END_OF_TRANSMISSION
                 self.write_master()
         if len(client.incoming) > MAX_BACKLOG:
             self.drop(client)
 
-    def write_master(self):
+    def write_master(self) -> None:
+        assert self.master is not None and self.master >= 0
         try:
             written = os.write(self.master, self.typed)
         except BlockingIOError:
@@ -264,11 +268,12 @@ class Server:
         del self.typed[:written]
         self.update_master()
 
-    def update_master(self):
+    def update_master(self) -> None:
+        assert self.master is not None and self.master >= 0
         events = selectors.EVENT_READ | (selectors.EVENT_WRITE if self.typed else 0)
         self.selector.modify(self.master, events, self.on_master)
 
-    def on_master(self, master, events):
+    def on_master(self, master: int, events: int) -> None:
         if events & selectors.EVENT_WRITE:
             self.write_master()
             if not self.typed:
@@ -295,14 +300,14 @@ class Server:
             if client.role == OUTPUT:
                 self.send(client, data)
 
-    def send(self, client, data):
+    def send(self, client: Client, data: bytes) -> None:
         client.outgoing += data
         if len(client.outgoing) > MAX_BACKLOG:
             self.drop(client)
             return
         self.flush(client)
 
-    def flush(self, client):
+    def flush(self, client: Client) -> None:
         try:
             sent = client.sock.send(client.outgoing) if client.outgoing else 0
         except BlockingIOError:
@@ -314,7 +319,7 @@ class Server:
         events = selectors.EVENT_READ | (selectors.EVENT_WRITE if client.outgoing else 0)
         self.selector.modify(client.sock, events, self.on_client)
 
-    def drop(self, client):
+    def drop(self, client: Client) -> None:
         self.clients.remove(client)
         self.selector.unregister(client.sock)
         client.sock.close()
@@ -322,7 +327,7 @@ class Server:
             self.input = None
             self.typed.clear()
 
-    def close(self):
+    def close(self) -> None:
         """Tells every client the end: what is buffered, then EOF."""
         for client in list(self.clients):
             client.sock.settimeout(1.0)
@@ -339,7 +344,7 @@ class Server:
             pass
 
 
-def main(args):
+def main(args: list[str]) -> None:
     directory, console_path, stdout_path = args
     signal.signal(signal.SIGPIPE, signal.SIG_IGN)
     os.chdir(directory)

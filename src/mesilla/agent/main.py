@@ -17,11 +17,12 @@ import socket
 
 from aiohttp import web
 
-from mesilla.agent import agent_api, container_api, executor_api, v0_executor
-from mesilla.agent.agent import Agent
+from mesilla.agent import agent_api, container_api, executor_api, terminations, v0_executor
+from mesilla.agent.agent import Agent, Security
 from mesilla.agent.executor_auth import ExecutorTokens
-from mesilla.agent.executors import domain_socket, executor_environment_variables
+from mesilla.agent.flags import AgentFlags
 from mesilla.agent.host import detect_resources, parse_attributes
+from mesilla.agent.master_events import MasterEvents
 from mesilla.agent.master_link import MasterLink
 from mesilla.agent.recovery import recover
 from mesilla.agent.status_update_manager import RETRY_INTERVAL_MIN
@@ -120,9 +121,6 @@ AGENT_FLAGS: list[Flag] = [
 def agent_info(flags: Flags) -> AgentInfo:
     if flags.recover not in ("reconnect", "cleanup"):
         raise FlagError(f"Invalid --recover={flags.recover}: expecting 'reconnect' or 'cleanup'")
-    if flags.executor_environment_variables is not None:
-        executor_environment_variables(flags)  # fails start-up when malformed
-    domain_socket(flags)  # fails start-up when too long
     try:
         resources = detect_resources(flags.resources, flags.work_dir, flags.default_role)
         attributes = parse_attributes(flags.attributes)
@@ -143,7 +141,6 @@ async def start_server(agent: Agent, authenticate: authentication.Authentication
     v0_executor.install(router, agent)
     api = agent_api.install(router, agent, agent.files)
     container_api.install(api, agent)
-    agent.router = router
     # Stopping waits at most a second for requests still open (a held executor
     # SUBSCRIBE, a long WAIT): aiohttp's default of 60 s kept a stopped agent alive.
     runner = web.AppRunner(make_app(router, authenticate), handle_signals=False, shutdown_timeout=1.0)
@@ -154,7 +151,7 @@ async def start_server(agent: Agent, authenticate: authentication.Authentication
     port = runner.addresses[0][1]
     agent.info.port = port
     agent.endpoint = f"{agent.flags.ip}:{port}"
-    socket_path = domain_socket(agent.flags)
+    socket_path = agent.flags.domain_socket
     if socket_path is not None:
         await _serve_unix(runner, socket_path)
     return runner
@@ -177,7 +174,7 @@ def _handle_sigusr1(agent: Agent) -> bool:
 
     def shutdown() -> None:
         log.info("Received SIGUSR1: shutting down every executor and unregistering")
-        agent.shutdown(unregister=True)
+        terminations.shutdown(agent, unregister=True)
 
     try:
         asyncio.get_running_loop().add_signal_handler(signal.SIGUSR1, shutdown)
@@ -199,6 +196,7 @@ async def run(
     """
     try:
         info = agent_info(flags)
+        agent_flags = AgentFlags.from_flags(flags)  # checks them: a bad one is a start-up error
         nested = NestedAgent(flags) if enabled(flags) else None
         tokens = ExecutorTokens.from_flags(flags)
         authenticate = authentication.agent_authentication(flags, [tokens] if tokens else None)
@@ -210,12 +208,16 @@ async def run(
         # A start-up error, not a crash: the message is all the operator needs.
         raise SystemExit(f"mesilla agent: {exc}") from None
     containerizer = await Containerizer.create(flags)
-    agent = Agent(flags, containerizer, info, status_update_interval=status_update_interval)
-    agent.authorizer = authorizer
-    agent.http_credentials = http_credentials
-    agent.tls = tls_config
+    link = MasterLink(
+        flags.master, float(flags.registration_backoff_factor), credential,
+        tls_config.client_context() if tls_config is not None else None,
+    )  # fmt: skip
+    security = Security(tokens, http_credentials, authorizer, tls_config)
+    agent = Agent(
+        agent_flags, containerizer, info,
+        master=link, security=security, status_update_interval=status_update_interval,
+    )  # fmt: skip
     if tokens is not None:
-        agent.executor_tokens = tokens
         tokens.live = agent.executor_alive
     runner = await start_server(agent, authenticate)
     link_task: asyncio.Task[None] | None = None
@@ -231,11 +233,7 @@ async def run(
         if flags.recover == "cleanup":
             log.info("Cleanup done; exiting")
             return agent
-        link = MasterLink(
-            agent, flags.master, float(flags.registration_backoff_factor), credential,
-            tls_config.client_context() if tls_config is not None else None,
-        )
-        link_task = asyncio.create_task(link.run(), name="master link")
+        link_task = asyncio.create_task(link.run(MasterEvents(agent)), name="master link")
         if ready is not None and not ready.done():
             ready.set_result(agent)
         shutdown_on_signal = _handle_sigusr1(agent)

@@ -21,7 +21,7 @@ import asyncio
 import logging
 import random
 import ssl
-from typing import Any
+from typing import Protocol
 
 import aiohttp
 
@@ -30,7 +30,15 @@ from mesilla.common.authentication import basic_authorization
 from mesilla.common.errors import BadRequest
 from mesilla.common.validation import validate_ids
 from mesilla.v1 import codec
-from mesilla.v1.internal import AgentCall, AgentCallType, AgentEvent, AgentEventType
+from mesilla.v1.internal import (
+    AgentCall,
+    AgentCallType,
+    AgentEvent,
+    AgentEventType,
+    Register,
+    Registered,
+)
+from mesilla.v1.mesos import AgentID
 
 log = logging.getLogger(__name__)
 
@@ -38,16 +46,29 @@ log = logging.getLogger(__name__)
 REGISTER_RETRY_INTERVAL_MAX = 60.0
 
 
+class Registrant(Protocol):
+    """What the link drives (`mesilla.agent.master_events.MasterEvents`)."""
+
+    def register_call(self) -> Register: ...
+
+    def registered(self, registered: Registered) -> None: ...
+
+    def disconnected(self) -> None: ...
+
+    def handle_event(self, event: AgentEvent) -> None: ...
+
+
 class MasterLink:
+    """The agent's `MasterChannel`: built first, passed to the agent, then `run` with
+    the agent's `Registrant`."""
+
     def __init__(
         self,
-        agent: Any,
         master: str,
         backoff_factor: float,
         credential: tuple[str, str] | None = None,
         ssl_context: ssl.SSLContext | None = None,
     ) -> None:
-        self.agent = agent
         self._ssl = ssl_context  # TLS to the master, when the agent has it on
         # --credential: sent on every call, for a master with --authenticate_agents.
         self._headers = {} if credential is None else {"Authorization": basic_authorization(*credential)}
@@ -60,7 +81,7 @@ class MasterLink:
         self._outbox: asyncio.Queue[AgentCall] = asyncio.Queue()
         self._registering: list[AgentCall] | None = None  # held until REGISTERED
         self._session: aiohttp.ClientSession | None = None
-        agent.send_to_master = self.send
+        self._agent_id: AgentID | None = None  # for PONG, from REGISTERED
 
     def send(self, call: AgentCall) -> None:
         if self.stream_id is None:
@@ -71,7 +92,7 @@ class MasterLink:
             return
         self._outbox.put_nowait(call)
 
-    async def run(self) -> None:
+    async def run(self, agent: Registrant) -> None:
         timeout = aiohttp.ClientTimeout(total=None, connect=10, sock_read=None)
         connector = aiohttp.TCPConnector(ssl=self._ssl if self._ssl is not None else True)
         async with aiohttp.ClientSession(
@@ -80,29 +101,29 @@ class MasterLink:
             self._session = session
             sender = asyncio.create_task(self._sender(session), name="master sender")
             try:
-                await self._connect_loop(session)
+                await self._connect_loop(session, agent)
             finally:
                 sender.cancel()
                 await asyncio.gather(sender, return_exceptions=True)
                 self._session = None
 
-    async def _connect_loop(self, session: aiohttp.ClientSession) -> None:
+    async def _connect_loop(self, session: aiohttp.ClientSession, agent: Registrant) -> None:
         delay = self.backoff_factor
         while True:
             try:
-                registered = await self._session_once(session)
+                registered = await self._session_once(session, agent)
             except (TimeoutError, aiohttp.ClientError, OSError, BadRequest) as exc:
                 log.info("Connection to the master at %s failed: %s", self.url, exc)
                 registered = False
             finally:
-                self._disconnected()
+                self._disconnected(agent)
             if registered:
                 delay = self.backoff_factor
             # A random wait in [0, delay] spreads agents out, as Mesos does.
             await asyncio.sleep(random.uniform(0, delay) if delay > 0 else 0)
             delay = min(max(delay, 0.1) * 2, REGISTER_RETRY_INTERVAL_MAX)
 
-    def _disconnected(self) -> None:
+    def _disconnected(self, agent: Registrant) -> None:
         if self.stream_id is not None:
             log.info("Lost the connection to the master")
         self.stream_id = None
@@ -110,10 +131,10 @@ class MasterLink:
         self.connected.clear()
         while not self._outbox.empty():
             self._outbox.get_nowait()
-        self.agent.disconnected()
+        agent.disconnected()
 
-    async def _session_once(self, session: aiohttp.ClientSession) -> bool:
-        register = self.agent.register_call()
+    async def _session_once(self, session: aiohttp.ClientSession, agent: Registrant) -> bool:
+        register = agent.register_call()
         self._registering = []
         call = AgentCall(
             type=AgentCallType.REGISTER, agent_id=register.agent_info.id, register=register
@@ -159,12 +180,13 @@ class MasterLink:
                         for call in held:
                             self._outbox.put_nowait(call)
                         registered = True
-                        self.agent.registered(event.registered)
+                        self._agent_id = event.registered.agent_id
+                        agent.registered(event.registered)
                         self.connected.set()
                     elif event.type is AgentEventType.PING:
-                        self.send(AgentCall(type=AgentCallType.PONG, agent_id=self.agent.info.id))
+                        self.send(AgentCall(type=AgentCallType.PONG, agent_id=self._agent_id))
                     else:
-                        self.agent.handle_event(event)
+                        agent.handle_event(event)
 
     async def _sender(self, session: aiohttp.ClientSession) -> None:
         while True:

@@ -16,9 +16,9 @@ import asyncio
 import logging
 import time
 
-from mesilla.agent import checkpoints, paths, v0_executor
+from mesilla.agent import checkpoints, paths, terminations, v0_executor
 from mesilla.agent.agent import Agent, AgentStatus
-from mesilla.agent.container_api import recover_standalone
+from mesilla.agent.container_calls import recover_standalone
 from mesilla.agent.executors import COMMAND_EXECUTOR_MODULE
 from mesilla.agent.state import Executor, ExecutorState, Framework
 from mesilla.common.durations import format_duration
@@ -138,12 +138,12 @@ async def recover(agent: Agent) -> None:
 
 async def _watch(agent: Agent, executor: Executor) -> None:
     termination = await agent.containerizer.wait(executor.container_id)
-    agent.executor_terminated(executor, termination)
+    terminations.executor_terminated(agent, executor, termination)
 
 
 async def _await_reregistration(agent: Agent, executors: list[Executor]) -> None:
     """Gives live executors `--executor_reregistration_timeout` to subscribe again."""
-    timeout = float(agent.flags.executor_reregistration_timeout)
+    timeout = agent.flags.executor_reregistration_timeout
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout
     while loop.time() < deadline:

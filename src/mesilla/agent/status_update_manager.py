@@ -30,7 +30,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from mesilla.agent import checkpoints
-from mesilla.common.blocking import in_thread
+from mesilla.agent.checkpointer import Checkpointer
+from mesilla.common.tasks import TaskOwner
 from mesilla.v1 import codec
 from mesilla.v1.internal import StatusUpdate
 from mesilla.v1.mesos import TaskState
@@ -61,7 +62,9 @@ class _Stream:
     interval: float = RETRY_INTERVAL_MIN
     writes: asyncio.Task[None] | None = None  # the last append to `path`, in a worker thread
 
-    def record(self, record: checkpoints.UpdateRecord) -> None:
+    def record(
+        self, record: checkpoints.UpdateRecord, checkpointer: Checkpointer, tasks: TaskOwner
+    ) -> None:
         """Appends the record after the stream's earlier ones (see `written`)."""
         if self.path is None:
             return
@@ -70,10 +73,9 @@ class _Stream:
         async def append() -> None:
             if previous is not None:
                 await previous
-            await in_thread(checkpoints.append_record, path, data)
+            await checkpointer.update_record(path, data)
 
-        self.writes = asyncio.get_running_loop().create_task(append())
-        self.writes.add_done_callback(_log_failure)
+        self.writes = tasks.spawn(append(), f"checkpoint of {self.task_id}'s status update")
 
     async def written(self) -> None:
         """Returns once the records so far are durable; raises if one could not be written
@@ -100,20 +102,19 @@ class _Stream:
         return self.terminated and not self.pending
 
 
-def _log_failure(task: asyncio.Task[None]) -> None:
-    if not task.cancelled() and task.exception() is not None:
-        log.error("Failed to checkpoint a status update record", exc_info=task.exception())
-
-
 class StatusUpdateManager:
     def __init__(
         self,
         forward: Callable[[StatusUpdate], None],
+        checkpointer: Checkpointer,
+        tasks: TaskOwner,
         *,
         initial_interval: float = RETRY_INTERVAL_MIN,
         max_interval: float = RETRY_INTERVAL_MAX,
     ) -> None:
         self._forward = forward
+        self._checkpointer = checkpointer
+        self._tasks = tasks  # the appends' owner
         self._initial = initial_interval
         self._max = max_interval
         self._streams: dict[StreamKey, _Stream] = {}
@@ -139,7 +140,7 @@ class StatusUpdateManager:
                 f"'{key[0]}' arrived after its terminal update"
             )
         record = checkpoints.UpdateRecord(type="UPDATE", update=update)
-        stream.record(record)
+        stream.record(record, self._checkpointer, self._tasks)
         stream.apply(record)
         if len(stream.pending) == 1:
             self._send_head_when_written(stream)
@@ -158,7 +159,7 @@ class StatusUpdateManager:
             log.warning("Ignoring acknowledgement for task %s: not the update in flight", task_id)
             return None
         record = checkpoints.UpdateRecord(type="ACK", uuid=uuid)
-        stream.record(record)
+        stream.record(record, self._checkpointer, self._tasks)
         stream.apply(record)
         self._cancel(stream)
         if stream.finished:
@@ -239,7 +240,7 @@ class StatusUpdateManager:
 
         def written(task: asyncio.Task[None]) -> None:
             if task.cancelled() or task.exception() is not None:
-                return  # never acted upon (logged by `_log_failure`)
+                return  # never acted upon (logged by the task owner)
             # Unless it was sent meanwhile (its retry is then set) or the stream ended.
             key = (stream.framework_id, stream.task_id)
             if self._streams.get(key) is stream and stream.retry is None:

@@ -13,22 +13,25 @@ FrameworkError. The environment a v0 executor reads (`MESOS_SLAVE_PID`,
 
 from __future__ import annotations
 
-from typing import Any
-
-from mesilla.agent import executor_link
+from mesilla.agent import executor_link, messages
 from mesilla.agent.agent import Agent, AgentStatus
 from mesilla.agent.executor_api import validate
 from mesilla.agent.state import Executor, Framework
 from mesilla.common import libprocess
-from mesilla.common.blocking import in_thread
 from mesilla.common.errors import BadRequest
 from mesilla.common.http import Router
 from mesilla.v1 import codec
 from mesilla.v1 import executor as ev
+from mesilla.v1.mesos import Json
 from mesilla.v1.proto import v0
 from mesilla.v1.proto.v0 import INTERNAL
 
-MESSAGES = ["RegisterExecutorMessage", "ReregisterExecutorMessage", "StatusUpdateMessage", "ExecutorToFrameworkMessage"]
+MESSAGES = [
+    "RegisterExecutorMessage",
+    "ReregisterExecutorMessage",
+    "StatusUpdateMessage",
+    "ExecutorToFrameworkMessage",
+]
 
 
 class V0ExecutorStream(libprocess.MessageStream):
@@ -44,7 +47,7 @@ class V0ExecutorStream(libprocess.MessageStream):
         self._framework = framework
         self._reregister = reregister
 
-    def to_v0(self, event: ev.Event) -> tuple[str, dict[str, Any]] | None:
+    def to_v0(self, event: ev.Event) -> tuple[str, Json] | None:
         e = codec.to_builtins(event)
         agent_id = codec.to_builtins(self._agent.info.id)
         framework_id = codec.to_builtins(self._framework.id)
@@ -52,7 +55,8 @@ class V0ExecutorStream(libprocess.MessageStream):
         if kind is ev.EventType.SUBSCRIBED:
             subscribed = e["subscribed"]
             if self._reregister:
-                return "ExecutorReregisteredMessage", {"agent_id": agent_id, "agent_info": subscribed["agent_info"]}
+                reregistered = {"agent_id": agent_id, "agent_info": subscribed["agent_info"]}
+                return "ExecutorReregisteredMessage", reregistered
             return "ExecutorRegisteredMessage", {
                 "executor_info": subscribed["executor_info"],
                 "framework_id": framework_id,
@@ -113,12 +117,15 @@ class V0Executors:
             call = self._call(message, "MESSAGE", message={"data": message["data"]})
             framework, executor = self._executor(pid, call)
             assert call.message is not None
-            self.agent.executor_message(framework, executor, call.message.data)
+            messages.executor_message(self.agent, framework, executor, call.message.data)
 
     @staticmethod
-    def _call(v0_message: dict[str, Any], type_: str, **fields: Any) -> ev.Call:
+    def _call(v0_message: Json, type_: str, **fields: object) -> ev.Call:
         """The v1 call a v0 message is (ids from the message), validated as v1's are."""
-        ids = {"framework_id": v0_message["framework_id"], "executor_id": v0_message.get("executor_id", {"value": ""})}
+        ids = {
+            "framework_id": v0_message["framework_id"],
+            "executor_id": v0_message.get("executor_id", {"value": ""}),
+        }
         call = codec.convert({"type": type_, **ids, **fields}, ev.Call)
         validate(call)
         return call
@@ -139,7 +146,7 @@ class V0Executors:
             raise BadRequest(f"Executor {executor.id} is not registered from this UPID")
         return framework, executor
 
-    async def _subscribe(self, pid: libprocess.UPID, message: dict[str, Any], *, reregister: bool) -> None:
+    async def _subscribe(self, pid: libprocess.UPID, message: Json, *, reregister: bool) -> None:
         subscribe = {
             "unacknowledged_tasks": message.get("tasks", []),
             "unacknowledged_updates": [
@@ -157,8 +164,10 @@ class V0Executors:
         stream = V0ExecutorStream(agent, pid, framework, reregister)
         if executor.checkpoint:
             # Where a restarted agent finds it again (Mesos's `libprocess.pid`).
-            run = (framework.id.value, executor.id, executor.container_id.value, str(pid))
-            agent.in_order(executor, lambda: in_thread(agent.meta.libprocess_pid, *run), f"pid of {executor}")
+            run = agent.run_of(executor)
+            agent.in_order(
+                executor, lambda: agent.checkpointer.libprocess_pid(run, str(pid)), f"pid of {executor}"
+            )
         await executor_link.subscribe(agent, framework, executor, call.subscribe, stream)
         agent.spawn(self._disconnected(executor, stream), f"v0 executor {executor}")
 

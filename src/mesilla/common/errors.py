@@ -40,6 +40,8 @@ original exception stays the cause.
 
 from __future__ import annotations
 
+from mesilla.v1.mesos import ContainerID, Reason
+
 
 class MesillaError(Exception):
     """Base of every error Mesilla raises on purpose."""
@@ -126,5 +128,61 @@ class Closed(MesillaError):
 
 
 # --- containers -----------------------------------------------------------------
-# The container errors (each with its Mesos TaskStatus.Reason and HTTP status)
-# follow here.
+#
+#     ContainerError                 500  a container operation failed
+#     ├── UnknownContainer           404  no such container (running or ended and kept)
+#     ├── ContainerNotRemovable      500  REMOVE of a running container (as Mesos)
+#     └── ContainerLaunchError       500  a launch failed at a step (a runc crash, ...)
+#         ├── InvalidContainer       400  what was asked cannot be launched (the input)
+#         └── ImageUnavailable       503  the image's registry failed; try again later
+#
+# Each carries the TaskStatus.Reason a task gets for it. The containerizer raises
+# them with the lower error as `__cause__`; the agent (a task's status) and the
+# agent API (an HTTP status, `http_error`) translate them once, at their edges.
+
+
+class ContainerError(MesillaError):
+    """A container operation that failed: `reason` for the task, `status` for the agent API."""
+
+    reason: Reason | None = None
+    status: int = 500
+
+    def __init__(self, message: str, *, container_id: ContainerID | None = None) -> None:
+        super().__init__(message)
+        self.container_id = container_id
+
+    def http_error(self) -> HttpError:
+        """The agent API's answer: this error's status, with its message."""
+        error = HttpError(str(self))
+        error.status = self.status
+        return error
+
+
+class UnknownContainer(ContainerError):
+    status = 404
+
+
+class ContainerNotRemovable(ContainerError):
+    """REMOVE of a container that has not ended (Mesos answers 500 Internal Server Error)."""
+
+
+class ContainerLaunchError(ContainerError):
+    """A launch failed at `step` (a ContainerState name) because of `cause`."""
+
+    reason = Reason.REASON_CONTAINER_LAUNCH_FAILED
+
+    def __init__(self, container_id: ContainerID, step: str, cause: str) -> None:
+        super().__init__(
+            f"Failed to launch container {container_id} during {step}: {cause}",
+            container_id=container_id,
+        )
+        self.step = step
+        self.cause = cause
+
+
+class InvalidContainer(ContainerLaunchError):
+    status = 400
+
+
+class ImageUnavailable(ContainerLaunchError):
+    status = 503

@@ -4,7 +4,10 @@ As Mesos's `MesosContainerizer` (`src/slave/containerizer/mesos/containerizer.cp
 a launch goes STARTING -> PROVISIONING (image only) -> PREPARING (isolators'
 `prepare`, in order; the launcher forks the first process, held) -> ISOLATING
 (`isolate(pid)`) -> FETCHING (CommandInfo.uris) -> RUNNING (the process execs).
-A failure at any step destroys what was built and raises ContainerLaunchError.
+A failure at any step destroys what was built and raises ContainerLaunchError
+(`mesilla.common.errors`): ImageUnavailable (503) when the registry fails,
+ContainerLaunchError (500) when the agent's own machinery does (`_AGENT_FAULTS`),
+else InvalidContainer (400): what was asked cannot be launched.
 A container ends when its first process exits, when an isolator reports a
 limitation, or when it is destroyed; destroying a container destroys its
 nested containers first. Runtime checkpoints live under `--runtime_dir` (see
@@ -15,7 +18,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import enum
 import logging
 import os
 import signal
@@ -25,10 +27,21 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from mesilla.common.blocking import in_thread
+from mesilla.common.errors import (
+    BadRequest,
+    ContainerError,
+    ContainerLaunchError,
+    ContainerNotRemovable,
+    ImageUnavailable,
+    InvalidContainer,
+    UnknownContainer,
+)
 from mesilla.common.tasks import TaskOwner
 from mesilla.containerizer import fetcher
+from mesilla.containerizer.interface import LaunchResult, ResourceStatistics
 from mesilla.containerizer.isolator import Isolator
 from mesilla.containerizer.isolators import load_isolators
+from mesilla.containerizer.isolators.network.cni_plugin import PluginError
 from mesilla.containerizer.launch_info import (
     command_argv,
     container_environment,
@@ -37,6 +50,11 @@ from mesilla.containerizer.launch_info import (
 )
 from mesilla.containerizer.launcher import load_launcher
 from mesilla.containerizer.launcher.base import Launcher, LaunchError
+from mesilla.containerizer.provisioner.errors import (
+    BlobDigestMismatch,
+    RegistryAuthError,
+    RegistryError,
+)
 from mesilla.containerizer.runtime_paths import RuntimeDir
 from mesilla.containerizer.types import (
     ContainerClass,
@@ -47,7 +65,8 @@ from mesilla.containerizer.types import (
     ContainerState,
     ContainerTermination,
 )
-from mesilla.v1.mesos import ContainerID, Image, Reason, Resource
+from mesilla.v1 import codec
+from mesilla.v1.mesos import ContainerID, ContainerStatus, Image, Reason, Resource
 
 if TYPE_CHECKING:  # imported when an image provider is enabled
     from mesilla.containerizer.provisioner.provisioner import Provisioner
@@ -60,32 +79,6 @@ MAX_NESTING_DEPTH = 32
 RECENTLY_ENDED_KEPT = 1000
 # How long `close` lets launches and destroys in flight finish before cancelling them.
 CLOSE_GRACE = 5.0
-
-
-class LaunchResult(enum.Enum):
-    SUCCESS = "SUCCESS"
-    ALREADY_LAUNCHED = "ALREADY_LAUNCHED"
-    NOT_SUPPORTED = "NOT_SUPPORTED"
-
-
-class ContainerLaunchError(Exception):
-    """A launch failed at `step` (a ContainerState name) because of `cause`."""
-
-    reason = Reason.REASON_CONTAINER_LAUNCH_FAILED
-
-    def __init__(self, container_id: ContainerID, step: str, cause: str) -> None:
-        super().__init__(f"Failed to launch container {container_id} during {step}: {cause}")
-        self.container_id = container_id
-        self.step = step
-        self.cause = cause
-
-
-class ContainerNotRemovable(Exception):
-    """`remove` was asked for a container that is still running."""
-
-
-class UnknownContainer(Exception):
-    """`remove` was asked for a container that neither runs nor has ended and been kept."""
 
 
 @dataclass
@@ -222,18 +215,18 @@ class Containerizer:
         if container_id.parent is not None:
             depth = len(container_id.path()) - 1
             if depth > MAX_NESTING_DEPTH:
-                raise ContainerLaunchError(
+                raise InvalidContainer(
                     container_id, ContainerState.STARTING.value,
                     f"nesting depth {depth} exceeds the maximum of {MAX_NESTING_DEPTH}",
                 )  # fmt: skip
             parent = self._containers.get(container_id.parent)
             if parent is None or parent.state == ContainerState.DESTROYING:
-                raise ContainerLaunchError(
+                raise InvalidContainer(
                     container_id, ContainerState.STARTING.value,
                     f"parent container {container_id.parent} does not exist or is being destroyed",
                 )  # fmt: skip
         if self._image(config) is not None and self._provisioner is None:
-            raise ContainerLaunchError(
+            raise InvalidContainer(
                 container_id, ContainerState.STARTING.value,
                 "the container has an image but no image provider is enabled: "
                 "set --image_providers=docker",
@@ -351,7 +344,7 @@ class Containerizer:
                 "Launch of container %s failed during %s: %s", container_id, step.value, cause
             )
             await self._abort(container, f"Failed to launch during {step.value}: {cause}")
-            raise ContainerLaunchError(container_id, step.value, cause) from exc
+            raise _launch_error(exc)(container_id, step.value, cause) from exc
 
     async def _abort(self, container: _Container, message: str) -> None:
         """Undoes a failed launch; waiters see a termination with the launch failure."""
@@ -519,16 +512,19 @@ class Containerizer:
     ) -> None:
         container = self._containers.get(container_id)
         if container is None:
-            raise KeyError(f"Unknown container {container_id}")
+            raise UnknownContainer(f"Container {container_id} cannot be found", container_id=container_id)
         container.config.resources = list(resources)
         container.config.limits = dict(limits)
         for isolator in self._isolators_for(container):
-            await isolator.update(container_id, resources, limits)
+            try:
+                await isolator.update(container_id, resources, limits)
+            except Exception as exc:
+                raise _isolator_error("update", isolator, container_id, exc) from exc
 
-    async def usage(self, container_id: ContainerID) -> dict[str, Any]:
+    async def usage(self, container_id: ContainerID) -> ResourceStatistics:
         container = self._containers.get(container_id)
         if container is None:
-            raise KeyError(f"Unknown container {container_id}")
+            raise UnknownContainer(f"Container {container_id} cannot be found", container_id=container_id)
         statistics: dict[str, Any] = {"timestamp": time.time()}
         for resource in container.config.resources:
             if resource.name == "cpus" and resource.scalar is not None:
@@ -538,19 +534,30 @@ class Containerizer:
                     resource.scalar.value * 1024 * 1024
                 )
         for isolator in self._isolators_for(container):
-            statistics.update(await isolator.usage(container_id))
-        return statistics
+            try:
+                statistics.update(await isolator.usage(container_id))
+            except Exception as exc:  # e.g. its cgroup went with the container
+                raise _isolator_error("usage", isolator, container_id, exc) from exc
+        return ResourceStatistics.from_fields(statistics)
 
-    async def status(self, container_id: ContainerID) -> dict[str, Any]:
+    async def status(self, container_id: ContainerID) -> ContainerStatus:
         container = self._containers.get(container_id)
         if container is None:
-            raise KeyError(f"Unknown container {container_id}")
-        result: dict[str, Any] = {}
-        if container.pid is not None:
-            result["executor_pid"] = container.pid
+            raise UnknownContainer(f"Container {container_id} cannot be found", container_id=container_id)
+        fields: dict[str, Any] = {}
         for isolator in self._isolators_for(container):
-            result.update(await isolator.status(container_id))
-        return result
+            try:
+                fields.update(await isolator.status(container_id))
+            except Exception as exc:
+                raise _isolator_error("status", isolator, container_id, exc) from exc
+        try:
+            # Isolators report ContainerStatus fields as JSON.
+            status = codec.convert(fields, ContainerStatus)
+        except BadRequest as exc:
+            log.warning("Ignoring a malformed status of container %s: %s", container_id, exc.reason)
+            status = ContainerStatus()
+        status.executor_pid = container.pid
+        return status
 
     def containers(self) -> list[ContainerID]:
         return list(self._containers)
@@ -566,12 +573,13 @@ class Containerizer:
     async def remove(self, container_id: ContainerID) -> None:
         if container_id in self._containers:
             raise ContainerNotRemovable(
-                f"Container {container_id} is still running: kill it and wait for it first"
+                f"Container {container_id} is still running: kill it and wait for it first",
+                container_id=container_id,
             )
         if self._terminated.pop(container_id, None) is None and not os.path.isdir(
             self._runtime.path(container_id)
         ):
-            raise UnknownContainer(f"Unknown container {container_id}")
+            raise UnknownContainer(f"Container {container_id} cannot be found", container_id=container_id)
         await in_thread(self._runtime.remove, container_id)
         parent = self._containers.get(container_id.parent) if container_id.parent else None
         if parent is not None:
@@ -606,6 +614,32 @@ class Containerizer:
                 log.exception("Isolator %s failed to close", isolator.name)
         if self._provisioner is not None:
             await self._provisioner.close()
+
+
+def _isolator_error(
+    what: str, isolator: Isolator, container_id: ContainerID, cause: Exception
+) -> ContainerError:
+    """An isolator's failure, as the one kind the containerizer's callers handle."""
+    return ContainerError(
+        f"Isolator {isolator.name} failed the {what} of container {container_id}: {cause}",
+        container_id=container_id,
+    )
+
+
+# Failures of the agent's own machinery, not of what was asked: the OCI runtime and its
+# monitor (a runc crash), a CNI plugin, the disk, the agent's registry credentials, a
+# registry's corrupt blob.
+_AGENT_FAULTS = (LaunchError, PluginError, OSError, RegistryAuthError, BlobDigestMismatch)
+
+
+def _launch_error(cause: Exception) -> type[ContainerLaunchError]:
+    """What kind of launch failure `cause` is: the registry's (503), the agent's own
+    machinery's (500), else what was asked for (400, as Mesos answers every one)."""
+    if isinstance(cause, RegistryError) and not isinstance(cause, RegistryAuthError):
+        return ImageUnavailable
+    if isinstance(cause, _AGENT_FAULTS):
+        return ContainerLaunchError
+    return InvalidContainer
 
 
 def _default_launcher(flags: Any) -> str:

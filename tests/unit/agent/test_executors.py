@@ -7,6 +7,7 @@ import sys
 import pytest
 
 from mesilla.agent.executors import command_executor_info, executor_environment
+from mesilla.agent.flags import AgentFlags
 from mesilla.agent.main import AGENT_FLAGS
 from mesilla.common.flags import FlagError, parse
 from mesilla.v1.mesos import (
@@ -25,8 +26,10 @@ from mesilla.v1.mesos import (
 FRAMEWORK = FrameworkInfo(user="u", name="f", id=FrameworkID(value="F"))
 
 
-def flags(*extra: str):  # type: ignore[no-untyped-def]
-    return parse(AGENT_FLAGS, ["--master=m:1", "--work_dir=/w", *extra], environ={})
+def flags(*extra: str) -> AgentFlags:
+    return AgentFlags.from_flags(
+        parse(AGENT_FLAGS, ["--master=m:1", "--work_dir=/w", *extra], environ={})
+    )
 
 
 def task(command: str, **kw: object) -> TaskInfo:

@@ -11,6 +11,7 @@ from aiohttp.test_utils import TestClient, TestServer
 
 from mesilla.agent import agent_api, container_api, executor_api
 from mesilla.agent.agent import Agent, AgentStatus
+from mesilla.agent.flags import AgentFlags
 from mesilla.agent.main import AGENT_FLAGS
 from mesilla.common.flags import parse
 from mesilla.common.http import Router, make_app
@@ -25,9 +26,11 @@ class NoContainers:
 
 
 @pytest.fixture
-def agent(tmp_path: Any) -> Agent:
+async def agent(tmp_path: Any) -> AsyncIterator[Agent]:
     flags = parse(AGENT_FLAGS, ["--master=127.0.0.1:1", f"--work_dir={tmp_path}"], environ={})
-    return Agent(flags, NoContainers(), AgentInfo(hostname="h"))
+    agent = Agent(AgentFlags.from_flags(flags), NoContainers(), AgentInfo(hostname="h"))
+    yield agent
+    await agent.close()
 
 
 @pytest.fixture

@@ -5,12 +5,15 @@ from __future__ import annotations
 import asyncio
 import threading
 import uuid
+from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
 
 from mesilla.agent import checkpoints
+from mesilla.agent.checkpointer import Checkpointer
 from mesilla.agent.status_update_manager import StatusUpdateError, StatusUpdateManager
+from mesilla.common.tasks import TaskOwner
 from mesilla.v1.internal import StatusUpdate
 from mesilla.v1.mesos import FrameworkID, TaskID, TaskState, TaskStatus
 
@@ -20,6 +23,18 @@ def update(task: str, state: TaskState, uid: bytes | None = None) -> StatusUpdat
         framework_id=FrameworkID(value="fw"),
         status=TaskStatus(task_id=TaskID(value=task), state=state, uuid=uid or uuid.uuid4().bytes),
     )
+
+
+# The manager names its files; the checkpointer only appends to them.
+CHECKPOINTER = Checkpointer("/nonexistent")
+
+
+@pytest.fixture
+async def owner() -> AsyncIterator[TaskOwner]:
+    """The owner of a manager's appends (the agent's, in the agent)."""
+    owner = TaskOwner("test")
+    yield owner
+    await owner.close()
 
 
 class Recorder:
@@ -37,9 +52,9 @@ class Recorder:
         return self.sent[-1]
 
 
-async def test_only_the_head_is_sent_and_acks_advance_the_stream() -> None:
+async def test_only_the_head_is_sent_and_acks_advance_the_stream(owner: TaskOwner) -> None:
     sent = Recorder()
-    manager = StatusUpdateManager(sent, initial_interval=60)
+    manager = StatusUpdateManager(sent, CHECKPOINTER, owner, initial_interval=60)
     manager.resume()
     running, finished = update("t", TaskState.TASK_RUNNING), update("t", TaskState.TASK_FINISHED)
     manager.update(running)
@@ -53,9 +68,9 @@ async def test_only_the_head_is_sent_and_acks_advance_the_stream() -> None:
     manager.close()
 
 
-async def test_unacknowledged_head_is_resent_with_backoff() -> None:
+async def test_unacknowledged_head_is_resent_with_backoff(owner: TaskOwner) -> None:
     sent = Recorder()
-    manager = StatusUpdateManager(sent, initial_interval=0.05, max_interval=0.2)
+    manager = StatusUpdateManager(sent, CHECKPOINTER, owner, initial_interval=0.05, max_interval=0.2)
     manager.resume()
     running = update("t", TaskState.TASK_RUNNING)
     manager.update(running)
@@ -69,9 +84,9 @@ async def test_unacknowledged_head_is_resent_with_backoff() -> None:
     manager.close()
 
 
-async def test_duplicates_are_dropped_and_nothing_follows_a_terminal_update() -> None:
+async def test_duplicates_are_dropped_and_nothing_follows_a_terminal_update(owner: TaskOwner) -> None:
     sent = Recorder()
-    manager = StatusUpdateManager(sent, initial_interval=60)
+    manager = StatusUpdateManager(sent, CHECKPOINTER, owner, initial_interval=60)
     manager.resume()
     running = update("t", TaskState.TASK_RUNNING)
     assert manager.update(running) is True
@@ -83,9 +98,9 @@ async def test_duplicates_are_dropped_and_nothing_follows_a_terminal_update() ->
     manager.close()
 
 
-async def test_paused_manager_sends_nothing_until_resumed() -> None:
+async def test_paused_manager_sends_nothing_until_resumed(owner: TaskOwner) -> None:
     sent = Recorder()
-    manager = StatusUpdateManager(sent, initial_interval=60)
+    manager = StatusUpdateManager(sent, CHECKPOINTER, owner, initial_interval=60)
     manager.update(update("t", TaskState.TASK_RUNNING))
     assert sent.sent == []
     manager.resume()
@@ -93,9 +108,9 @@ async def test_paused_manager_sends_nothing_until_resumed() -> None:
     manager.close()
 
 
-async def test_streams_survive_a_restart_through_their_checkpoint(tmp_path: Any) -> None:
+async def test_streams_survive_a_restart_through_their_checkpoint(tmp_path: Any, owner: TaskOwner) -> None:
     path = str(tmp_path / "task.updates")
-    first = StatusUpdateManager(Recorder(), initial_interval=60)
+    first = StatusUpdateManager(Recorder(), CHECKPOINTER, owner, initial_interval=60)
     first.resume()
     running, finished = update("t", TaskState.TASK_RUNNING), update("t", TaskState.TASK_FINISHED)
     first.update(running, path)
@@ -106,7 +121,7 @@ async def test_streams_survive_a_restart_through_their_checkpoint(tmp_path: Any)
 
     records = checkpoints.decode_update_records(path, checkpoints.read_records(path))
     sent = Recorder()
-    second = StatusUpdateManager(sent, initial_interval=60)
+    second = StatusUpdateManager(sent, CHECKPOINTER, owner, initial_interval=60)
     second.recover("fw", "t", records, path)
     assert second.seen("fw", "t", running.status.uuid)
     second.resume()
@@ -116,7 +131,7 @@ async def test_streams_survive_a_restart_through_their_checkpoint(tmp_path: Any)
 
 
 async def test_nothing_is_acted_upon_before_its_record_is_durable(
-    tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch, owner: TaskOwner
 ) -> None:
     path = str(tmp_path / "task.updates")
     disk = threading.Event()  # the slow fsync of an append, released by the test
@@ -128,7 +143,7 @@ async def test_nothing_is_acted_upon_before_its_record_is_durable(
 
     monkeypatch.setattr(checkpoints, "append_record", slow_append)
     sent = Recorder()
-    manager = StatusUpdateManager(sent, initial_interval=60)
+    manager = StatusUpdateManager(sent, CHECKPOINTER, owner, initial_interval=60)
     manager.resume()
     running, finished = update("t", TaskState.TASK_RUNNING), update("t", TaskState.TASK_FINISHED)
     manager.update(running, path)

@@ -17,9 +17,11 @@ from typing import Any
 
 import pytest
 
-from mesilla.agent import checkpoints, paths, recovery
+from mesilla.agent import checkpoints, launches, paths, recovery, terminations
 from mesilla.agent.agent import Agent, AgentStatus
+from mesilla.agent.flags import AgentFlags
 from mesilla.agent.main import AGENT_FLAGS
+from mesilla.agent.master_events import MasterEvents
 from mesilla.agent.state import ExecutorState
 from mesilla.common.flags import parse
 from mesilla.containerizer.types import ContainerTermination
@@ -28,6 +30,7 @@ from mesilla.v1.mesos import (
     AgentID,
     AgentInfo,
     ContainerID,
+    ContainerStatus,
     ExecutorID,
     ExecutorInfo,
     FrameworkID,
@@ -210,18 +213,19 @@ class RunningContainers(NoContainers):
     async def launch(self, container_id: ContainerID, config: Any) -> None:
         return None
 
-    async def status(self, container_id: ContainerID) -> dict[str, Any]:
-        return {}
+    async def status(self, container_id: ContainerID) -> ContainerStatus:
+        return ContainerStatus()
 
     async def wait(self, container_id: ContainerID) -> ContainerTermination | None:
         await asyncio.Event().wait()
         return None
 
 
-def _new_agent(work_dir: str, agent_id: str | None, containerizer: Any = None) -> Agent:
+async def _new_agent(work_dir: str, agent_id: str | None, containerizer: Any = None) -> Agent:
     flags = parse(AGENT_FLAGS, ["--master=127.0.0.1:1", f"--work_dir={work_dir}"], environ={})
     info = AgentInfo(hostname="h", id=AgentID(value=agent_id) if agent_id else None)
-    return Agent(flags, containerizer or NoContainers(), info)
+    agent = Agent(AgentFlags.from_flags(flags), containerizer or NoContainers(), info)
+    return agent
 
 
 def _pod(*task_ids: str) -> TaskGroupInfo:
@@ -238,14 +242,14 @@ EXECUTOR = ExecutorInfo(executor_id=ExecutorID(value=EX), type="DEFAULT")
 
 async def _recover(work_dir: str) -> Fates:
     """Restarts the agent on `work_dir`; what it reports of each task once its executors ended."""
-    agent = _new_agent(work_dir, None)
+    agent = await _new_agent(work_dir, None)
     try:
         await recovery.recover(agent)
         for _ in range(100):  # the executors' waits answer at once
             await asyncio.sleep(0)
         executors = [e for f in agent.frameworks.values() for e in f.executors.values()]
         assert all(e.state is ExecutorState.TERMINATED for e in executors)
-        tasks = agent.register_call().tasks
+        tasks = MasterEvents(agent).register_call().tasks
         return {t.task_id.value: (t.state, t.statuses[-1].reason) for t in tasks}
     finally:
         await agent.close()
@@ -278,10 +282,10 @@ async def test_an_agent_killed_during_a_pod_launch_recovers_the_pod_as_one(
     async def launch_then_recover(step: int) -> None:
         work_dir = str(tmp_path / f"pod-{step}")
         checkpoints.checkpoint_agent(work_dir, AgentInfo(hostname="h", id=AgentID(value=AGENT)))
-        agent = _new_agent(work_dir, AGENT)
+        agent = await _new_agent(work_dir, AGENT)
         try:
             with crash_at(step):
-                agent.run_task_group(FRAMEWORK, EXECUTOR, _pod(*group))
+                launches.run_task_group(agent, FRAMEWORK, EXECUTOR, _pod(*group))
                 await _checkpointed(agent)
         finally:
             await agent.close()  # dead: nothing it spawned runs
@@ -300,16 +304,16 @@ async def test_an_agent_killed_while_adding_a_pod_to_a_running_executor(tmp_path
     async def add_then_recover(step: int) -> None:
         work_dir = str(tmp_path / f"pod-{step}")
         checkpoints.checkpoint_agent(work_dir, AgentInfo(hostname="h", id=AgentID(value=AGENT)))
-        agent = _new_agent(work_dir, AGENT)
+        agent = await _new_agent(work_dir, AGENT)
         try:
-            agent.run_task_group(FRAMEWORK, EXECUTOR, _pod("first"))
+            launches.run_task_group(agent, FRAMEWORK, EXECUTOR, _pod("first"))
             await _checkpointed(agent)
             # As if the executor had subscribed and got the first pod.
             executor = agent.frameworks[FW].executors[EX]
             executor.launch_queued()
             executor.state = ExecutorState.RUNNING
             with crash_at(step):
-                agent.run_task_group(FRAMEWORK, EXECUTOR, _pod(*GROUP))
+                launches.run_task_group(agent, FRAMEWORK, EXECUTOR, _pod(*GROUP))
                 await _checkpointed(agent)
         finally:
             await agent.close()
@@ -326,7 +330,7 @@ async def test_an_executor_hears_of_tasks_once_they_are_checkpointed_and_in_orde
 ) -> None:
     work_dir = str(tmp_path)
     checkpoints.checkpoint_agent(work_dir, AgentInfo(hostname="h", id=AgentID(value=AGENT)))
-    agent = _new_agent(work_dir, AGENT, RunningContainers())
+    agent = await _new_agent(work_dir, AGENT, RunningContainers())
     agent.status = AgentStatus.RUNNING
     sent: list[tuple[ev.EventType, list[str], bool]] = []
 
@@ -353,15 +357,15 @@ async def test_an_executor_hears_of_tasks_once_they_are_checkpointed_and_in_orde
             pass
 
     try:
-        agent.run_task_group(FRAMEWORK, EXECUTOR, _pod("first"))
+        launches.run_task_group(agent, FRAMEWORK, EXECUTOR, _pod("first"))
         await _checkpointed(agent)
         executor = agent.frameworks[FW].executors[EX]
         executor.launch_queued()
         executor.state = ExecutorState.RUNNING
         executor.stream = Stream(executor.container_id.value)  # type: ignore[assignment]
-        agent.run_task_group(FRAMEWORK, EXECUTOR, _pod("a1", "a2"))
-        agent.run_task_group(FRAMEWORK, EXECUTOR, _pod("b1"))
-        agent.kill_task(FrameworkID(value=FW), "a1", None)
+        launches.run_task_group(agent, FRAMEWORK, EXECUTOR, _pod("a1", "a2"))
+        launches.run_task_group(agent, FRAMEWORK, EXECUTOR, _pod("b1"))
+        terminations.kill_task(agent, FrameworkID(value=FW), "a1", None)
         await _checkpointed(agent)
     finally:
         await agent.close()
@@ -377,20 +381,20 @@ async def test_a_terminated_executor_is_left_out_of_the_reregistration(tmp_path:
     run (tests/chaos, seed 2): an executor exiting during the agent's recovery."""
     work_dir = str(tmp_path)
     checkpoints.checkpoint_agent(work_dir, AgentInfo(hostname="h", id=AgentID(value=AGENT)))
-    agent = _new_agent(work_dir, AGENT)
+    agent = await _new_agent(work_dir, AGENT)
     try:
-        agent.run_task_group(FRAMEWORK, EXECUTOR, _pod("t0"))
+        launches.run_task_group(agent, FRAMEWORK, EXECUTOR, _pod("t0"))
         await _checkpointed(agent)
     finally:
         await agent.close()
-    agent = _new_agent(work_dir, None)
+    agent = await _new_agent(work_dir, None)
     try:
         await recovery.recover(agent)
         for _ in range(100):  # the executor's wait answers at once: it is gone
             await asyncio.sleep(0)
         executors = [e for f in agent.frameworks.values() for e in f.executors.values()]
         assert [e.state for e in executors] == [ExecutorState.TERMINATED]
-        register = agent.register_call()
+        register = MasterEvents(agent).register_call()
         assert [t.task_id.value for t in register.tasks] == ["t0"]
         assert register.executor_infos == []
     finally:

@@ -162,7 +162,7 @@ async def test_destroy_kills_the_whole_process_tree(
     script = "sleep 1000 & (set -m; sleep 1001 & wait) & wait"
     await containerizer.launch(cid, shell(tmp_path, script))
     status = await containerizer.status(cid)
-    leader = status["executor_pid"]
+    leader = status.executor_pid
     await until(lambda: len(session_processes(leader)) >= 3)
     pids = [p.pid for p in session_processes(leader)]
     termination = await containerizer.destroy(cid)
@@ -329,11 +329,11 @@ async def test_limitation_destroys_with_its_reason(
 async def test_usage_and_status(containerizer: Containerizer, tmp_path: Any) -> None:
     cid = ContainerID(value="usage")
     await containerizer.launch(cid, shell(tmp_path, "sleep 1000"))
-    usage = await containerizer.usage(cid)
+    usage = (await containerizer.usage(cid)).to_json()
     assert usage["mem_rss_bytes"] > 0
     assert "cpus_user_time_secs" in usage and "timestamp" in usage
     status = await containerizer.status(cid)
-    assert os.getsid(status["executor_pid"]) == status["executor_pid"]
+    assert os.getsid(status.executor_pid) == status.executor_pid
 
 
 def disk_du_tasks() -> list[asyncio.Task[Any]]:
@@ -346,9 +346,9 @@ async def test_close_stops_disk_measuring_and_keeps_the_container(tmp_path: Any)
     c = await Containerizer.create(flags)
     cid = ContainerID(value="measured")
     await c.launch(cid, shell(tmp_path, "sleep 1000"))
-    pid = (await c.status(cid))["executor_pid"]
+    pid = (await c.status(cid)).executor_pid
     for _ in range(1000):  # until du has measured once: the collector is under way
-        if "disk_used_bytes" in await c.usage(cid):
+        if "disk_used_bytes" in (await c.usage(cid)).to_json():
             break
         await asyncio.sleep(0.01)
     assert len(disk_du_tasks()) == 1
@@ -373,7 +373,7 @@ async def test_recover_reattaches_and_reads_status_of_ended(tmp_path: Any) -> No
     await first.launch(live, shell(tmp_path, "sleep 1000", "b"))
     await first.launch(nested, shell(tmp_path, "sleep 1000", "b/containers/nested"))
     await first.launch(orphan, shell(tmp_path, "sleep 1000", "c"))
-    orphan_pid = (await first.status(orphan))["executor_pid"]
+    orphan_pid = (await first.status(orphan)).executor_pid
     await first.close()
     del first
 
@@ -421,7 +421,7 @@ async def test_destroy_during_fetch_aborts_the_launch(
         launch = asyncio.create_task(containerizer.launch(cid, config))
         await asyncio.wait_for(requested.wait(), 30)
         assert containerizer.state(cid) == ContainerState.FETCHING
-        pid = (await containerizer.status(cid))["executor_pid"]
+        pid = (await containerizer.status(cid)).executor_pid
         termination = await containerizer.destroy(cid)
         assert termination is not None
         assert termination.reason == Reason.REASON_CONTAINER_LAUNCH_FAILED

@@ -100,7 +100,7 @@ async def check_recovered_running(tmp_path: Any, pid: int) -> None:
     try:
         cid = ContainerID(value="c")
         assert containerizer.containers() == [cid]
-        assert (await containerizer.status(cid))["executor_pid"] == pid  # the same process
+        assert (await containerizer.status(cid)).executor_pid == pid  # the same process
         await containerizer.kill(cid, signal.SIGTERM)
         termination = await containerizer.wait(cid)
         assert termination is not None and termination.status is not None

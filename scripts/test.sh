@@ -8,4 +8,5 @@ cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 .venv/bin/python -m pytest tests/unit -q -p no:cacheprovider "$@"
 .venv/bin/python -m pytest tests/integration tests/acceptance -q -p no:cacheprovider "$@"
+.venv/bin/python -m pytest tests/compat -q -p no:cacheprovider "$@"
 .venv/bin/python -m pytest tests/chaos -q -p no:cacheprovider "$@"

@@ -1,0 +1,147 @@
+// Command v0sched drives Mesilla's libprocess endpoint with mesos-go's v0
+// MesosSchedulerDriver: it registers (authenticating with CRAM-MD5 when
+// PRINCIPAL is set), launches one task on the first offer and follows it.
+//
+//	-mode=launch: `echo hello` ends TASK_FINISHED after TASK_RUNNING
+//	-mode=kill:   `sleep 600`, KillTask once TASK_RUNNING, ends TASK_KILLED
+//	-executor=PATH (launch): the task runs on the v0 custom executor PATH, which
+//	              must send the framework message "hello <task id> <task data>"
+//
+// Env MASTER (host:port), PRINCIPAL and SECRET. Prints "check passed" and
+// exits 0, else exits 1 with the reason.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"net"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/gogo/protobuf/proto"
+	"github.com/mesos/mesos-go/api/v0/auth"
+	"github.com/mesos/mesos-go/api/v0/auth/sasl"
+	mesos "github.com/mesos/mesos-go/api/v0/mesosproto"
+	util "github.com/mesos/mesos-go/api/v0/mesosutil"
+	sched "github.com/mesos/mesos-go/api/v0/scheduler"
+)
+
+// events turns the driver's callbacks into one stream for main's loop.
+type events chan string
+
+func (e events) Registered(_ sched.SchedulerDriver, id *mesos.FrameworkID, _ *mesos.MasterInfo) {
+	e <- "registered " + id.GetValue()
+}
+func (e events) Reregistered(sched.SchedulerDriver, *mesos.MasterInfo) {}
+func (e events) Disconnected(sched.SchedulerDriver)                    {}
+func (e events) ResourceOffers(d sched.SchedulerDriver, offers []*mesos.Offer) {
+	offerCh <- offers
+}
+func (e events) OfferRescinded(sched.SchedulerDriver, *mesos.OfferID) {}
+func (e events) StatusUpdate(_ sched.SchedulerDriver, st *mesos.TaskStatus) {
+	e <- "status " + st.GetState().String() + " " + st.GetMessage()
+}
+func (e events) FrameworkMessage(_ sched.SchedulerDriver, _ *mesos.ExecutorID, _ *mesos.SlaveID, data string) {
+	e <- "message " + data
+}
+func (e events) SlaveLost(sched.SchedulerDriver, *mesos.SlaveID)                         {}
+func (e events) ExecutorLost(sched.SchedulerDriver, *mesos.ExecutorID, *mesos.SlaveID, int) {}
+func (e events) Error(_ sched.SchedulerDriver, message string)                          { e <- "error " + message }
+
+var offerCh = make(chan []*mesos.Offer, 16)
+
+func fail(format string, args ...interface{}) {
+	fmt.Fprintf(os.Stderr, "FAIL: "+format+"\n", args...)
+	os.Exit(1)
+}
+
+func main() {
+	mode := flag.String("mode", "launch", "launch or kill")
+	executorPath := flag.String("executor", "", "a v0 custom executor to run the task on")
+	flag.Parse()
+	hostname, _ := os.Hostname()
+	stream := make(events, 64)
+	config := sched.DriverConfig{
+		Scheduler:      stream,
+		Framework:      &mesos.FrameworkInfo{User: proto.String("root"), Name: proto.String("compat v0sched " + *mode), Hostname: proto.String(hostname)},
+		Master:         os.Getenv("MASTER"),
+		BindingAddress: net.ParseIP("127.0.0.1"),
+	}
+	if principal := os.Getenv("PRINCIPAL"); principal != "" {
+		config.Framework.Principal = proto.String(principal)
+		config.Credential = &mesos.Credential{Principal: proto.String(principal), Secret: proto.String(os.Getenv("SECRET"))}
+		config.WithAuthContext = func(ctx context.Context) context.Context {
+			return sasl.WithBindingAddress(auth.WithLoginProvider(ctx, sasl.ProviderName), net.ParseIP("127.0.0.1"))
+		}
+	}
+	driver, err := sched.NewMesosSchedulerDriver(config)
+	if err != nil {
+		fail("driver: %v", err)
+	}
+	if status, err := driver.Start(); err != nil {
+		fail("driver start (%s): %v", status, err)
+	}
+	defer driver.Stop(false)
+
+	taskID := "v0-" + *mode
+	var want []string // the events still awaited, in order
+	switch {
+	case *executorPath != "":
+		want = []string{"status TASK_RUNNING", "message hello " + taskID + " data-" + taskID, "status TASK_FINISHED"}
+	case *mode == "kill":
+		want = []string{"status TASK_RUNNING", "status TASK_KILLED"}
+	default:
+		want = []string{"status TASK_RUNNING", "status TASK_FINISHED"}
+	}
+	launched := false
+	deadline := time.After(90 * time.Second)
+	for len(want) > 0 {
+		select {
+		case <-deadline:
+			fail("timed out awaiting %q", want[0])
+		case offers := <-offerCh:
+			for _, offer := range offers {
+				if launched {
+					driver.DeclineOffer(offer.Id, &mesos.Filters{RefuseSeconds: proto.Float64(3600)})
+					continue
+				}
+				launched = true
+				task := &mesos.TaskInfo{
+					Name: proto.String(taskID), TaskId: util.NewTaskID(taskID), SlaveId: offer.SlaveId,
+					Resources: []*mesos.Resource{util.NewScalarResource("cpus", 0.1), util.NewScalarResource("mem", 32)},
+				}
+				if *executorPath != "" {
+					task.Data = []byte("data-" + taskID)
+					task.Executor = &mesos.ExecutorInfo{
+						ExecutorId: util.NewExecutorID("v0-executor"),
+						Command:    &mesos.CommandInfo{Value: proto.String(*executorPath), Shell: proto.Bool(false)},
+						Resources:  []*mesos.Resource{util.NewScalarResource("cpus", 0.1), util.NewScalarResource("mem", 32)},
+					}
+				} else {
+					command := map[string]string{"launch": "echo hello", "kill": "sleep 600"}[*mode]
+					task.Command = &mesos.CommandInfo{Value: proto.String(command)}
+				}
+				if _, err := driver.LaunchTasks([]*mesos.OfferID{offer.Id}, []*mesos.TaskInfo{task}, &mesos.Filters{}); err != nil {
+					fail("LaunchTasks: %v", err)
+				}
+			}
+		case event := <-stream:
+			fmt.Printf("ok: %s\n", event)
+			switch {
+			case strings.HasPrefix(event, want[0]):
+				want = want[1:]
+				if *mode == "kill" && len(want) == 1 {
+					if _, err := driver.KillTask(util.NewTaskID(taskID)); err != nil {
+						fail("KillTask: %v", err)
+					}
+				}
+			case strings.HasPrefix(event, "error ") || (strings.HasPrefix(event, "status ") &&
+				!strings.HasPrefix(event, "status TASK_STARTING") && !strings.HasPrefix(event, "status TASK_KILLING")):
+				fail("unexpected %q awaiting %q", event, want[0])
+			}
+		}
+	}
+	fmt.Printf("ok: v0 scheduler check passed (mode=%s executor=%q)\n", *mode, *executorPath)
+}

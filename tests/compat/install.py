@@ -78,3 +78,20 @@ def install_pymesos() -> Path:
         run([*pip, str(package)])
     run([*pip, "pymesos==0.3.15"])
     return python
+
+
+def install_avmesos_cli() -> Path:
+    """A venv with avmesos-cli 1.3.0; returns its `mesos-cli` script (which runs the venv's `python`).
+
+    Its wheel declares Python >= 3.12, but nothing in it needs 3.12: every
+    module compiles on 3.11 and it uses no API newer than 3.11. Debian 12 has
+    3.11 only, so it is installed with --ignore-requires-python.
+    """
+    venv = CACHE / "avmesos-cli"
+    python = venv / "bin" / "python"
+    check = [str(python), "-c", "import avmesos.cli.plugins.task.main"]
+    if not (python.exists() and subprocess.run(check, capture_output=True).returncode == 0):
+        shutil.rmtree(venv, ignore_errors=True)
+        run([sys.executable, "-m", "venv", str(venv)])
+        run([str(python), "-m", "pip", "install", "-q", "--ignore-requires-python", "avmesos-cli==1.3.0"])
+    return venv / "bin" / "mesos-cli"

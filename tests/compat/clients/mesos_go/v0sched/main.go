@@ -7,7 +7,7 @@
 //	-executor=PATH (launch): the task runs on the v0 custom executor PATH, which
 //	              must send the framework message "hello <task id> <task data>"
 //
-// Env MASTER (host:port), PRINCIPAL and SECRET. Prints "check passed" and
+// Env MASTER (host:port), TIMEOUT (seconds, default 90), PRINCIPAL and SECRET. Prints "check passed" and
 // exits 0, else exits 1 with the reason.
 package main
 
@@ -17,6 +17,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"strconv"
 	"strings"
 	"time"
 
@@ -96,7 +97,11 @@ func main() {
 		want = []string{"status TASK_RUNNING", "status TASK_FINISHED"}
 	}
 	launched := false
-	deadline := time.After(90 * time.Second)
+	timeout, err := strconv.Atoi(os.Getenv("TIMEOUT"))
+	if err != nil {
+		timeout = 90
+	}
+	deadline := time.After(time.Duration(timeout) * time.Second)
 	for len(want) > 0 {
 		select {
 		case <-deadline:

@@ -5,13 +5,19 @@ For its task it sends TASK_RUNNING, the framework message
 """
 
 import threading
+from typing import Any
 
-from pymesos import Executor, MesosExecutorDriver, decode_data, encode_data
+from pymesos import (  # type: ignore[import-not-found]  # pymesos's own venv has it
+    Executor,
+    MesosExecutorDriver,
+    decode_data,
+    encode_data,
+)
 
 
-class Answer(Executor):
-    def launchTask(self, driver, task):
-        def update(state):
+class Answer(Executor):  # type: ignore[misc]  # pymesos is untyped
+    def launchTask(self, driver: Any, task: dict[str, Any]) -> None:
+        def update(state: str) -> None:
             driver.sendStatusUpdate({"task_id": task["task_id"], "state": state})
 
         update("TASK_RUNNING")

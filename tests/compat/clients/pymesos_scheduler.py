@@ -16,38 +16,46 @@ This file runs under pymesos's interpreter (Python 3.11, no Mesilla): keep it st
 import os
 import sys
 import threading
+from typing import Any
 
-from pymesos import MesosSchedulerDriver, Scheduler, decode_data, encode_data
+from pymesos import (  # type: ignore[import-not-found]  # pymesos's own venv has it
+    MesosSchedulerDriver,
+    Scheduler,
+    decode_data,
+    encode_data,
+)
+
+Json = dict[str, Any]
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
-def resources(cpus, mem, disk=0):
+def resources(cpus: float, mem: float, disk: float = 0) -> list[Json]:
     amounts = {"cpus": cpus, "mem": mem, "disk": disk}
     return [{"name": name, "type": "SCALAR", "scalar": {"value": value}}
             for name, value in amounts.items() if value]
 
 
-def command_task(task_id, agent_id, command):
+def command_task(task_id: str, agent_id: Json, command: str) -> Json:
     return {"name": task_id, "task_id": {"value": task_id}, "agent_id": agent_id,
             "resources": resources(0.1, 32), "command": {"value": command, "shell": True}}
 
 
-class Check(Scheduler):
-    def __init__(self, mode):
+class Check(Scheduler):  # type: ignore[misc]  # pymesos is untyped
+    def __init__(self, mode: str) -> None:
         self.mode = mode
         self.launched = False
-        self.running = set()
-        self.want = {}  # task id -> the state it must end in
-        self.message = None
-        self.failure = None
+        self.running: set[str] = set()
+        self.want: dict[str, str] = {}  # task id -> the state it must end in
+        self.message: str | None = None
+        self.failure: str | None = None
         self.done = threading.Event()
 
-    def finish(self, failure=None):
+    def finish(self, failure: str | None = None) -> None:
         self.failure = failure
         self.done.set()
 
-    def resourceOffers(self, driver, offers):
+    def resourceOffers(self, driver: Any, offers: list[Json]) -> None:
         for offer in offers:
             if self.launched:
                 driver.declineOffer(offer["id"], {"refuse_seconds": 3600})
@@ -75,7 +83,7 @@ class Check(Scheduler):
             self.want = {task["task_id"]["value"]: "TASK_KILLED" if self.mode == "kill" else "TASK_FINISHED"}
             driver.launchTasks(offer["id"], [task])
 
-    def statusUpdate(self, driver, status):
+    def statusUpdate(self, driver: Any, status: Json) -> None:
         task_id, state = status["task_id"]["value"], status["state"]
         print(f"ok: {task_id} {state}", flush=True)
         if state == "TASK_RUNNING":
@@ -89,7 +97,7 @@ class Check(Scheduler):
         if not self.want and self.message is None:
             self.finish()
 
-    def frameworkMessage(self, driver, executor_id, agent_id, message):
+    def frameworkMessage(self, driver: Any, executor_id: Json, agent_id: Json, message: str) -> None:
         text = decode_data(message).decode()
         print(f"ok: framework message {text!r}", flush=True)
         if text != self.message:
@@ -98,11 +106,11 @@ class Check(Scheduler):
         if not self.want:
             self.finish()
 
-    def error(self, driver, message):
+    def error(self, driver: Any, message: str) -> None:
         self.finish(f"ERROR event: {message}")
 
 
-def main():
+def main() -> None:
     check = Check(sys.argv[1])
     framework = {"user": "root", "name": f"compat pymesos {check.mode}", "hostname": "localhost"}
     driver = MesosSchedulerDriver(check, framework, os.environ["MASTER"], use_addict=False)

@@ -13,12 +13,14 @@ from tests.compat import install
 
 @pytest.fixture(scope="session")
 def mesos_go() -> Path:
-    return install.build_mesos_go()
+    with install.locked():
+        return install.build_mesos_go()
 
 
 @pytest.fixture(scope="session")
 def pymesos_python() -> Path:
-    return install.install_pymesos()
+    with install.locked():
+        return install.install_pymesos()
 
 
 @pytest.fixture(scope="module")

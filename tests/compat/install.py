@@ -9,11 +9,14 @@ tests, except under CI, where it fails them: CI has every package.
 
 from __future__ import annotations
 
+import fcntl
 import os
 import shutil
 import subprocess
 import sys
 import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -34,6 +37,15 @@ def run(argv: list[str], **kwargs: object) -> None:
     result = subprocess.run(argv, capture_output=True, text=True, timeout=900, **kwargs)  # type: ignore[call-overload]
     if result.returncode != 0:
         unavailable(f"{' '.join(argv)} failed ({result.returncode}):\n{result.stdout}\n{result.stderr}")
+
+
+@contextmanager
+def locked() -> Iterator[None]:
+    """One installer at a time on this machine: sessions share the cache."""
+    CACHE.mkdir(parents=True, exist_ok=True)
+    with open(CACHE / ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
 
 
 def build_mesos_go() -> Path:

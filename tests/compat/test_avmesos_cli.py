@@ -7,8 +7,7 @@ import asyncio
 import json
 import os
 import subprocess
-from collections.abc import Iterator
-from pathlib import Path
+from collections.abc import Callable
 
 import pytest
 
@@ -20,17 +19,27 @@ pytestmark = [pytest.mark.compat, pytest.mark.integration]
 
 
 @pytest.fixture(scope="module")
-def mesos(cluster: LocalCluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    """The CLI, configured for the cluster, which runs the tasks `sleeper` and `finished`."""
-    script = install.install_avmesos_cli()
+def mesos(cluster: LocalCluster, tmp_path_factory: pytest.TempPathFactory) -> Callable[..., str]:
+    """`mesos ARGS...` configured for the cluster, which runs the tasks `sleeper` and `finished`;
+    returns what it printed."""
+    with install.locked():
+        script = install.install_avmesos_cli()
     config = tmp_path_factory.mktemp("avmesos-cli") / "config.toml"
     config.write_text(f'[master]\naddress = "{cluster.master}"\n')
-    os.environ["MESOS_CLI_CONFIG"] = str(config)
+    # The script runs `python -m avmesos.cli.mesos-cli`: the venv's python first on PATH.
+    env = {**os.environ, "MESOS_CLI_CONFIG": str(config), "PATH": f"{script.parent}:{os.environ['PATH']}"}
     asyncio.run(launch(cluster))
-    try:
-        yield script
-    finally:
-        del os.environ["MESOS_CLI_CONFIG"]
+
+    def run(*args: str) -> str:
+        result = subprocess.run([str(script), *args], env=env, stdin=subprocess.DEVNULL,
+                                capture_output=True, text=True, timeout=120)  # fmt: skip
+        assert result.returncode == 0, (
+            f"mesos {' '.join(args)} failed ({result.returncode}):\n{result.stdout}\n{result.stderr}\n"
+            f"--- cluster log ---\n{cluster.log_tail()}"
+        )
+        return result.stdout
+
+    return run
 
 
 async def launch(cluster: LocalCluster) -> None:
@@ -50,34 +59,23 @@ async def launch(cluster: LocalCluster) -> None:
         await framework.close()
 
 
-def mesos_cli(script: Path, cluster: LocalCluster, *args: str) -> str:
-    env = {**os.environ, "PATH": f"{script.parent}:{os.environ['PATH']}"}
-    result = subprocess.run([str(script), *args], env=env, stdin=subprocess.DEVNULL,
-                            capture_output=True, text=True, timeout=120)  # fmt: skip
-    assert result.returncode == 0, (
-        f"mesos {' '.join(args)} failed ({result.returncode}):\n{result.stdout}\n{result.stderr}\n"
-        f"--- cluster log ---\n{cluster.log_tail()}"
-    )
-    return result.stdout
-
-
-def test_task_list(mesos: Path, cluster: LocalCluster) -> None:
-    rows = [line.split() for line in mesos_cli(mesos, cluster, "task", "list").splitlines()]
+def test_task_list(mesos: Callable[..., str]) -> None:
+    rows = [line.split() for line in mesos("task", "list").splitlines()]
     assert rows[0] == ["ID", "State", "Framework", "ID", "Executor", "ID"]
     assert [row[:2] for row in rows[1:]] == [["sleeper", "TASK_RUNNING"]]
-    everything = mesos_cli(mesos, cluster, "task", "list", "--all")
+    everything = mesos("task", "list", "--all")
     assert "finished" in everything and "TASK_FINISHED" in everything
 
 
-def test_task_inspect(mesos: Path, cluster: LocalCluster) -> None:
-    task = json.loads(mesos_cli(mesos, cluster, "task", "inspect", "sleeper"))
+def test_task_inspect(mesos: Callable[..., str]) -> None:
+    task = json.loads(mesos("task", "inspect", "sleeper"))
     assert task["id"] == "sleeper" and task["state"] == "TASK_RUNNING"
     assert task["statuses"][-1]["container_status"]["container_id"]["value"]
 
 
 @pytest.mark.root
-def test_task_exec(mesos: Path, cluster: LocalCluster) -> None:
+def test_task_exec(mesos: Callable[..., str]) -> None:
     # The session runs in the task's container: it sees the task's sleep as one of its processes.
-    out = mesos_cli(mesos, cluster, "task", "exec", "sleeper", "sh", "-c", "echo exec-$((6 * 7)); ps -o args")
+    out = mesos("task", "exec", "sleeper", "sh", "-c", "echo exec-$((6 * 7)); ps -o args")
     assert out.splitlines()[0] == "exec-42"
     assert "sleep 3600" in out

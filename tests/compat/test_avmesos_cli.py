@@ -21,7 +21,7 @@ pytestmark = [pytest.mark.compat, pytest.mark.integration]
 @pytest.fixture(scope="module")
 def mesos(cluster: LocalCluster, tmp_path_factory: pytest.TempPathFactory) -> Callable[..., str]:
     """`mesos ARGS...` configured for the cluster, which runs the tasks `sleeper` and `finished`;
-    returns what it printed."""
+    returns what it printed, once it exited with `status`."""
     with install.locked():
         script = install.install_avmesos_cli()
     config = tmp_path_factory.mktemp("avmesos-cli") / "config.toml"
@@ -30,10 +30,10 @@ def mesos(cluster: LocalCluster, tmp_path_factory: pytest.TempPathFactory) -> Ca
     env = {**os.environ, "MESOS_CLI_CONFIG": str(config), "PATH": f"{script.parent}:{os.environ['PATH']}"}
     asyncio.run(launch(cluster))
 
-    def run(*args: str) -> str:
-        result = subprocess.run([str(script), *args], env=env, stdin=subprocess.DEVNULL,
+    def run(*args: str, stdin: str = "", status: int = 0) -> str:
+        result = subprocess.run([str(script), *args], env=env, input=stdin,
                                 capture_output=True, text=True, timeout=120)  # fmt: skip
-        assert result.returncode == 0, (
+        assert result.returncode == status, (
             f"mesos {' '.join(args)} failed ({result.returncode}):\n{result.stdout}\n{result.stderr}\n"
             f"--- cluster log ---\n{cluster.log_tail()}"
         )
@@ -79,3 +79,9 @@ def test_task_exec(mesos: Callable[..., str]) -> None:
     out = mesos("task", "exec", "sleeper", "sh", "-c", "echo exec-$((6 * 7)); ps -o args")
     assert out.splitlines()[0] == "exec-42"
     assert "sleep 3600" in out
+
+
+@pytest.mark.root
+def test_task_exec_interactive_and_its_exit_status(mesos: Callable[..., str]) -> None:
+    assert mesos("task", "exec", "-i", "sleeper", "cat", stdin="typed in\n") == "typed in\n"
+    mesos("task", "exec", "sleeper", "sh", "-c", "exit 3", status=3)

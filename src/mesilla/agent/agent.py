@@ -332,6 +332,8 @@ class Agent:
             except OSError as exc:  # a full or broken disk: the tasks end, the agent goes on
                 log.warning("Failed to create the sandbox of executor %s: %s", info.executor_id.value, exc)
                 self._drop(framework, info, tasks, f"Failed to create executor directory: {exc}")
+                if not command_task:  # as Mesos: the master added the executor for this launch
+                    self._send_exited_executor(framework.id, info.executor_id, None)
                 return
             written = self._queue(framework, executor, tasks, group, new_executor=True)
             self.spawn(
@@ -804,19 +806,8 @@ class Agent:
         else:
             for task_id in list(executor.launched_tasks):
                 executor.terminated_tasks[task_id] = executor.launched_tasks.pop(task_id)
-        if not executor.command_task and self.info.id is not None:
-            self.send_to_master(
-                internal.AgentCall(
-                    type=internal.AgentCallType.EXITED_EXECUTOR,
-                    agent_id=self.info.id,
-                    exited_executor=internal.ExitedExecutor(
-                        framework_id=framework.id,
-                        executor_id=executor.info.executor_id,
-                        # As Mesos: -1 when the executor never ran (its launch failed).
-                        status=status if status is not None else -1,
-                    ),
-                )
-            )
+        if not executor.command_task:
+            self._send_exited_executor(framework.id, executor.info.executor_id, status)
         if (
             self.status is AgentStatus.TERMINATING
             or framework.state is FrameworkState.TERMINATING
@@ -825,6 +816,26 @@ class Agent:
             self._remove_executor(framework, executor)
         if framework.idle():
             self._remove_framework(framework)
+
+    def _send_exited_executor(
+        self, framework_id: FrameworkID, executor_id: ExecutorID, status: int | None
+    ) -> None:
+        """EXITED_EXECUTOR, so that the master lets the executor's resources go (never for a
+        command executor: the master does not know those)."""
+        if self.info.id is None:
+            return
+        self.send_to_master(
+            internal.AgentCall(
+                type=internal.AgentCallType.EXITED_EXECUTOR,
+                agent_id=self.info.id,
+                exited_executor=internal.ExitedExecutor(
+                    framework_id=framework_id,
+                    executor_id=executor_id,
+                    # As Mesos: -1 when the executor never ran (its launch failed).
+                    status=status if status is not None else -1,
+                ),
+            )
+        )
 
     def _executor_terminated_update(
         self,

@@ -5,16 +5,19 @@ A launch that cannot create its sandbox ends, as in Mesos, with TASK_DROPPED
 the agent, which stays connected to its master; once the disk has room again
 the next launch runs. Found by the chaos run (tests/chaos): the OSError used to
 drop the agent's connection to the master, and the task became a TASK_DROPPED
-of reconciliation without a reason.
+of reconciliation without a reason. A pod's executor that could not be created
+is reported exited (EXITED_EXECUTOR, as Mesos), so that the master, which added
+it for the launch, lets its resources go (the soak, seed 102).
 """
 
 from __future__ import annotations
 
+import asyncio
 import subprocess
 from collections.abc import Awaitable, Callable
 
 import pytest
-from tests.integration.faults.workload import task, tid
+from tests.integration.faults.workload import idle_in_master, pod_executor, task, tid
 
 from mesilla.testing.chaos.inject import FILL, fill, mount_disks
 from mesilla.testing.processes import Cluster
@@ -55,6 +58,30 @@ async def test_a_full_sandbox_disk_drops_the_launch_and_the_agent_goes_on(
         assert agent.get("reregistered_time") == registered.get("reregistered_time"), agent
         await framework.kill(tid(fed))
         await framework.until_state([tid(fed)], "TASK_KILLED")
+        assert [item for item in cluster.await_no_leftovers() if item != f"mount {disk}"] == []
+    finally:
+        subprocess.run(["umount", str(disk)], check=False, capture_output=True)
+
+
+async def test_a_pod_whose_sandbox_cannot_be_created_leaves_the_master(
+    make_cluster: MakeCluster, make_framework: MakeFramework
+) -> None:
+    cluster = make_cluster(start=False)
+    [disk] = mount_disks(cluster)
+    try:
+        cluster.start()
+        framework = await make_framework(cluster, capabilities=["PARTITION_AWARE"])
+        fill(disk)
+        starved = task("starved", "sleep 3600")
+        await framework.launch_group(await framework.offer(), pod_executor(), [starved])
+        await framework.until_state([tid(starved)], "TASK_DROPPED")
+
+        # The executor's exit reaches the master asynchronously: polled, in a thread (the
+        # framework acknowledges meanwhile).
+        agent = await asyncio.to_thread(
+            cluster.agents[0].await_ready, lambda: idle_in_master(cluster), "master without the executor", 30
+        )
+        assert agent["used_resources"].get("mem", 0) == 0, agent
         assert [item for item in cluster.await_no_leftovers() if item != f"mount {disk}"] == []
     finally:
         subprocess.run(["umount", str(disk)], check=False, capture_output=True)

@@ -18,20 +18,24 @@ from collections.abc import Awaitable, Callable
 
 import pytest
 from tests.fixtures.images import PushedImage
-from tests.integration.faults.workload import alive, container, executor_pid, pod_executor, task, tid
+from tests.integration.faults.workload import (
+    alive,
+    container,
+    executor_pid,
+    executors_in_master,
+    idle_in_master,
+    pod_executor,
+    task,
+    tid,
+)
 
-from mesilla.testing.processes import Cluster, http_json
-from mesilla.testing.scheduler import Framework, Json
+from mesilla.testing.processes import Cluster
+from mesilla.testing.scheduler import Framework
 
 pytestmark = [pytest.mark.root, pytest.mark.integration, pytest.mark.slow, pytest.mark.registry]
 
 MakeCluster = Callable[..., Cluster]
 MakeFramework = Callable[..., Awaitable[Framework]]
-
-
-def executors_in_master(cluster: Cluster) -> list[str]:
-    state = http_json(f"{cluster.master_url}/state")
-    return sorted(e["executor_id"] for f in state.get("frameworks", []) for e in f.get("executors", []))
 
 
 async def test_executor_that_died_with_its_agent_down_leaves_the_master(
@@ -61,14 +65,10 @@ async def test_executor_that_died_with_its_agent_down_leaves_the_master(
     [end] = framework.terminal(tid(pod))
     assert end.uuid is not None, end.status
 
-    def quiet() -> Json | None:
-        agent = cluster.agent_in_master(0)
-        used = agent["used_resources"] if agent else None
-        idle = used is not None and not used.get("cpus") and not executors_in_master(cluster)
-        return agent if idle else None
-
     # The executor's end is the agent's business: polled, not timed (in a thread: the
     # framework acknowledges meanwhile).
-    agent = await asyncio.to_thread(cluster.agents[0].await_ready, quiet, "master without the executor", 30)
+    agent = await asyncio.to_thread(
+        cluster.agents[0].await_ready, lambda: idle_in_master(cluster), "master without the executor", 30
+    )
     assert agent["used_resources"].get("mem", 0) == 0, agent
     assert cluster.await_no_leftovers() == []

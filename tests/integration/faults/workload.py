@@ -8,7 +8,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from mesilla.testing.processes import Cluster, container_name
+from mesilla.testing.processes import Cluster, container_name, http_json
 from mesilla.testing.scheduler import Framework, Json, scalar
 
 
@@ -82,6 +82,21 @@ def executor_pid(cluster: Cluster, executor_id: str, i: int = 0) -> int:
             assert pid, entry
             return int(pid)
     raise AssertionError(f"no container of executor {executor_id}")
+
+
+def executors_in_master(cluster: Cluster) -> list[str]:
+    """The ids of the executors the master holds (its /state), sorted."""
+    state = http_json(f"{cluster.master_url}/state")
+    return sorted(e["executor_id"] for f in state.get("frameworks", []) for e in f.get("executors", []))
+
+
+def idle_in_master(cluster: Cluster, i: int = 0) -> Json | None:
+    """Agent `i`'s /slaves entry once the master holds nothing in use there and no
+    executor anywhere, else None (for `Daemon.await_ready`)."""
+    agent = cluster.agent_in_master(i)
+    used = agent["used_resources"] if agent else None
+    idle = used is not None and not used.get("cpus") and not executors_in_master(cluster)
+    return agent if idle else None
 
 
 def executor_sandbox(cluster: Cluster, framework_id: str, executor_id: str, i: int = 0) -> Path:

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Sets up (idempotently) and runs the whole test suite: fast unit tests first,
 # then the integration tests (root: real runc, cgroups, mounts, registry) and
-# the pymesos and mesos-go acceptance checks, then the seeded chaos run (a fixed
+# the shared pymesos and mesos-go acceptance checks, then the project's own
+# client-compatibility suite (tests/compat), then the seeded chaos run (a fixed
 # seed list, a few minutes; see README, Chaos).
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -27,7 +27,7 @@ func (t tasks) Registered(executor.ExecutorDriver, *mesos.ExecutorInfo, *mesos.F
 	fmt.Println("ok: registered")
 }
 func (t tasks) Reregistered(executor.ExecutorDriver, *mesos.SlaveInfo) {}
-func (t tasks) Disconnected(executor.ExecutorDriver)                  {}
+func (t tasks) Disconnected(executor.ExecutorDriver)                   {}
 func (t tasks) LaunchTask(d executor.ExecutorDriver, task *mesos.TaskInfo) {
 	update(d, task.TaskId, mesos.TaskState_TASK_RUNNING)
 	if _, err := d.SendFrameworkMessage(fmt.Sprintf("hello %s %s", task.TaskId.GetValue(), task.Data)); err != nil {

@@ -29,29 +29,31 @@ import (
 	sched "github.com/mesos/mesos-go/api/v0/scheduler"
 )
 
-// events turns the driver's callbacks into one stream for main's loop.
-type events chan string
+// callbacks turns the driver's callbacks into what main's loop reads: offers,
+// and every other event as one line.
+type callbacks struct {
+	offers chan []*mesos.Offer
+	events chan string
+}
 
-func (e events) Registered(_ sched.SchedulerDriver, id *mesos.FrameworkID, _ *mesos.MasterInfo) {
-	e <- "registered " + id.GetValue()
+func (c callbacks) Registered(_ sched.SchedulerDriver, id *mesos.FrameworkID, _ *mesos.MasterInfo) {
+	c.events <- "registered " + id.GetValue()
 }
-func (e events) Reregistered(sched.SchedulerDriver, *mesos.MasterInfo) {}
-func (e events) Disconnected(sched.SchedulerDriver)                    {}
-func (e events) ResourceOffers(d sched.SchedulerDriver, offers []*mesos.Offer) {
-	offerCh <- offers
+func (c callbacks) Reregistered(sched.SchedulerDriver, *mesos.MasterInfo) {}
+func (c callbacks) Disconnected(sched.SchedulerDriver)                    {}
+func (c callbacks) ResourceOffers(_ sched.SchedulerDriver, offers []*mesos.Offer) {
+	c.offers <- offers
 }
-func (e events) OfferRescinded(sched.SchedulerDriver, *mesos.OfferID) {}
-func (e events) StatusUpdate(_ sched.SchedulerDriver, st *mesos.TaskStatus) {
-	e <- "status " + st.GetState().String() + " " + st.GetMessage()
+func (c callbacks) OfferRescinded(sched.SchedulerDriver, *mesos.OfferID) {}
+func (c callbacks) StatusUpdate(_ sched.SchedulerDriver, st *mesos.TaskStatus) {
+	c.events <- "status " + st.GetState().String() + " " + st.GetMessage()
 }
-func (e events) FrameworkMessage(_ sched.SchedulerDriver, _ *mesos.ExecutorID, _ *mesos.SlaveID, data string) {
-	e <- "message " + data
+func (c callbacks) FrameworkMessage(_ sched.SchedulerDriver, _ *mesos.ExecutorID, _ *mesos.SlaveID, data string) {
+	c.events <- "message " + data
 }
-func (e events) SlaveLost(sched.SchedulerDriver, *mesos.SlaveID)                         {}
-func (e events) ExecutorLost(sched.SchedulerDriver, *mesos.ExecutorID, *mesos.SlaveID, int) {}
-func (e events) Error(_ sched.SchedulerDriver, message string)                          { e <- "error " + message }
-
-var offerCh = make(chan []*mesos.Offer, 16)
+func (c callbacks) SlaveLost(sched.SchedulerDriver, *mesos.SlaveID)                            {}
+func (c callbacks) ExecutorLost(sched.SchedulerDriver, *mesos.ExecutorID, *mesos.SlaveID, int) {}
+func (c callbacks) Error(_ sched.SchedulerDriver, message string)                              { c.events <- "error " + message }
 
 func fail(format string, args ...interface{}) {
 	fmt.Fprintf(os.Stderr, "FAIL: "+format+"\n", args...)
@@ -63,7 +65,7 @@ func main() {
 	executorPath := flag.String("executor", "", "a v0 custom executor to run the task on")
 	flag.Parse()
 	hostname, _ := os.Hostname()
-	stream := make(events, 64)
+	stream := callbacks{offers: make(chan []*mesos.Offer, 16), events: make(chan string, 64)}
 	config := sched.DriverConfig{
 		Scheduler:      stream,
 		Framework:      &mesos.FrameworkInfo{User: proto.String("root"), Name: proto.String("compat v0sched " + *mode), Hostname: proto.String(hostname)},
@@ -87,14 +89,13 @@ func main() {
 	defer driver.Stop(false)
 
 	taskID := "v0-" + *mode
-	var want []string // the events still awaited, in order
+	// The events still awaited: a framework message is not ordered with the status updates.
+	want := map[string]bool{"status TASK_RUNNING": true, "status TASK_FINISHED": true}
 	switch {
 	case *executorPath != "":
-		want = []string{"status TASK_RUNNING", "message hello " + taskID + " data-" + taskID, "status TASK_FINISHED"}
+		want["message hello "+taskID+" data-"+taskID] = true
 	case *mode == "kill":
-		want = []string{"status TASK_RUNNING", "status TASK_KILLED"}
-	default:
-		want = []string{"status TASK_RUNNING", "status TASK_FINISHED"}
+		want = map[string]bool{"status TASK_RUNNING": true, "status TASK_KILLED": true}
 	}
 	launched := false
 	timeout, err := strconv.Atoi(os.Getenv("TIMEOUT"))
@@ -105,8 +106,8 @@ func main() {
 	for len(want) > 0 {
 		select {
 		case <-deadline:
-			fail("timed out awaiting %q", want[0])
-		case offers := <-offerCh:
+			fail("timed out awaiting %v", want)
+		case offers := <-stream.offers:
 			for _, offer := range offers {
 				if launched {
 					driver.DeclineOffer(offer.Id, &mesos.Filters{RefuseSeconds: proto.Float64(3600)})
@@ -132,19 +133,23 @@ func main() {
 					fail("LaunchTasks: %v", err)
 				}
 			}
-		case event := <-stream:
+		case event := <-stream.events:
 			fmt.Printf("ok: %s\n", event)
-			switch {
-			case strings.HasPrefix(event, want[0]):
-				want = want[1:]
-				if *mode == "kill" && len(want) == 1 {
-					if _, err := driver.KillTask(util.NewTaskID(taskID)); err != nil {
-						fail("KillTask: %v", err)
-					}
+			expected := false
+			for w := range want {
+				if strings.HasPrefix(event, w) {
+					delete(want, w)
+					expected = true
 				}
-			case strings.HasPrefix(event, "error ") || (strings.HasPrefix(event, "status ") &&
-				!strings.HasPrefix(event, "status TASK_STARTING") && !strings.HasPrefix(event, "status TASK_KILLING")):
-				fail("unexpected %q awaiting %q", event, want[0])
+			}
+			switch {
+			case expected && *mode == "kill" && strings.HasPrefix(event, "status TASK_RUNNING"):
+				if _, err := driver.KillTask(util.NewTaskID(taskID)); err != nil {
+					fail("KillTask: %v", err)
+				}
+			case !expected && (strings.HasPrefix(event, "error ") || (strings.HasPrefix(event, "status ") &&
+				!strings.HasPrefix(event, "status TASK_STARTING") && !strings.HasPrefix(event, "status TASK_KILLING"))):
+				fail("unexpected %q awaiting %v", event, want)
 			}
 		}
 	}

@@ -33,8 +33,8 @@ def unavailable(reason: str) -> None:
     pytest.skip(reason)
 
 
-def run(argv: list[str], **kwargs: object) -> None:
-    result = subprocess.run(argv, capture_output=True, text=True, timeout=900, **kwargs)  # type: ignore[call-overload]
+def run(argv: list[str], *, cwd: Path | None = None, env: dict[str, str] | None = None) -> None:
+    result = subprocess.run(argv, cwd=cwd, env=env, capture_output=True, text=True, timeout=900)
     if result.returncode != 0:
         unavailable(f"{' '.join(argv)} failed ({result.returncode}):\n{result.stdout}\n{result.stderr}")
 

@@ -112,7 +112,7 @@ class V0Authenticator:
         if framework is None:
             raise BadRequest(f"malformed pid '{message['pid']}'")
         self.authenticated.pop(framework, None)
-        for other in [a for a, s in self._sessions.items() if s.framework == framework]:
+        for other in [a for a, s in self._sessions.items() if a == sender or s.framework == framework]:
             self._end(other, None, {})  # re-authentication discards the one outstanding
         link = libprocess.Link(self.master.master_info.pid or "", sender, self.master.spawn)
         if self._credentials is None:

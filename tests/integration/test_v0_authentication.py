@@ -45,10 +45,13 @@ def respond(challenge: bytes, principal: str, secret: str) -> str:
     return base64.b64encode(f"{principal} {digest}".encode()).decode()
 
 
-async def authenticate(driver: V0Driver, secret: str) -> str:
-    """Runs the exchange; returns the name of the master's last message."""
+async def begin(driver: V0Driver) -> None:
     assert await driver.send("AuthenticateMessage", {"pid": driver.pid}) == 202
     assert (await driver.next("AuthenticationMechanismsMessage"))["mechanisms"] == ["CRAM-MD5"]
+
+
+async def finish(driver: V0Driver, secret: str) -> str:
+    """The rest of the exchange once begun; returns the name of the master's last message."""
     assert await driver.send("AuthenticationStartMessage", {"mechanism": "CRAM-MD5"}) == 202
     challenge = base64.b64decode((await driver.next("AuthenticationStepMessage"))["data"])
     assert challenge.startswith(b"<") and challenge.endswith(b">")
@@ -56,6 +59,11 @@ async def authenticate(driver: V0Driver, secret: str) -> str:
     assert await driver.send("AuthenticationStepMessage", {"data": response}) == 202
     name, _message, _sender = await driver.received.get()
     return name
+
+
+async def authenticate(driver: V0Driver, secret: str) -> str:
+    await begin(driver)
+    return await finish(driver, secret)
 
 
 async def test_an_authenticated_framework_registers_as_its_principal(driver: V0Driver) -> None:
@@ -106,3 +114,13 @@ async def test_messages_out_of_turn_end_the_session_with_an_error(driver: V0Driv
     assert await driver.send("AuthenticateMessage", {}, raw=b"\xff\xff\xff") == 202
     assert await driver.send("AuthenticateMessage", {"pid": "not a pid"}) == 202
     assert await authenticate(driver, SECRET) == "AuthenticationCompletedMessage"
+
+
+async def test_a_registration_during_authentication_waits_for_the_retry(driver: V0Driver) -> None:
+    await begin(driver)
+    # Dropped (Mesos queues it): neither an error nor a registration; the driver retries.
+    assert await driver.send("RegisterFrameworkMessage", {"framework": INFO}) == 202
+    assert await finish(driver, SECRET) == "AuthenticationCompletedMessage"
+    assert driver.received.empty()
+    assert await driver.send("RegisterFrameworkMessage", {"framework": INFO}) == 202
+    assert (await driver.next("FrameworkRegisteredMessage"))["framework_id"]["value"]

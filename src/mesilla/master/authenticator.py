@@ -82,7 +82,12 @@ class V0Authenticator:
 
     def admit(self, pid: libprocess.UPID, info: dict[str, Any]) -> dict[str, Any] | None:
         """The FrameworkInfo the framework at `pid` registers with (an authenticated one
-        is its principal's), or None when it may not: then it is sent FrameworkErrorMessage."""
+        is its principal's), or None when it may not (now): then it is sent
+        FrameworkErrorMessage, unless its authentication is still in progress."""
+        if any(s.framework == pid for s in self._sessions.values()):
+            # Mesos queues the registration until then; the driver's retry comes after it.
+            log.info("dropping the registration of %s: its authentication is in progress", pid)
+            return None
         refusal = self._refusal(pid, info)
         if refusal is not None:
             log.info("refusing the framework at %s: %s", pid, refusal)
@@ -95,8 +100,6 @@ class V0Authenticator:
 
     def _refusal(self, pid: libprocess.UPID, info: dict[str, Any]) -> str | None:
         """Mesos's `validateFrameworkAuthentication`."""
-        if any(s.framework == pid for s in self._sessions.values()):
-            return "Re-authentication in progress"
         principal = self.authenticated.get(pid)
         if principal is None and self.master.flags.get("authenticate_frameworks"):
             return f"Framework at {pid} is not authenticated"

@@ -16,14 +16,12 @@ from dataclasses import dataclass, field
 from mesilla.common.http import EventStream
 from mesilla.common.resources import Resources
 from mesilla.master import accounting
-from mesilla.v1 import internal
 from mesilla.v1.mesos import (
     AgentCapability,
     AgentInfo,
     ExecutorInfo,
     Offer,
     Task,
-    TaskID,
 )
 
 
@@ -44,13 +42,14 @@ class Agent:
     active: bool = True
     registered_time: float = field(default_factory=time.time)
     reregistered_time: float | None = None
-    #: framework_id -> task_id -> Task (the same objects as in `Framework.tasks`).
+    #: framework_id -> task_id -> Task (the same objects as in `Framework.tasks`); the
+    #: indexes below are written by `mesilla.master.book.Book` only.
     tasks: dict[str, dict[str, Task]] = field(default_factory=dict)
     #: framework_id -> executor_id -> ExecutorInfo.
     executors: dict[str, dict[str, ExecutorInfo]] = field(default_factory=dict)
     #: offer_id -> Offer, outstanding offers of this agent's resources.
     offers: dict[str, Offer] = field(default_factory=dict)
-    #: The health check (`AgentsMixin._observe_agent`), from the first registration on.
+    #: The health check (`AgentHealth.observe`), from the first registration on.
     observer: asyncio.Task[None] | None = None
     #: A PING is out and no PONG came back yet.
     pinged: bool = False
@@ -58,7 +57,9 @@ class Agent:
     ping_timeouts: int = 0
     #: `total_resources` parsed from this `info` (replaced, never changed in place, on re-registration).
     _total: tuple[AgentInfo, Resources] | None = field(default=None, repr=False, compare=False)
-    _offered: accounting.OfferedCache = field(default_factory=accounting.OfferedCache, repr=False, compare=False)
+    _offered: accounting.OfferedCache = field(
+        default_factory=accounting.OfferedCache, repr=False, compare=False
+    )
 
     @property
     def hostname(self) -> str:
@@ -82,62 +83,5 @@ class Agent:
     def offered_resources(self) -> Resources:
         return self._offered(self.offers)
 
-    def add_task(self, task: Task) -> None:
-        self.tasks.setdefault(task.framework_id.value, {})[task.task_id.value] = task
-
-    def remove_task(self, task: Task) -> None:
-        tasks = self.tasks.get(task.framework_id.value)
-        if tasks is not None:
-            tasks.pop(task.task_id.value, None)
-            if not tasks:
-                del self.tasks[task.framework_id.value]
-
     def has_executor(self, framework_id: str, executor_id: str) -> bool:
         return executor_id in self.executors.get(framework_id, {})
-
-    def add_executor(self, framework_id: str, executor: ExecutorInfo) -> None:
-        self.executors.setdefault(framework_id, {})[executor.executor_id.value] = (
-            executor
-        )
-
-    def remove_executor(
-        self, framework_id: str, executor_id: str
-    ) -> ExecutorInfo | None:
-        executors = self.executors.get(framework_id, {})
-        executor = executors.pop(executor_id, None)
-        if not executors:
-            self.executors.pop(framework_id, None)
-        return executor
-
-    async def send(self, event: internal.AgentEvent) -> bool:
-        if self.stream is None:
-            return False
-        return await self.stream.send(event)
-
-    async def acknowledge(
-        self, framework_id: str, task_id: TaskID, uuid: bytes | None
-    ) -> None:
-        """Relays a framework's acknowledgement of a status update (none without a uuid)."""
-        if uuid is None:
-            return
-        await self.send(
-            internal.AgentEvent(
-                type=internal.AgentEventType.ACKNOWLEDGE,
-                acknowledge=internal.Acknowledge(
-                    framework_id=internal.FrameworkID(value=framework_id),
-                    task_id=task_id,
-                    uuid=uuid,
-                ),
-            )
-        )
-
-    async def shutdown_framework(self, framework_id: str) -> None:
-        """Tells the agent to shut the framework's executors down (its tasks end killed)."""
-        await self.send(
-            internal.AgentEvent(
-                type=internal.AgentEventType.SHUTDOWN_FRAMEWORK,
-                shutdown_framework=internal.ShutdownFramework(
-                    framework_id=internal.FrameworkID(value=framework_id)
-                ),
-            )
-        )

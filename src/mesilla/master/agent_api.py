@@ -79,15 +79,15 @@ async def agent_call(request: web.Request, master: Master) -> web.StreamResponse
             f"'{STREAM_ID_HEADER}' does not match agent {agent.id}'s stream: re-register"
         )
     if call.status_update is not None:
-        await master.status_update(agent, call.status_update)
+        await master.status_updates.status_update(agent, call.status_update)
     elif call.executor_message is not None:
-        await master.executor_message(agent, call.executor_message)
+        await master.relay.executor_message(agent, call.executor_message)
     elif call.exited_executor is not None:
-        await master.exited_executor(agent, call.exited_executor)
+        await master.relay.exited_executor(agent, call.exited_executor)
     elif call.type is internal.AgentCallType.PONG:
-        master.agent_pong(agent)
+        master.agent_links.pong(agent)
     elif call.type is internal.AgentCallType.UNREGISTER:
-        await master.unregister_agent(agent)
+        await master.agent_links.unregister(agent)
     return web.Response(status=202)
 
 
@@ -96,10 +96,8 @@ async def _register(
 ) -> web.StreamResponse:
     stream_id = str(uuid.uuid4())
     stream = await EventStream.open(request, headers={STREAM_ID_HEADER: stream_id})
-    agent = await master.register_agent(
-        stream, stream_id, call, request.remote or "127.0.0.1"
-    )
+    agent = await master.agent_links.register(stream, stream_id, call, request.remote or "127.0.0.1")
     if agent is not None:
         await master.streams.hold(request, stream)
-        master.agent_disconnected(agent, stream_id)
+        master.agent_links.disconnected(agent, stream_id)
     return stream.response

@@ -22,16 +22,18 @@ no whole-cluster arithmetic.
 from __future__ import annotations
 
 import asyncio
-import heapq
 import logging
 import math
 import random
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from mesilla.common.resources import UNRESERVED, Resources, to_fixed
+from mesilla.common.tasks import TaskOwner
 from mesilla.master.metrics import Timer
+from mesilla.master.offer_filters import RefuseFilters
 
 log = logging.getLogger(__name__)
 
@@ -45,8 +47,6 @@ _INDEX = {name: i for i, name in enumerate(_SHARE_RESOURCES)}
 # leftovers are not worth an offer.
 _MIN_CPUS = to_fixed(0.01)
 _MIN_MEM = to_fixed(32)
-# Mesos caps refuse filters at a year so that a huge `refuse_seconds` still expires.
-_MAX_REFUSE_SECONDS = 365 * 24 * 3600.0
 
 _METRIC_PREFIX = "allocator/mesos/"
 
@@ -120,21 +120,20 @@ class HierarchicalDRFAllocator:
         # Cached shares, kept in step with the vectors (roles' are weighted).
         self._role_share: dict[str, float] = {}
         self._fw_share: dict[str, dict[str, float]] = {}  # role -> fw -> share
-        # Refuse filters: agent -> framework -> expiry, and a heap to expire them.
-        self._filters: dict[str, dict[str, float]] = {}
-        self._filter_heap: list[tuple[float, str, str]] = []
+        self._filters = RefuseFilters()
         self._runs = 0
         self._run_timer = Timer(_METRIC_PREFIX + "allocation_run_ms")
         self._latency_timer = Timer(_METRIC_PREFIX + "allocation_run_latency_ms")
         self._requested_at: float | None = None
         self._wakeup = asyncio.Event()
-        self._task: asyncio.Task[None] | None = None
+        self._task: asyncio.Task[Any] | None = None
 
     # --- the allocation loop -------------------------------------------------------
 
-    async def start(self) -> None:
+    def start(self, owner: TaskOwner) -> None:
+        """Runs the allocation loop, as a task of `owner`, until `stop`."""
         if self._task is None:
-            self._task = asyncio.create_task(self._run(), name="allocator")
+            self._task = owner.spawn(self._run(), "allocator")
 
     async def stop(self) -> None:
         task, self._task = self._task, None
@@ -205,7 +204,7 @@ class HierarchicalDRFAllocator:
 
     def deactivate_framework(self, framework_id: str) -> None:
         self._framework(framework_id).active = False
-        self._clear_filters(framework_id)
+        self._filters.clear_framework(framework_id)
 
     def remove_framework(self, framework_id: str) -> None:
         fw = self._frameworks.get(framework_id)
@@ -215,7 +214,7 @@ class HierarchicalDRFAllocator:
             agent = self._agents[agent_id]
             for role, resources in list(agent.allocated.get(framework_id, {}).items()):
                 self._deallocate(framework_id, agent, role, resources)
-        self._clear_filters(framework_id)
+        self._filters.clear_framework(framework_id)
         for role in fw.roles:
             self._forget(role, framework_id)
         del self._frameworks[framework_id]
@@ -232,7 +231,7 @@ class HierarchicalDRFAllocator:
         else:
             fw.suppressed -= set(roles)
         # Filters are per agent, not per role, so a revive lifts them all.
-        self._clear_filters(framework_id)
+        self._filters.clear_framework(framework_id)
         self.request_allocation()
 
     def _framework(self, framework_id: str) -> _Framework:
@@ -325,7 +324,7 @@ class HierarchicalDRFAllocator:
             for role, resources in list(by_role.items()):
                 self._deallocate(framework_id, agent, role, resources)
         self._change_total(_vector(agent.total), -1)
-        self._filters.pop(agent_id, None)
+        self._filters.clear_agent(agent_id)
         del self._agents[agent_id]
         self.request_allocation()
 
@@ -369,10 +368,7 @@ class HierarchicalDRFAllocator:
                 self._deallocate(framework_id, agent, role, taken)
                 remaining = _EMPTY if taken == remaining else remaining - taken
         if refuse_seconds is not None and refuse_seconds > 0:
-            seconds = min(refuse_seconds, _MAX_REFUSE_SECONDS) if math.isfinite(refuse_seconds) else _MAX_REFUSE_SECONDS
-            expiry = self._clock() + seconds
-            self._filters.setdefault(agent_id, {})[framework_id] = expiry
-            heapq.heappush(self._filter_heap, (expiry, agent_id, framework_id))
+            self._filters.add(agent_id, framework_id, self._clock(), refuse_seconds)
         # As in Mesos, recovered resources wait for the next cycle: allocating at
         # once would spin with a framework that declines without a filter.
 
@@ -410,7 +406,12 @@ class HierarchicalDRFAllocator:
         return out
 
     def _allocate(
-        self, framework_id: str, agent: _Agent, role: str, resources: Resources, vec: Sequence[int] | None = None
+        self,
+        framework_id: str,
+        agent: _Agent,
+        role: str,
+        resources: Resources,
+        vec: Sequence[int] | None = None,
     ) -> None:
         by_role = agent.allocated.get(framework_id)
         if by_role is None:
@@ -492,25 +493,6 @@ class HierarchicalDRFAllocator:
         weight = self._weights.get(role, 1.0)
         self._role_share[role] = self._dominant(self._role_vec[role]) / weight if weight > 0 else math.inf
 
-    # --- filters ------------------------------------------------------------------------------------
-
-    def _clear_filters(self, framework_id: str) -> None:
-        for agent_id in [a for a, by_fw in self._filters.items() if framework_id in by_fw]:
-            del self._filters[agent_id][framework_id]
-            if not self._filters[agent_id]:
-                del self._filters[agent_id]
-
-    def _expire_filters(self, now: float) -> None:
-        heap = self._filter_heap
-        while heap and heap[0][0] <= now:
-            expiry, agent_id, framework_id = heapq.heappop(heap)
-            by_fw = self._filters.get(agent_id)
-            # The heap may hold stale entries for filters replaced or cleared since.
-            if by_fw is not None and by_fw.get(framework_id) == expiry:
-                del by_fw[framework_id]
-                if not by_fw:
-                    del self._filters[agent_id]
-
     # --- the cycle -------------------------------------------------------------------------------------
 
     def allocate(self) -> Allocations:
@@ -518,7 +500,7 @@ class HierarchicalDRFAllocator:
         if self._requested_at is not None:
             self._latency_timer.record((started - self._requested_at) * 1000)
             self._requested_at = None
-        self._expire_filters(self._clock())
+        self._filters.expire(self._clock())
         result = self._allocate_cycle()
         self._runs += 1
         self._run_timer.record((time.perf_counter() - started) * 1000)
@@ -552,7 +534,7 @@ class HierarchicalDRFAllocator:
         roles = list(candidates)
         role_share = self._role_share
         fw_share = self._fw_share
-        filters = self._filters
+        filters = self._filters.by_agent
         allocate = self._allocate
         for agent in agents:
             order = roles if len(roles) == 1 else sorted(roles, key=role_share.__getitem__)
@@ -605,7 +587,7 @@ class HierarchicalDRFAllocator:
         for role, vec in self._role_vec.items():
             out[f"{_METRIC_PREFIX}roles/{role}/shares/dominant"] = self._dominant(vec)
         active: dict[str, int] = {}
-        for by_fw in self._filters.values():
+        for by_fw in self._filters.by_agent.values():
             for framework_id in by_fw:
                 for role in self._frameworks[framework_id].roles:
                     active[role] = active.get(role, 0) + 1

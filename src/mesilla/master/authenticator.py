@@ -91,7 +91,7 @@ class V0Authenticator:
         refusal = self._refusal(pid, info)
         if refusal is not None:
             log.info("refusing the framework at %s: %s", pid, refusal)
-            link = libprocess.Link(self.master.master_info.pid or "", pid, self.master.spawn)
+            link = self._link(pid)
             _send(link, "FrameworkErrorMessage", {"message": refusal})
             link.close()
             return None
@@ -117,16 +117,22 @@ class V0Authenticator:
         self.authenticated.pop(framework, None)
         for other in [a for a, s in self._sessions.items() if a == sender or s.framework == framework]:
             self._end(other, None, {})  # re-authentication discards the one outstanding
-        link = libprocess.Link(self.master.master_info.pid or "", sender, self.master.spawn)
+        link = self._link(sender)
         if self._credentials is None:
             _send(link, "AuthenticationErrorMessage", {"error": "No authenticator loaded"})
             link.close()
             return
         session = _Session(framework, link, CramMD5Server(self._credentials))
         self._sessions[sender] = session
-        session.expiry = self.master.spawn(self._expire(sender, session))
+        session.expiry = self.master.owner.spawn(self._expire(sender, session), f"authentication of {sender}")
         log.info("authenticating %s", framework)
         _send(link, "AuthenticationMechanismsMessage", {"mechanisms": [MECHANISM]})
+
+    def _link(self, peer: libprocess.UPID) -> libprocess.Link:
+        owner = self.master.owner
+        return libprocess.Link(
+            self.master.master_info.pid or "", peer, lambda coro: owner.spawn(coro, f"link to {peer}")
+        )
 
     async def _expire(self, sender: libprocess.UPID, session: _Session) -> None:
         await asyncio.sleep(TIMEOUT)

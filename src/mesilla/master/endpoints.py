@@ -36,13 +36,13 @@ from mesilla.common.resources import Resources
 from mesilla.master import authorize, metrics
 from mesilla.master.agent import Agent
 from mesilla.master.framework import Framework
-from mesilla.v1 import master as m
 from mesilla.v1.mesos import (
     AgentInfo,
     CommandInfo,
     ExecutorInfo,
     Offer,
     Task,
+    VersionInfo,
 )
 
 if TYPE_CHECKING:
@@ -57,7 +57,9 @@ RENDER_CHUNK = 200
 T = TypeVar("T")
 
 
-async def rendered(items: Iterable[T], render: Callable[[T], Any] | Callable[[T], Awaitable[Any]]) -> list[msgspec.Raw]:
+async def rendered(
+    items: Iterable[T], render: Callable[[T], Any] | Callable[[T], Awaitable[Any]]
+) -> list[msgspec.Raw]:
     """Each item rendered and encoded as JSON, handing the event loop back every `RENDER_CHUNK` items.
 
     At 10,000 agents `/state` and GET_STATE take hundreds of milliseconds;
@@ -105,7 +107,8 @@ def install(router: Router, master: Master) -> None:
     router.add("/tasks", view(tasks), methods=get, realm=READONLY)
     router.add("/state-summary", view(state_summary), methods=get, realm=READONLY)
     router.add("/roles", view(roles), methods=get, realm=READONLY)
-    router.add("/flags", view(lambda master, _q: {"flags": master.flags.as_strings()}, "view_flags"), methods=get, realm=READONLY)
+    flags = view(lambda master, _q: {"flags": master.flags.as_strings()}, "view_flags")
+    router.add("/flags", flags, methods=get, realm=READONLY)
     router.add("/version", view(lambda _m, _q: version()), methods=get)
     router.add(
         "/metrics/snapshot",
@@ -134,9 +137,9 @@ def _build_time() -> float:
     return Path(mesilla.__file__).stat().st_mtime
 
 
-def version_info() -> m.VersionInfo:
+def version_info() -> VersionInfo:
     built = _build_time()
-    return m.VersionInfo(
+    return VersionInfo(
         version=MESOS_VERSION,
         build_date=time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(built)),
         build_time=float(int(built)),
@@ -152,7 +155,8 @@ def _build_user() -> str:
 
 
 def version() -> dict[str, Any]:
-    return msgspec.to_builtins(version_info())
+    built: dict[str, Any] = msgspec.to_builtins(version_info())
+    return built
 
 
 # --- models --------------------------------------------------------------------------------
@@ -305,7 +309,9 @@ async def slaves(master: Master, query: Any) -> dict[str, object]:
 async def frameworks(master: Master, query: Any) -> dict[str, object]:
     wanted = query.get("framework_id")
     return {
-        "frameworks": await rendered((f for f in master.frameworks.values() if wanted in (None, f.id)), framework_json),
+        "frameworks": await rendered(
+            (f for f in master.frameworks.values() if wanted in (None, f.id)), framework_json
+        ),
         "completed_frameworks": await rendered(
             (f for f in master.completed_frameworks if wanted in (None, f.id)), framework_json
         ),
@@ -329,7 +335,12 @@ async def state(master: Master, _query: Any) -> dict[str, object]:
             "deactivated_slaves": float(sum(1 for a in master.agents.values() if not a.active)),
             "unreachable_slaves": float(len(master.unreachable_agents)),
             "leader": info.pid or "",
-            "leader_info": {"id": info.id, "pid": info.pid or "", "port": info.port, "hostname": info.hostname or ""},
+            "leader_info": {
+                "id": info.id,
+                "pid": info.pid or "",
+                "port": info.port,
+                "hostname": info.hostname or "",
+            },
             "flags": master.flags.as_strings(),
         }
     )
@@ -365,7 +376,8 @@ def tasks(master: Master, query: Any) -> dict[str, object]:
     for framework in [*master.frameworks.values(), *master.completed_frameworks]:
         if framework_id not in (None, framework.id):
             continue
-        for task in [*framework.tasks.values(), *framework.unreachable_tasks.values(), *framework.completed_tasks]:
+        every = [*framework.tasks.values(), *framework.unreachable_tasks.values(), *framework.completed_tasks]
+        for task in every:
             if task_id in (None, task.task_id.value):
                 selected.append(task)
     # Tasks without a status yet sort first when ascending, last when descending, as in Mesos.

@@ -18,7 +18,6 @@ from dataclasses import dataclass, field
 from mesilla.common.http import EventStream
 from mesilla.common.resources import Resources
 from mesilla.master import accounting
-from mesilla.v1 import scheduler as sched
 from mesilla.v1.mesos import ExecutorInfo, FrameworkInfo, Offer, Task
 
 
@@ -40,7 +39,8 @@ class Framework:
     unregistered_time: float | None = None
     #: Roles the framework asked not to receive offers for (SUPPRESS).
     suppressed_roles: set[str] = field(default_factory=set)
-    #: task_id -> Task, every task not yet removed (terminal ones until acknowledged).
+    #: task_id -> Task, every task not yet removed (terminal ones until acknowledged); the
+    #: indexes below are written by `mesilla.master.book.Book` only.
     tasks: dict[str, Task] = field(default_factory=dict)
     unreachable_tasks: dict[str, Task] = field(default_factory=dict)
     completed_tasks: deque[Task] = field(init=False)
@@ -51,7 +51,9 @@ class Framework:
     #: Pending removal after a disconnection (`failover_timeout`).
     failover_timer: asyncio.TimerHandle | None = None
     heartbeat_task: asyncio.Task[None] | None = None
-    _offered: accounting.OfferedCache = field(default_factory=accounting.OfferedCache, repr=False, compare=False)
+    _offered: accounting.OfferedCache = field(
+        default_factory=accounting.OfferedCache, repr=False, compare=False
+    )
 
     def __post_init__(self) -> None:
         self.completed_tasks = deque(maxlen=self.max_completed_tasks)
@@ -78,10 +80,6 @@ class Framework:
     def offered_resources(self) -> Resources:
         return self._offered(self.offers)
 
-    async def send(self, event: sched.Event) -> None:
-        if self.stream is not None:
-            await self.stream.send(event)
-
     def connect(self, stream: EventStream, stream_id: str) -> None:
         self.stream, self.stream_id = stream, stream_id
         self.connected = self.active = True
@@ -101,8 +99,3 @@ class Framework:
             self.heartbeat_task.cancel()
             self.heartbeat_task = None
         return stream
-
-    def complete_task(self, task: Task) -> None:
-        self.tasks.pop(task.task_id.value, None)
-        self.unreachable_tasks.pop(task.task_id.value, None)
-        self.completed_tasks.append(task)

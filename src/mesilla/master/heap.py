@@ -25,6 +25,8 @@ import logging
 import time
 from typing import Any
 
+from mesilla.common.tasks import TaskOwner
+
 log = logging.getLogger(__name__)
 
 THAW_INTERVAL = 600.0
@@ -40,14 +42,15 @@ def _freeze_survivors(phase: str, info: dict[str, Any]) -> None:
 class HeapKeeper:
     def __init__(self, thaw_interval: float = THAW_INTERVAL) -> None:
         self.thaw_interval = thaw_interval
-        self._task: asyncio.Task[None] | None = None
+        self._task: asyncio.Task[Any] | None = None
 
-    def start(self) -> None:
-        """Called once the registry is recovered: what exists then is long-lived."""
+    def start(self, owner: TaskOwner) -> None:
+        """Called once the registry is recovered: what exists then is long-lived. The
+        periodic thaw runs as a task of `owner`, until `stop`."""
         if self._task is None:
             gc.freeze()
             gc.callbacks.append(_freeze_survivors)
-            self._task = asyncio.get_running_loop().create_task(self._thaw(), name="heap-keeper")
+            self._task = owner.spawn(self._thaw(), "heap keeper")
 
     async def stop(self) -> None:
         task, self._task = self._task, None

@@ -4,32 +4,39 @@ Offers are checked first; if they are invalid, every task of the call is
 answered TASK_DROPPED (PARTITION_AWARE frameworks) or TASK_LOST with
 REASON_INVALID_OFFERS. Then operations run in order against the offers'
 resources: an invalid task is answered TASK_ERROR (REASON_TASK_INVALID), an
-invalid group fails whole (REASON_TASK_GROUP_INVALID). What is left goes back
-to the allocator with the call's refuse filter.
+invalid group fails whole (REASON_TASK_GROUP_INVALID). Each valid task is
+added (`Tasks.add`) and sent to its agent (`Outbox.run_task`,
+`Outbox.run_task_group`). What is left goes back to the allocator with the
+call's refuse filter.
 """
 
 from __future__ import annotations
 
 import logging
+from collections import Counter
 
 import msgspec
 
 from mesilla.common.authentication import Principal
+from mesilla.common.authorization import Authorizer
 from mesilla.common.errors import BadRequest
-from mesilla.common.resources import Resources, with_default_executor_resources
+from mesilla.common.resources import with_default_executor_resources
 from mesilla.master.agent import Agent
+from mesilla.master.allocator import HierarchicalDRFAllocator
 from mesilla.master.authorize import task_user
-from mesilla.master.base import MasterBase
+from mesilla.master.book import Book
 from mesilla.master.framework import Framework
-from mesilla.master.status_updates import master_status, task_state_metric
+from mesilla.master.offers import Offerer
+from mesilla.master.outbox import Outbox
+from mesilla.master.tasks import Tasks, master_status, new_task_record, task_state_metric
 from mesilla.master.validation import (
+    InvalidOffers,
     InvalidTask,
     LaunchContext,
     check_task,
     check_task_group,
     validate_offers,
 )
-from mesilla.v1 import internal
 from mesilla.v1 import scheduler as sched
 from mesilla.v1.mesos import (
     ExecutorInfo,
@@ -39,8 +46,6 @@ from mesilla.v1.mesos import (
     Operation,
     OperationType,
     Reason,
-    Task,
-    TaskGroupInfo,
     TaskInfo,
     TaskState,
 )
@@ -61,9 +66,7 @@ def check_operations(operations: list[Operation]) -> None:
         if op.type is OperationType.LAUNCH and op.launch is None:
             raise BadRequest(f"Operation {index} of type LAUNCH needs 'launch'")
         if op.type is OperationType.LAUNCH_GROUP and op.launch_group is None:
-            raise BadRequest(
-                f"Operation {index} of type LAUNCH_GROUP needs 'launch_group'"
-            )
+            raise BadRequest(f"Operation {index} of type LAUNCH_GROUP needs 'launch_group'")
 
 
 def _tasks_of(operations: list[Operation]) -> list[TaskInfo]:
@@ -76,47 +79,40 @@ def _tasks_of(operations: list[Operation]) -> list[TaskInfo]:
     return tasks
 
 
-def new_task_record(framework: Framework, task: TaskInfo) -> Task:
-    """The master's Task for a TaskInfo; TASK_STAGING, with no statuses yet."""
-    user = task.command.user if task.command is not None and task.command.user else None
-    return Task(
-        name=task.name,
-        task_id=task.task_id,
-        framework_id=FrameworkID(value=framework.id),
-        agent_id=task.agent_id,
-        state=TaskState.TASK_STAGING,
-        resources=list(task.resources),
-        executor_id=task.executor.executor_id if task.executor is not None else None,
-        labels=task.labels,
-        discovery=task.discovery,
-        container=task.container,
-        health_check=task.health_check,
-        check=task.check,
-        kill_policy=task.kill_policy,
-        user=user or framework.info.user or None,
-        limits=dict(task.limits),
-    )
+def _with_executor(task: TaskInfo, executor: ExecutorInfo) -> TaskInfo:
+    return msgspec.structs.replace(task, executor=executor)
 
 
-class LaunchMixin(MasterBase):
+class Launcher:
+    def __init__(
+        self,
+        book: Book,
+        offerer: Offerer,
+        tasks: Tasks,
+        allocator: HierarchicalDRFAllocator,
+        outbox: Outbox,
+        counters: Counter[str],
+        authorizer: Authorizer | None,
+    ) -> None:
+        self._book = book
+        self._offerer = offerer
+        self._tasks = tasks
+        self._allocator = allocator
+        self._outbox = outbox
+        self._counters = counters
+        self._authorizer = authorizer
+
     async def accept(self, framework: Framework, call: sched.Accept) -> None:
         check_operations(call.operations)
-        self.counters["master/messages_accept"] += 1
+        self._counters["master/messages_accept"] += 1
         offer_ids = [o.value for o in call.offer_ids]
-        error = validate_offers(
-            offer_ids, self.offers, framework.id, self._agent_connected
-        )
-        if error is not None:
-            await self._reject_invalid_offers(
-                framework, offer_ids, call.operations, error
-            )
+        try:
+            validate_offers(offer_ids, self._book.offers, framework.id, self._agent_connected)
+        except InvalidOffers as exc:
+            await self._reject_invalid_offers(framework, offer_ids, call.operations, exc.reason)
             return
-        offers = [self.offers[offer_id] for offer_id in offer_ids]
-        agent = self.agents[offers[0].agent_id.value]
-        available = Resources()
-        for offer in offers:
-            available = available + Resources.from_list(offer.resources)
-            self.remove_offer(offer, rescind=False, recover=False)
+        offers, available = self._offerer.take(offer_ids)
+        agent = self._book.agents[offers[0].agent_id.value]
         ctx = LaunchContext(
             framework_id=framework.id,
             agent_id=agent.id,
@@ -127,13 +123,13 @@ class LaunchMixin(MasterBase):
         )
         for op in call.operations:
             if op.launch is not None:
-                self.counters["master/messages_launch_tasks"] += 1
+                self._counters["master/messages_launch_tasks"] += 1
                 for task in op.launch.task_infos:
                     await self._launch_task(framework, agent, task, ctx)
             elif op.launch_group is not None:
                 await self._launch_group(framework, agent, op.launch_group, ctx)
         if ctx.available:
-            self.allocator.recover_resources(
+            self._allocator.recover_resources(
                 framework.id,
                 agent.id,
                 ctx.available,
@@ -141,26 +137,20 @@ class LaunchMixin(MasterBase):
             )
 
     def _agent_connected(self, agent_id: str) -> bool:
-        agent = self.agents.get(agent_id)
+        agent = self._book.agents.get(agent_id)
         return agent is not None and agent.connected
 
     async def _reject_invalid_offers(
-        self,
-        framework: Framework,
-        offer_ids: list[str],
-        operations: list[Operation],
-        error: str,
+        self, framework: Framework, offer_ids: list[str], operations: list[Operation], error: str
     ) -> None:
         for offer_id in offer_ids:
-            offer = self.offers.get(offer_id)
+            offer = self._book.offers.get(offer_id)
             if offer is not None and offer.framework_id.value == framework.id:
-                self.remove_offer(offer, rescind=False)
-        state = (
-            TaskState.TASK_DROPPED if framework.partition_aware else TaskState.TASK_LOST
-        )
+                self._offerer.remove(offer, rescind=False)
+        state = TaskState.TASK_DROPPED if framework.partition_aware else TaskState.TASK_LOST
         for task in _tasks_of(operations):
-            self.counters[task_state_metric(state)] += 1
-            await self.forward_update(
+            self._counters[task_state_metric(state)] += 1
+            await self._outbox.update(
                 framework,
                 master_status(
                     task.task_id.value,
@@ -171,131 +161,81 @@ class LaunchMixin(MasterBase):
                 ),
             )
 
-    async def _task_error(
-        self, framework: Framework, task: TaskInfo, reason: Reason, error: str
-    ) -> None:
-        self.counters[task_state_metric(TaskState.TASK_ERROR)] += 1
-        await self.forward_update(
-            framework,
-            master_status(
-                task.task_id.value,
-                TaskState.TASK_ERROR,
-                reason,
-                error,
-                agent_id=task.agent_id.value,
-            ),
+    async def _task_error(self, framework: Framework, task: TaskInfo, reason: Reason, error: str) -> None:
+        self._counters[task_state_metric(TaskState.TASK_ERROR)] += 1
+        status = master_status(
+            task.task_id.value, TaskState.TASK_ERROR, reason, error, agent_id=task.agent_id.value
         )
+        await self._outbox.update(framework, status)
 
-    def _add_executor(
-        self,
-        framework: Framework,
-        agent: Agent,
-        executor: ExecutorInfo,
-        ctx: LaunchContext,
-    ) -> None:
-        if executor.executor_id.value in ctx.executors:
-            return
-        ctx.executors[executor.executor_id.value] = executor
-        agent.add_executor(framework.id, executor)
-        framework.executors.setdefault(agent.id, {})[executor.executor_id.value] = (
-            executor
-        )
-
-    def _add_task(
-        self, framework: Framework, agent: Agent, task: TaskInfo, ctx: LaunchContext
-    ) -> None:
-        record = new_task_record(framework, task)
-        framework.tasks[task.task_id.value] = record
-        agent.add_task(record)
-        ctx.task_ids.add(task.task_id.value)
-        self.notify("TASK_ADDED", record)
-
-    def _may_run(self, framework: Framework, task: TaskInfo) -> bool:
-        """The run_tasks ACL, for the user the task would run as."""
-        if self.authorizer is None:
-            return True
-        principal = Principal(framework.info.principal) if framework.info.principal else None
-        return self.authorizer.authorized(principal, "run_tasks", task_user(task, framework.info))
-
-    def _unauthorized(self, framework: Framework, task: TaskInfo) -> str:
+    def _unauthorized(self, framework: Framework, task: TaskInfo) -> str | None:
+        """Why the run_tasks ACL refuses the task, for the user it would run as (None: it may run)."""
+        if self._authorizer is None:
+            return None
+        info = framework.info
+        principal = Principal(info.principal) if info.principal else None
+        user = task_user(task, info)
+        if self._authorizer.authorized(principal, "run_tasks", user):
+            return None
         return (
             f"Task {task.task_id.value} is not authorized to launch: principal "
-            f"'{framework.info.principal or ''}' may not run tasks as user "
-            f"'{task_user(task, framework.info)}'"
+            f"'{info.principal or ''}' may not run tasks as user '{user}'"
         )
+
+    def _add(self, framework: Framework, agent: Agent, task: TaskInfo, ctx: LaunchContext) -> None:
+        """Books a valid task (and its executor, if new on the agent) of this ACCEPT."""
+        if task.executor is not None and task.executor.executor_id.value not in ctx.executors:
+            ctx.executors[task.executor.executor_id.value] = task.executor
+            self._tasks.add_executor(framework.id, agent.id, task.executor)
+        ctx.task_ids.add(task.task_id.value)
+        self._tasks.add(new_task_record(framework, task))
 
     async def _launch_task(
         self, framework: Framework, agent: Agent, task: TaskInfo, ctx: LaunchContext
     ) -> None:
         if task.executor is not None:
-            executor = msgspec.structs.replace(
-                task.executor, framework_id=FrameworkID(value=framework.id)
-            )
-            task = msgspec.structs.replace(task, executor=executor)
-        if not self._may_run(framework, task):
-            await self._task_error(framework, task, Reason.REASON_TASK_UNAUTHORIZED, self._unauthorized(framework, task))
+            executor = msgspec.structs.replace(task.executor, framework_id=FrameworkID(value=framework.id))
+            task = _with_executor(task, executor)
+        refusal = self._unauthorized(framework, task)
+        if refusal is not None:
+            await self._task_error(framework, task, Reason.REASON_TASK_UNAUTHORIZED, refusal)
             return
         try:
             needed = check_task(task, ctx)
         except InvalidTask as exc:
-            log.info(
-                "task %s of framework %s is invalid: %s",
-                task.task_id.value,
-                framework.id,
-                exc,
-            )
-            await self._task_error(
-                framework, task, Reason.REASON_TASK_INVALID, str(exc)
-            )
+            log.info("task %s of framework %s is invalid: %s", task.task_id.value, framework.id, exc)
+            await self._task_error(framework, task, Reason.REASON_TASK_INVALID, exc.reason)
             return
         ctx.available = ctx.available - needed
-        if task.executor is not None:
-            self._add_executor(framework, agent, task.executor, ctx)
-        self._add_task(framework, agent, task, ctx)
-        await agent.send(
-            internal.AgentEvent(
-                type=internal.AgentEventType.RUN_TASK,
-                run_task=internal.RunTask(framework_info=framework.info, task=task),
-            )
-        )
+        self._add(framework, agent, task, ctx)
+        await self._outbox.run_task(agent, framework.info, task)
 
     async def _launch_group(
         self, framework: Framework, agent: Agent, op: LaunchGroup, ctx: LaunchContext
     ) -> None:
-        executor = msgspec.structs.replace(
-            op.executor, framework_id=FrameworkID(value=framework.id)
-        )
+        executor = msgspec.structs.replace(op.executor, framework_id=FrameworkID(value=framework.id))
         if executor.type == "DEFAULT":
             executor.resources = with_default_executor_resources(executor.resources, ctx.role)
-        refused = next((t for t in op.task_group.tasks if not self._may_run(framework, msgspec.structs.replace(t, executor=executor))), None)
-        if refused is not None:
-            reason = self._unauthorized(framework, msgspec.structs.replace(refused, executor=executor))
+        refusal = next(
+            filter(
+                None,
+                (self._unauthorized(framework, _with_executor(t, executor)) for t in op.task_group.tasks),
+            ),
+            None,
+        )
+        if refusal is not None:
             for task in op.task_group.tasks:
-                await self._task_error(framework, task, Reason.REASON_TASK_GROUP_UNAUTHORIZED, reason)
+                await self._task_error(framework, task, Reason.REASON_TASK_GROUP_UNAUTHORIZED, refusal)
             return
         try:
             needed = check_task_group(executor, op.task_group, ctx)
         except InvalidTask as exc:
             log.info("task group of framework %s is invalid: %s", framework.id, exc)
             for task in op.task_group.tasks:
-                await self._task_error(
-                    framework, task, Reason.REASON_TASK_GROUP_INVALID, str(exc)
-                )
+                await self._task_error(framework, task, Reason.REASON_TASK_GROUP_INVALID, exc.reason)
             return
-        tasks = [
-            msgspec.structs.replace(t, executor=executor) for t in op.task_group.tasks
-        ]
+        tasks = [_with_executor(t, executor) for t in op.task_group.tasks]
         ctx.available = ctx.available - needed
-        self._add_executor(framework, agent, executor, ctx)
         for task in tasks:
-            self._add_task(framework, agent, task, ctx)
-        await agent.send(
-            internal.AgentEvent(
-                type=internal.AgentEventType.RUN_TASK_GROUP,
-                run_task_group=internal.RunTaskGroup(
-                    framework_info=framework.info,
-                    executor_info=executor,
-                    task_group=TaskGroupInfo(tasks=tasks),
-                ),
-            )
-        )
+            self._add(framework, agent, task, ctx)
+        await self._outbox.run_task_group(agent, framework.info, executor, tasks)

@@ -149,8 +149,8 @@ async def serve(flags: Flags) -> AsyncIterator[MasterServer]:
         network = await NetworkService.in_work_dir(flags.work_dir) if flags.get("network_service") else None
     except BookError as exc:
         raise MasterStartError(str(exc)) from None
-    master = Master(flags, make_registry(flags))
-    master.authorizer = authorizer
+    # Off the loop: a registry in the work_dir may create its directory.
+    master = Master(flags, await asyncio.to_thread(make_registry, flags), authorizer)
     router = Router("master")
     scheduler_api.install(router, master)
     v0_scheduler.install(router, master)
@@ -172,7 +172,8 @@ async def serve(flags: Flags) -> AsyncIterator[MasterServer]:
         port = await listen(runner, flags.ip, flags.port, MasterStartError, ssl_context)
         advertised = flags.get("advertise_ip") or flags.ip
         if advertised == "0.0.0.0":
-            advertised = socket.gethostbyname(socket.gethostname())
+            # A name lookup may block: off the loop.
+            advertised = await asyncio.to_thread(socket.gethostbyname, socket.gethostname())
         master.set_address(advertised, port, flags.get("hostname"))
         try:
             await master.start()

@@ -116,7 +116,7 @@ def _master_gauges(master: Master, allocator: dict[str, float]) -> dict[str, flo
         "master/event_queue_http_requests": 0.0,
         "registrar/log/recovered": 1.0 if master.elected_time is not None else 0.0,
     }
-    states = Counter(task.state.value for task in master.tasks())
+    states = Counter(task.state.value for task in master.book.tasks())
     for state in _LIVE_STATES:
         out[f"master/tasks_{state.removeprefix('TASK_').lower()}"] = float(states.get(state, 0))
     # The allocator keeps the cluster's totals; summing agents' resources here

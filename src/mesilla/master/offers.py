@@ -11,9 +11,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections import Counter
 
 from mesilla.common.resources import Resources
-from mesilla.master.base import MasterBase
+from mesilla.master.agent import Agent
+from mesilla.master.allocator import Allocations, HierarchicalDRFAllocator
+from mesilla.master.book import Book
+from mesilla.master.framework import Framework
+from mesilla.master.outbox import Outbox
 from mesilla.v1 import scheduler as sched
 from mesilla.v1.mesos import (
     URL,
@@ -21,6 +26,7 @@ from mesilla.v1.mesos import (
     AgentID,
     AllocationInfo,
     ExecutorID,
+    Filters,
     FrameworkID,
     Offer,
     OfferID,
@@ -28,128 +34,122 @@ from mesilla.v1.mesos import (
 
 log = logging.getLogger(__name__)
 
-Allocations = dict[str, dict[str, dict[str, Resources]]]
 
+class Offerer:
+    def __init__(
+        self,
+        book: Book,
+        allocator: HierarchicalDRFAllocator,
+        outbox: Outbox,
+        counters: Counter[str],
+        *,
+        offer_timeout: float | None,
+    ) -> None:
+        self._book = book
+        self._allocator = allocator
+        self._outbox = outbox
+        self._counters = counters
+        self._offer_timeout = offer_timeout
+        self._timers: dict[str, asyncio.TimerHandle] = {}
+        self._stopping = False
 
-class OffersMixin(MasterBase):
-    def _on_allocations(self, allocations: Allocations) -> None:
+    def stop(self) -> None:
+        """No more offers; the pending timeouts are cancelled (the offers die with the master)."""
+        self._stopping = True
+        for timer in self._timers.values():
+            timer.cancel()
+        self._timers.clear()
+
+    def allocated(self, allocations: Allocations) -> None:
         """The allocator's offer callback (synchronous): book offers, send them in the background."""
-        if self.stopping:
+        if self._stopping:
             return
         for framework_id, by_agent in allocations.items():
-            framework = self.frameworks.get(framework_id)
+            framework = self._book.frameworks.get(framework_id)
             offers: list[Offer] = []
             for agent_id, by_role in by_agent.items():
-                agent = self.agents.get(agent_id)
+                agent = self._book.agents.get(agent_id)
                 for role, resources in by_role.items():
-                    if (
-                        framework is None
-                        or not framework.active
-                        or agent is None
-                        or not agent.active
-                    ):
-                        self.allocator.recover_resources(
-                            framework_id, agent_id, resources
-                        )
+                    if framework is None or not framework.active or agent is None or not agent.active:
+                        self._allocator.recover_resources(framework_id, agent_id, resources)
                         continue
-                    offers.append(
-                        self._make_offer(framework_id, agent_id, role, resources)
-                    )
+                    offers.append(self._make_offer(framework, agent, role, resources))
             if offers and framework is not None:
-                self.spawn(
-                    framework.send(
-                        sched.Event(
-                            type=sched.EventType.OFFERS,
-                            offers=sched.Offers(offers=offers),
-                        )
-                    )
-                )
+                self._outbox.offers(framework, offers)
 
-    def _make_offer(
-        self, framework_id: str, agent_id: str, role: str, resources: Resources
-    ) -> Offer:
-        agent = self.agents[agent_id]
-        framework = self.frameworks[framework_id]
+    def _make_offer(self, framework: Framework, agent: Agent, role: str, resources: Resources) -> Offer:
         ip, _, port = agent.pid.rpartition("@")[2].rpartition(":")
         offer = Offer(
-            id=OfferID(value=self.new_offer_id()),
-            framework_id=FrameworkID(value=framework_id),
-            agent_id=AgentID(value=agent_id),
+            id=OfferID(value=self._book.new_offer_id()),
+            framework_id=FrameworkID(value=framework.id),
+            agent_id=AgentID(value=agent.id),
             hostname=agent.hostname,
             url=URL(
                 scheme="http",
-                address=Address(
-                    hostname=agent.hostname, ip=ip, port=int(port or agent.info.port)
-                ),
+                address=Address(hostname=agent.hostname, ip=ip, port=int(port or agent.info.port)),
                 path="/slave(1)",
             ),
             domain=agent.info.domain,
             resources=resources.to_list(allocation_role=role),
             attributes=list(agent.info.attributes),
-            executor_ids=[
-                ExecutorID(value=e) for e in agent.executors.get(framework_id, {})
-            ],
+            executor_ids=[ExecutorID(value=e) for e in agent.executors.get(framework.id, {})],
             allocation_info=AllocationInfo(role=role),
         )
         offer_id = offer.id.value
-        self.offers[offer_id] = offer
-        framework.offers[offer_id] = offer
-        agent.offers[offer_id] = offer
-        timeout = self.flags.get("offer_timeout")
-        if timeout:
-            self._offer_timers[offer_id] = asyncio.get_running_loop().call_later(
-                timeout, self._offer_timed_out, offer_id
+        self._book.add_offer(offer)
+        if self._offer_timeout:
+            self._timers[offer_id] = asyncio.get_running_loop().call_later(
+                self._offer_timeout, self._timed_out, offer_id
             )
         return offer
 
-    def _offer_timed_out(self, offer_id: str) -> None:
-        offer = self.offers.get(offer_id)
+    def _timed_out(self, offer_id: str) -> None:
+        offer = self._book.offers.get(offer_id)
         if offer is not None:
             log.info("offer %s timed out: rescinding it", offer_id)
-            self.remove_offer(offer, rescind=True)
+            self.remove(offer, rescind=True)
 
-    def remove_offer(
-        self, offer: Offer, *, rescind: bool, recover: bool = True
-    ) -> None:
-        """Takes an offer off the books; `recover` returns its resources to the allocator."""
+    def remove(self, offer: Offer, *, rescind: bool, recover: bool = True) -> None:
+        """Takes an offer off the books; `recover` returns its resources to the allocator,
+        `rescind` tells its framework (RESCIND)."""
         offer_id = offer.id.value
-        self.offers.pop(offer_id, None)
-        timer = self._offer_timers.pop(offer_id, None)
+        self._book.remove_offer(offer_id)
+        timer = self._timers.pop(offer_id, None)
         if timer is not None:
             timer.cancel()
-        framework = self.frameworks.get(offer.framework_id.value)
-        agent = self.agents.get(offer.agent_id.value)
-        if framework is not None:
-            framework.offers.pop(offer_id, None)
-        if agent is not None:
-            agent.offers.pop(offer_id, None)
         if recover:
-            self.allocator.recover_resources(
-                offer.framework_id.value,
-                offer.agent_id.value,
-                Resources.from_list(offer.resources),
+            self._allocator.recover_resources(
+                offer.framework_id.value, offer.agent_id.value, Resources.from_list(offer.resources)
             )
-        if rescind and framework is not None and framework.connected:
-            self.spawn(
-                framework.send(
-                    sched.Event(
-                        type=sched.EventType.RESCIND,
-                        rescind=sched.Rescind(offer_id=offer.id),
-                    )
-                )
-            )
+        framework = self._book.frameworks.get(offer.framework_id.value)
+        if rescind and framework is not None:
+            self._outbox.rescind(framework, offer.id)
+
+    def remove_all(self, offers: dict[str, Offer], *, rescind: bool, recover: bool = True) -> None:
+        """Every offer of an agent or a framework (`Agent.offers`, `Framework.offers`)."""
+        for offer in list(offers.values()):
+            self.remove(offer, rescind=rescind, recover=recover)
+
+    def take(self, offer_ids: list[str]) -> tuple[list[Offer], Resources]:
+        """ACCEPT: the (validated) offers leave the books; their resources are the launch's."""
+        offers = [self._book.offers[offer_id] for offer_id in offer_ids]
+        available = Resources()
+        for offer in offers:
+            available = available + Resources.from_list(offer.resources)
+            self.remove(offer, rescind=False, recover=False)
+        return offers, available
 
     def decline(self, framework_id: str, call: sched.Decline) -> None:
         """DECLINE: the offers' resources go back with a refuse filter (default 5 s)."""
-        self.counters["master/messages_decline_offers"] += 1
-        refuse = (call.filters or sched.Filters()).refuse_seconds
+        self._counters["master/messages_decline_offers"] += 1
+        refuse = (call.filters or Filters()).refuse_seconds
         for offer_id in call.offer_ids:
-            offer = self.offers.get(offer_id.value)
+            offer = self._book.offers.get(offer_id.value)
             if offer is None or offer.framework_id.value != framework_id:
                 log.warning("ignoring decline of unknown offer %s", offer_id.value)
                 continue
-            self.remove_offer(offer, rescind=False, recover=False)
-            self.allocator.recover_resources(
+            self.remove(offer, rescind=False, recover=False)
+            self._allocator.recover_resources(
                 framework_id,
                 offer.agent_id.value,
                 Resources.from_list(offer.resources),

@@ -42,7 +42,7 @@ from mesilla.master.framework import Framework
 from mesilla.master.validation import validate_role
 from mesilla.v1 import codec
 from mesilla.v1 import master as m
-from mesilla.v1.mesos import AgentID, FrameworkID, Offer, Resource, Task, TimeInfo
+from mesilla.v1.mesos import AgentID, Flag, FrameworkID, Metric, Offer, Resource, Task, TimeInfo
 
 if TYPE_CHECKING:
     from mesilla.master.master import Master
@@ -182,12 +182,12 @@ def get_roles(master: Master) -> m.GetRoles:
 
 def get_metrics(master: Master) -> m.GetMetrics:
     return m.GetMetrics(
-        metrics=[m.Metric(name=k, value=float(v)) for k, v in sorted(metrics.snapshot(master).items())]
+        metrics=[Metric(name=k, value=float(v)) for k, v in sorted(metrics.snapshot(master).items())]
     )
 
 
 def get_flags(master: Master) -> m.GetFlags:
-    return m.GetFlags(flags=[m.Flag(name=k, value=v) for k, v in master.flags.as_strings().items()])
+    return m.GetFlags(flags=[Flag(name=k, value=v) for k, v in master.flags.as_strings().items()])
 
 
 def get_weights(master: Master) -> m.GetWeights:
@@ -196,7 +196,9 @@ def get_weights(master: Master) -> m.GetWeights:
 
 
 def get_master(master: Master) -> m.GetMaster:
-    return m.GetMaster(master_info=master.master_info, start_time=master.start_time, elected_time=master.elected_time)
+    return m.GetMaster(
+        master_info=master.master_info, start_time=master.start_time, elected_time=master.elected_time
+    )
 
 
 _READ_ONLY: dict[m.CallType, Callable[[Master], Any]] = {
@@ -326,11 +328,16 @@ class OperatorApi:
         for info in update.weight_infos:
             if info.role is None:
                 raise BadRequest("Expecting 'weight_infos[].role' to be present")
-            error = validate_role(info.role)
-            if error is not None:
-                raise BadRequest(f"Invalid 'weight_infos[].role': {error}")
+            try:
+                validate_role(info.role)
+            except BadRequest as exc:
+                reason = f"BadRequest 'weight_infos[].role': {exc.reason}"
+                raise BadRequest(reason, field="weight_infos[].role") from exc
             if not info.weight > 0:
-                raise BadRequest(f"Invalid weight {info.weight} for role '{info.role}': weights must be positive")
+                raise BadRequest(
+                    f"BadRequest weight {info.weight} for role '{info.role}': weights must be positive",
+                    field="weight_infos[].weight",
+                )
             weights[info.role] = info.weight
         self.master.allocator.update_weights(weights)
 
@@ -338,15 +345,16 @@ class OperatorApi:
         framework = self.master.frameworks.get(framework_id)
         if framework is None:
             raise BadRequest(f"No framework found with ID '{framework_id}'")
-        await self.master.teardown(framework)
+        await self.master.framework_streams.teardown(framework)
 
     async def _mark_agent_gone(self, agent_id: str) -> None:
         master = self.master
         if agent_id in master.gone_agents:
             return
-        if agent_id not in master.agents and agent_id not in master.recovered_agents and agent_id not in master.unreachable_agents:
+        known = (master.agents, master.recovered_agents, master.unreachable_agents)
+        if all(agent_id not in each for each in known):
             raise NotFound(f"Agent '{agent_id}' not found")
-        await master.mark_agent_gone(agent_id)
+        await master.agent_links.mark_gone(agent_id)
 
     # --- SUBSCRIBE ---------------------------------------------------------------------------
 
@@ -408,30 +416,31 @@ class OperatorApi:
         self, request: web.Request, stream: EventStream, queue: asyncio.Queue[msgspec.Raw], heartbeat: m.Event
     ) -> None:
         """Sends queued events, and a HEARTBEAT every interval, until the stream closes."""
-        # The master's watch of held streams notices a client that went away.
-        closed = asyncio.create_task(self.master.streams.hold(request, stream))
-        deadline = time.monotonic() + self.heartbeat_interval
-        try:
-            while True:
-                next_event = asyncio.ensure_future(queue.get())
-                done, _ = await asyncio.wait(
-                    {next_event, closed},
-                    timeout=max(0.0, deadline - time.monotonic()),
-                    return_when=asyncio.FIRST_COMPLETED,
-                )
-                if next_event not in done:
-                    next_event.cancel()
-                if closed in done:
-                    return
-                if next_event in done:
-                    event: Any = next_event.result()
-                else:
-                    event = heartbeat
-                    deadline = time.monotonic() + self.heartbeat_interval
-                if not await stream.send(event):
-                    return
-        finally:
-            closed.cancel()
+        async with asyncio.TaskGroup() as group:  # every wait below is awaited on the way out
+            # The master's watch of held streams notices a client that went away.
+            closed = group.create_task(self.master.streams.hold(request, stream))
+            deadline = time.monotonic() + self.heartbeat_interval
+            try:
+                while True:
+                    next_event = group.create_task(queue.get())
+                    done, _ = await asyncio.wait(
+                        {next_event, closed},
+                        timeout=max(0.0, deadline - time.monotonic()),
+                        return_when=asyncio.FIRST_COMPLETED,
+                    )
+                    if next_event not in done:
+                        next_event.cancel()
+                    if closed in done:
+                        return
+                    if next_event in done:
+                        event: Any = next_event.result()
+                    else:
+                        event = heartbeat
+                        deadline = time.monotonic() + self.heartbeat_interval
+                    if not await stream.send(event):
+                        return
+            finally:
+                closed.cancel()
 
 
 def _required(value: Any, field: str, call_type: m.CallType) -> Any:

@@ -13,13 +13,16 @@ import asyncio
 import enum
 import os
 import sqlite3
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 import msgspec
 
 from mesilla.v1.mesos import AgentInfo, FrameworkInfo
+
+T = TypeVar("T")
 
 
 class RegistryError(RuntimeError):
@@ -141,7 +144,7 @@ class SqliteRegistry:
         os.makedirs(work_dir, exist_ok=True)
         return cls(os.path.join(work_dir, "registry.db"))
 
-    async def _run(self, fn: Any, *args: Any) -> Any:
+    async def _run(self, fn: Callable[..., T], *args: Any) -> T:
         return await asyncio.get_running_loop().run_in_executor(self._pool, fn, *args)
 
     def _connect(self) -> sqlite3.Connection:

@@ -44,10 +44,11 @@ async def scheduler(request: web.Request, master: Master) -> web.StreamResponse:
     if not master.recovered:
         raise ServiceUnavailable("Master has not finished recovery")
     call: sched.Call = await read_message(request, sched.Call)
-    error = validate_call(call)
-    if error is not None:
+    try:
+        checked_call(call)
+    except BadRequest:
         master.counters["master/invalid_scheduler_calls"] += 1
-        raise BadRequest(f"Failed to validate scheduler::Call: {error}")
+        raise
     principal = principal_of(request)
     if call.type is sched.CallType.SUBSCRIBE:
         assert call.subscribe is not None
@@ -92,6 +93,14 @@ async def scheduler(request: web.Request, master: Master) -> web.StreamResponse:
     return await dispatch(master, framework, call)
 
 
+def checked_call(call: sched.Call) -> None:
+    """`validate_call`, its error worded as Mesos answers it."""
+    try:
+        validate_call(call)
+    except BadRequest as exc:
+        raise BadRequest(f"Failed to validate scheduler::Call: {exc.reason}", field=exc.field) from exc
+
+
 async def _subscribe(
     request: web.Request, master: Master, call: sched.Subscribe
 ) -> web.StreamResponse:
@@ -104,50 +113,51 @@ async def _subscribe(
     stream = await EventStream.open(
         request, headers={STREAM_ID_HEADER: stream_id}, encoding=encoding, event_type=sched.Event
     )
-    framework = await master.subscribe(stream, stream_id, call)
+    framework = await master.framework_streams.subscribe(stream, stream_id, call)
     if framework is not None:
         await master.streams.hold(request, stream)
-        master.framework_disconnected(framework, stream_id)
+        master.framework_streams.disconnected(framework, stream_id)
     return stream.response
 
 
 async def dispatch(
     master: Master, framework: Framework, call: sched.Call
 ) -> web.StreamResponse:
+    """A framework's call, to the part of the master that handles it."""
     accepted = web.Response(status=202)
     kind = call.type
     if kind is sched.CallType.TEARDOWN:
-        await master.teardown(framework)
+        await master.framework_streams.teardown(framework)
     elif kind is sched.CallType.ACCEPT:
         assert call.accept is not None
-        await master.accept(framework, call.accept)
+        await master.launcher.accept(framework, call.accept)
     elif kind is sched.CallType.DECLINE:
         assert call.decline is not None
-        master.decline(framework.id, call.decline)
+        master.offerer.decline(framework.id, call.decline)
     elif kind is sched.CallType.REVIVE:
-        master.revive(framework, call.revive.roles if call.revive else [])
+        master.framework_streams.revive(framework, call.revive.roles if call.revive else [])
     elif kind is sched.CallType.SUPPRESS:
-        master.suppress(framework, call.suppress.roles if call.suppress else [])
+        master.framework_streams.suppress(framework, call.suppress.roles if call.suppress else [])
     elif kind is sched.CallType.KILL:
         assert call.kill is not None
-        await master.kill(framework, call.kill)
+        await master.status_updates.kill(framework, call.kill)
     elif kind is sched.CallType.SHUTDOWN:
         assert call.shutdown is not None
-        await master.shutdown_executor(framework, call.shutdown)
+        await master.relay.shutdown_executor(framework, call.shutdown)
     elif kind is sched.CallType.ACKNOWLEDGE:
         assert call.acknowledge is not None
-        await master.acknowledge(framework, call.acknowledge)
+        await master.status_updates.acknowledge(framework, call.acknowledge)
     elif kind is sched.CallType.RECONCILE:
         assert call.reconcile is not None
-        await master.reconcile(framework, call.reconcile.tasks)
+        await master.status_updates.reconcile(framework, call.reconcile.tasks)
     elif kind is sched.CallType.MESSAGE:
         assert call.message is not None
-        await master.framework_message(framework, call.message)
+        await master.relay.framework_message(framework, call.message)
     elif kind is sched.CallType.REQUEST:
         master.counters["master/messages_resource_request"] += 1
     elif kind is sched.CallType.UPDATE_FRAMEWORK:
         assert call.update_framework is not None
-        await master.update_framework(framework, call.update_framework)
+        await master.framework_streams.update(framework, call.update_framework)
         return web.Response(status=200)
     else:
         # Inverse offers and operation feedback: Mesilla makes no inverse offers

@@ -10,23 +10,24 @@ closes it or a write to it fails (`EventStream.closed`).
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 from aiohttp import web
 
 from mesilla.common.http import EventStream
+from mesilla.common.tasks import TaskOwner
 
 
 class StreamWatch:
     def __init__(self, interval: float = 0.5) -> None:
         self.interval = interval
         self._held: dict[EventStream, web.Request] = {}
-        self._task: asyncio.Task[None] | None = None
+        self._task: asyncio.Task[Any] | None = None
 
-    def start(self) -> None:
+    def start(self, owner: TaskOwner) -> None:
+        """Runs the periodic check, as a task of `owner`, until `stop`."""
         if self._task is None:
-            self._task = asyncio.get_running_loop().create_task(
-                self._run(), name="stream-watch"
-            )
+            self._task = owner.spawn(self._run(), "stream watch")
 
     async def stop(self) -> None:
         task, self._task = self._task, None

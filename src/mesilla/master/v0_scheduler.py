@@ -36,8 +36,7 @@ from mesilla.master.authenticator import MESSAGES as AUTHENTICATION
 from mesilla.master.authenticator import V0Authenticator
 from mesilla.master.framework import Framework
 from mesilla.master.master import Master
-from mesilla.master.scheduler_api import dispatch
-from mesilla.master.validation import validate_call
+from mesilla.master.scheduler_api import checked_call, dispatch
 from mesilla.v1 import codec, proto
 from mesilla.v1 import scheduler as sched
 from mesilla.v1.mesos import FrameworkID
@@ -51,7 +50,11 @@ class V0Stream(libprocess.MessageStream):
     """The SUBSCRIBE stream of a v0 framework: v1 events out as v0 messages."""
 
     def __init__(self, master: Master, pid: libprocess.UPID, reregister: bool) -> None:
-        super().__init__(libprocess.Link(master.master_info.pid or "", pid, master.spawn), master.spawn)
+        owner = master.owner
+        link = libprocess.Link(
+            master.master_info.pid or "", pid, lambda coro: owner.spawn(coro, f"link to {pid}")
+        )
+        super().__init__(link, lambda coro: owner.spawn(coro, f"watch of {pid}"))
         self.pid = pid
         self.reregister = reregister
         self.framework_id: str | None = None
@@ -68,7 +71,10 @@ class V0Stream(libprocess.MessageStream):
             subscribed = e["subscribed"]
             self.framework_id = subscribed["framework_id"]["value"]  # the first event sent
             name = "FrameworkReregisteredMessage" if self.reregister else "FrameworkRegisteredMessage"
-            return name, {"framework_id": subscribed["framework_id"], "master_info": subscribed.get("master_info", {})}
+            return name, {
+                "framework_id": subscribed["framework_id"],
+                "master_info": subscribed.get("master_info", {}),
+            }
         if kind is sched.EventType.OFFERS:
             offers = e["offers"].get("offers", [])
             return "ResourceOffersMessage", {
@@ -88,10 +94,12 @@ class V0Stream(libprocess.MessageStream):
                 if key in status:
                     update[key] = status[key]
             # The UPID set (the agent's) tells the driver to acknowledge the update.
-            pid = self._agent_pid(status["agent_id"]["value"]) if "uuid" in status and "agent_id" in status else ""
+            acked = "uuid" in status and "agent_id" in status
+            pid = self._agent_pid(status["agent_id"]["value"]) if acked else ""
             return "StatusUpdateMessage", {"update": update, "pid": pid}
         if kind is sched.EventType.MESSAGE:
-            return "ExecutorToFrameworkMessage", {"framework_id": {"value": self._framework_id()}, **e["message"]}
+            framework_id = {"value": self._framework_id()}
+            return "ExecutorToFrameworkMessage", {"framework_id": framework_id, **e["message"]}
         if kind is sched.EventType.FAILURE:
             failure = e["failure"]
             if "executor_id" in failure:
@@ -175,37 +183,34 @@ class V0Schedulers:
         if admitted is None:
             return
         call = codec.convert({"type": "SUBSCRIBE", "subscribe": {"framework_info": admitted}}, sched.Call)
-        error = validate_call(call)
-        if error is not None:
-            raise BadRequest(f"Failed to validate scheduler::Call: {error}")
+        checked_call(call)
         assert call.subscribe is not None
         stream = V0Stream(master, pid, reregister)
         stream_id = str(uuid.uuid4())
-        framework = await master.subscribe(stream, stream_id, call.subscribe)
+        framework = await master.framework_streams.subscribe(stream, stream_id, call.subscribe)
         if framework is None:
             return
         self._by_pid[pid] = framework.id
-        master.spawn(self._disconnected(framework, stream, stream_id))
+        master.owner.spawn(self._disconnected(framework, stream, stream_id), f"v0 framework {framework.id}")
 
     async def _disconnected(self, framework: Framework, stream: V0Stream, stream_id: str) -> None:
         await stream.closed.wait()
         if self._by_pid.get(stream.pid) == framework.id and framework.stream is stream:
-            self.master.framework_disconnected(framework, stream_id)
+            self.master.framework_streams.disconnected(framework, stream_id)
 
     async def _call(self, pid: libprocess.UPID, body: dict[str, Any]) -> None:
         framework = self._framework(pid, body.get("framework_id"))
         body = {**body, "framework_id": {"value": framework.id}}
         call = codec.convert(body, sched.Call)
-        error = validate_call(call)
-        if error is not None:
-            raise BadRequest(f"Failed to validate scheduler::Call: {error}")
+        checked_call(call)
         self.master.counters["master/valid_scheduler_calls"] += 1
         await dispatch(self.master, framework, call)
 
 
 def _call(type_: str, message: dict[str, Any], **fields: Any) -> dict[str, Any]:
     """The v1 call of `type_` with `fields`, for the framework `message` names."""
-    return {"type": type_, "framework_id": message.get("framework_id"), **({type_.lower(): fields} if fields else {})}
+    call = {"type": type_, "framework_id": message.get("framework_id")}
+    return {**call, **({type_.lower(): fields} if fields else {})}
 
 
 # Registration and deactivation: the framework's connection itself.
@@ -231,7 +236,9 @@ _CALLS: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {
         "MESSAGE", m, agent_id=m["agent_id"], executor_id=m["executor_id"], data=m["data"]
     ),
     "ReconcileTasksMessage": lambda m: _call(
-        "RECONCILE", m, tasks=[{k: s[k] for k in ("task_id", "agent_id") if k in s} for s in m.get("statuses", [])]
+        "RECONCILE",
+        m,
+        tasks=[{k: s[k] for k in ("task_id", "agent_id") if k in s} for s in m.get("statuses", [])],
     ),
     "ResourceRequestMessage": lambda m: _call("REQUEST", m, requests=m.get("requests", [])),
 }

@@ -1,9 +1,11 @@
 """Validation of scheduler input as Mesos's `src/master/validation.cpp` does it.
 
-Every function returns None when the input is valid, else a message that names
-the object at fault; the caller decides what an error becomes (a 400, an
-ERROR event, TASK_ERROR with REASON_TASK_INVALID / REASON_TASK_GROUP_INVALID,
-or TASK_DROPPED / TASK_LOST with REASON_INVALID_OFFERS).
+Every function returns when the input is valid and raises otherwise: a
+`BadRequest` (400) whose message names the object at fault and whose `field`
+names the field. The caller decides what an error becomes: a 400 answer
+(`mesilla.common.http`), an ERROR event (a refused SUBSCRIBE), TASK_ERROR
+with REASON_TASK_INVALID / REASON_TASK_GROUP_INVALID (`InvalidTask`), or
+TASK_DROPPED / TASK_LOST with REASON_INVALID_OFFERS (`InvalidOffers`).
 """
 
 from __future__ import annotations
@@ -13,10 +15,11 @@ from dataclasses import dataclass, field
 
 import msgspec
 
+from mesilla.common.errors import BadRequest
 from mesilla.common.resources import Resources, ResourcesError, to_fixed
 from mesilla.common.validation import validate_ids
 from mesilla.v1 import scheduler as sched
-from mesilla.v1.mesos import ExecutorInfo, FrameworkInfo, Offer, TaskGroupInfo, TaskInfo
+from mesilla.v1.mesos import ExecutorInfo, FrameworkInfo, Offer, Resource, TaskGroupInfo, TaskInfo
 
 # The least a task group's executor may have (Mesos's MIN_CPUS and MIN_MEM).
 MIN_EXECUTOR_CPUS = 0.01
@@ -30,66 +33,83 @@ MIN_EXECUTOR_MEM_MB = 32
 _ROLE_INVALID_CHARACTERS = frozenset("\t\n\v\f\r \x7f")
 
 
-def validate_role(role: str) -> str | None:
-    """Why `role` is not a valid role name, by Mesos's rules (`roles::validate`), or None."""
+def validate_role(role: str, field: str = "role") -> None:
+    """Raises `BadRequest` if `role` is not a valid role name, by Mesos's rules (`roles::validate`)."""
     if role == "*":
-        return None
+        return
     if role.startswith("/"):
-        return f"Role '{role}' cannot start with a slash"
+        raise BadRequest(f"Role '{role}' cannot start with a slash", field=field)
     if role.endswith("/"):
-        return f"Role '{role}' cannot end with a slash"
+        raise BadRequest(f"Role '{role}' cannot end with a slash", field=field)
     if "//" in role:
-        return f"Role '{role}' cannot contain two adjacent slashes"
+        raise BadRequest(f"Role '{role}' cannot contain two adjacent slashes", field=field)
     if not role:
-        return "Role names cannot be the empty string"
+        raise BadRequest("Role names cannot be the empty string", field=field)
     for part in role.split("/"):
         if part in (".", "..", "*"):
-            return f"Role '{role}' cannot include '{part}' as a component"
+            raise BadRequest(f"Role '{role}' cannot include '{part}' as a component", field=field)
         if part.startswith("-"):
-            return f"Role component '{part}' is invalid because it starts with a dash"
+            raise BadRequest(f"Role component '{part}' is invalid because it starts with a dash", field=field)
         if not _ROLE_INVALID_CHARACTERS.isdisjoint(part):
-            return (
-                f"Role component '{part}' is invalid because it contains backspace or whitespace"
+            raise BadRequest(
+                f"Role component '{part}' is invalid because it contains backspace or whitespace", field=field
             )
-    return None
 
 
 # --- frameworks ----------------------------------------------------------------------------
 
 
-def validate_framework_info(
-    info: FrameworkInfo, suppressed_roles: Iterable[str] = ()
-) -> str | None:
+def validate_framework_info(info: FrameworkInfo, suppressed_roles: Iterable[str] = ()) -> None:
+    """A SUBSCRIBE's or UPDATE_FRAMEWORK's FrameworkInfo and suppressed roles."""
     multi_role = info.has_capability("MULTI_ROLE")
     if multi_role and info.role is not None:
-        return "'FrameworkInfo.role' must not be set when the MULTI_ROLE capability is declared; use 'roles'"
+        raise BadRequest(
+            "'FrameworkInfo.role' must not be set when the MULTI_ROLE capability is declared; use 'roles'",
+            field="framework_info.role",
+        )
     if not multi_role and info.roles:
-        return "'FrameworkInfo.roles' needs the MULTI_ROLE capability; use 'role' otherwise"
+        raise BadRequest(
+            "'FrameworkInfo.roles' needs the MULTI_ROLE capability; use 'role' otherwise",
+            field="framework_info.roles",
+        )
     roles = info.effective_roles()
+    field = "framework_info.roles" if multi_role else "framework_info.role"
     if len(set(roles)) != len(roles):
-        return f"'FrameworkInfo.roles' contains duplicates: {roles}"
+        raise BadRequest(f"'FrameworkInfo.roles' contains duplicates: {roles}", field=field)
     for role in roles:
-        error = validate_role(role)
-        if error is not None:
-            if multi_role:
-                return f"'FrameworkInfo.roles' contains invalid role: {error}"
-            return f"'FrameworkInfo.role' is not a valid role: {error}"
+        try:
+            validate_role(role, field)
+        except BadRequest as exc:
+            what = (
+                "'FrameworkInfo.roles' contains invalid role"
+                if multi_role
+                else "'FrameworkInfo.role' is not a valid role"
+            )
+            raise BadRequest(f"{what}: {exc.reason}", field=field) from exc
     if info.failover_timeout < 0:
-        return f"'FrameworkInfo.failover_timeout' must not be negative, got {info.failover_timeout}"
+        raise BadRequest(
+            f"'FrameworkInfo.failover_timeout' must not be negative, got {info.failover_timeout}",
+            field="framework_info.failover_timeout",
+        )
     unknown = sorted(set(suppressed_roles) - set(roles))
     if unknown:
-        return f"suppressed role(s) {', '.join(unknown)} are not among the framework's roles {roles}"
-    return None
+        raise BadRequest(
+            f"suppressed role(s) {', '.join(unknown)} are not among the framework's roles {roles}",
+            field="suppressed_roles",
+        )
 
 
-def validate_framework_update(old: FrameworkInfo, new: FrameworkInfo) -> str | None:
+def validate_framework_update(old: FrameworkInfo, new: FrameworkInfo) -> None:
     """UPDATE_FRAMEWORK may not change the framework's identity, principal, user or checkpointing."""
     if new.id != old.id:
-        return "'FrameworkInfo.id' must be set to the framework's id"
+        raise BadRequest("'FrameworkInfo.id' must be set to the framework's id", field="framework_info.id")
     for name in ("principal", "user", "checkpoint"):
-        if getattr(new, name) != getattr(old, name):
-            return f"'FrameworkInfo.{name}' cannot be changed (from {getattr(old, name)!r} to {getattr(new, name)!r})"
-    return None
+        before, after = getattr(old, name), getattr(new, name)
+        if after != before:
+            raise BadRequest(
+                f"'FrameworkInfo.{name}' cannot be changed (from {before!r} to {after!r})",
+                field=f"framework_info.{name}",
+            )
 
 
 # --- scheduler calls ---------------------------------------------------------------------
@@ -120,43 +140,55 @@ def _without_launches(call: sched.Call) -> sched.Call:
     operations = [
         msgspec.structs.replace(op, launch=None, launch_group=None) for op in call.accept.operations
     ]
-    return msgspec.structs.replace(
-        call, accept=msgspec.structs.replace(call.accept, operations=operations)
-    )
+    return msgspec.structs.replace(call, accept=msgspec.structs.replace(call.accept, operations=operations))
 
 
-def validate_call(call: sched.Call) -> str | None:
-    """The shape of a scheduler Call: its type's field present, every id valid, framework ids consistent."""
+def validate_call(call: sched.Call) -> None:
+    """The shape of a scheduler Call: its type's field present, every id valid, framework ids consistent.
+
+    The message is what follows Mesos's "Failed to validate scheduler::Call: ".
+    """
     if call.type is sched.CallType.UNKNOWN:
-        return "Expecting 'type' to be present and known"
+        raise BadRequest("Expecting 'type' to be present and known", field="type")
     error = validate_ids(_without_launches(call))
     if error is not None:
-        return error
+        raise BadRequest(error)  # the message names the id's field path
     name = _CALL_FIELDS.get(call.type)
     if name is not None and getattr(call, name) is None:
-        return f"Expecting '{name}' to be present"
+        raise BadRequest(f"Expecting '{name}' to be present", field=name)
     if call.type is sched.CallType.SUBSCRIBE:
         assert call.subscribe is not None
         info_id = call.subscribe.framework_info.id
         if info_id is not None and call.framework_id != info_id:
-            return "'framework_id' differs from 'subscribe.framework_info.id'"
-        return None
+            raise BadRequest(
+                "'framework_id' differs from 'subscribe.framework_info.id'", field="framework_id"
+            )
+        return
     if call.framework_id is None:
-        return "Expecting 'framework_id' to be present"
+        raise BadRequest("Expecting 'framework_id' to be present", field="framework_id")
     if call.type is sched.CallType.ACKNOWLEDGE:
         assert call.acknowledge is not None
         if len(call.acknowledge.uuid) != 16:
-            return (
-                "Failed to parse 'acknowledge.uuid': expecting the 16 bytes of a UUID"
+            raise BadRequest(
+                "Failed to parse 'acknowledge.uuid': expecting the 16 bytes of a UUID",
+                field="acknowledge.uuid",
             )
     if call.type is sched.CallType.UPDATE_FRAMEWORK:
         assert call.update_framework is not None
         if call.update_framework.framework_info.id != call.framework_id:
-            return "'framework_id' differs from 'update_framework.framework_info.id'"
-    return None
+            raise BadRequest(
+                "'framework_id' differs from 'update_framework.framework_info.id'", field="framework_id"
+            )
 
 
 # --- offers ----------------------------------------------------------------------------------
+
+
+class InvalidOffers(BadRequest):
+    """The offers of an ACCEPT cannot be used; its tasks are answered TASK_DROPPED or TASK_LOST."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason, field="accept.offer_ids")
 
 
 def validate_offers(
@@ -164,28 +196,27 @@ def validate_offers(
     offers: dict[str, Offer],
     framework_id: str,
     agent_connected: Callable[[str], bool],
-) -> str | None:
+) -> None:
     """The offers of one ACCEPT: outstanding, the framework's own, one agent, one role."""
     if not offer_ids:
-        return "No offers specified"
+        raise InvalidOffers("No offers specified")
     if len(set(offer_ids)) != len(offer_ids):
-        return f"Duplicate offer ids in {offer_ids}"
+        raise InvalidOffers(f"Duplicate offer ids in {offer_ids}")
     chosen = []
     for offer_id in offer_ids:
         offer = offers.get(offer_id)
         if offer is None:
-            return f"Offer {offer_id} is no longer valid"
+            raise InvalidOffers(f"Offer {offer_id} is no longer valid")
         if offer.framework_id.value != framework_id:
-            return f"Offer {offer_id} was not made to framework {framework_id}"
+            raise InvalidOffers(f"Offer {offer_id} was not made to framework {framework_id}")
         chosen.append(offer)
     if len({o.agent_id.value for o in chosen}) > 1:
-        return "Aggregated offers must belong to one single agent"
+        raise InvalidOffers("Aggregated offers must belong to one single agent")
     roles = {o.allocation_info.role if o.allocation_info else None for o in chosen}
     if len(roles) > 1:
-        return "Aggregated offers must be allocated to the same role"
+        raise InvalidOffers("Aggregated offers must be allocated to the same role")
     if not agent_connected(chosen[0].agent_id.value):
-        return f"Agent {chosen[0].agent_id.value} is not connected"
-    return None
+        raise InvalidOffers(f"Agent {chosen[0].agent_id.value} is not connected")
 
 
 # --- tasks -------------------------------------------------------------------------------------
@@ -208,99 +239,99 @@ class LaunchContext:
     role: str | None = None
 
 
-def _resources(kind: str, resources: list) -> Resources | str:  # type: ignore[type-arg]
+class InvalidTask(BadRequest):
+    """A task (or task group) that cannot be launched; the message, which says why, is its
+    TASK_ERROR's."""
+
+
+def _resources(kind: str, resources: list[Resource]) -> Resources:
     try:
         return Resources.from_list(resources)
     except ResourcesError as exc:
-        return f"Invalid {kind} resources: {exc}"
+        raise InvalidTask(f"BadRequest {kind} resources: {exc}", field="resources") from exc
 
 
-def _validate_executor(executor: ExecutorInfo, ctx: LaunchContext) -> str | None:
+def _validate_executor(executor: ExecutorInfo, ctx: LaunchContext) -> None:
+    executor_id = executor.executor_id.value
     error = validate_ids(executor)
     if error is not None:
-        return f"Executor has an invalid id: {error}"
-    if (
-        executor.framework_id is not None
-        and executor.framework_id.value != ctx.framework_id
-    ):
-        return (
+        raise InvalidTask(f"Executor has an invalid id: {error}", field="executor.executor_id")
+    if executor.framework_id is not None and executor.framework_id.value != ctx.framework_id:
+        raise InvalidTask(
             f"ExecutorInfo has an invalid FrameworkID (Actual: {executor.framework_id.value} "
-            f"vs Expected: {ctx.framework_id})"
+            f"vs Expected: {ctx.framework_id})",
+            field="executor.framework_id",
         )
     if executor.type == "CUSTOM" and executor.command is None:
-        return f"Executor {executor.executor_id.value} of type CUSTOM needs 'command'"
+        raise InvalidTask(f"Executor {executor_id} of type CUSTOM needs 'command'", field="executor.command")
     if executor.type == "DEFAULT":
-        if executor.command is not None:
-            return f"Executor {executor.executor_id.value} of type DEFAULT must not set 'command'"
-        container = executor.container
-        if container is not None and container.type != "MESOS":
-            return f"Executor {executor.executor_id.value} of type DEFAULT must use a MESOS container"
-        if (
-            container is not None
-            and container.mesos is not None
-            and container.mesos.image is not None
-        ):
-            return (
-                f"Executor {executor.executor_id.value} of type DEFAULT must not set "
-                "'container.mesos.image': give the image to its tasks"
-            )
+        _validate_default_executor(executor)
     grace = executor.shutdown_grace_period
     if grace is not None and grace.nanoseconds < 0:
-        return f"Executor {executor.executor_id.value}'s shutdown_grace_period must not be negative"
-    resources = _resources("executor", executor.resources)
-    if isinstance(resources, str):
-        return resources
-    existing = ctx.executors.get(executor.executor_id.value)
-    if existing is not None and _comparable(existing) != _comparable(executor):
-        return (
-            f"ExecutorInfo for executor {executor.executor_id.value} is not compatible with "
-            "the one it already runs with: use a new executor id"
+        raise InvalidTask(
+            f"Executor {executor_id}'s shutdown_grace_period must not be negative",
+            field="executor.shutdown_grace_period",
         )
-    return None
+    _resources("executor", executor.resources)
+    existing = ctx.executors.get(executor_id)
+    if existing is not None and _comparable(existing) != _comparable(executor):
+        raise InvalidTask(
+            f"ExecutorInfo for executor {executor_id} is not compatible with "
+            "the one it already runs with: use a new executor id",
+            field="executor",
+        )
+
+
+def _validate_default_executor(executor: ExecutorInfo) -> None:
+    executor_id = executor.executor_id.value
+    if executor.command is not None:
+        raise InvalidTask(
+            f"Executor {executor_id} of type DEFAULT must not set 'command'", field="executor.command"
+        )
+    container = executor.container
+    if container is not None and container.type != "MESOS":
+        raise InvalidTask(
+            f"Executor {executor_id} of type DEFAULT must use a MESOS container",
+            field="executor.container.type",
+        )
+    if container is not None and container.mesos is not None and container.mesos.image is not None:
+        raise InvalidTask(
+            f"Executor {executor_id} of type DEFAULT must not set "
+            "'container.mesos.image': give the image to its tasks",
+            field="executor.container.mesos.image",
+        )
 
 
 def _comparable(executor: ExecutorInfo) -> ExecutorInfo:
     return msgspec.structs.replace(executor, framework_id=None)
 
 
-class InvalidTask(ValueError):
-    """A task (or task group) that cannot be launched; the message says why."""
-
-
-def _validate_task_basics(task: TaskInfo, ctx: LaunchContext) -> str | Resources:
-    """An error, or the task's resources."""
+def _validate_task_basics(task: TaskInfo, ctx: LaunchContext) -> Resources:
+    """The task's resources, or `InvalidTask`."""
     error = validate_ids(task)
     if error is not None:
-        return f"Task has an invalid id: {error}"
+        raise InvalidTask(f"Task has an invalid id: {error}", field="task_id")
     task_id = task.task_id.value
     if task_id in ctx.task_ids or any(task_id in ids for ids in ctx.live_task_ids):
-        return f"Task has duplicate ID: {task_id}"
+        raise InvalidTask(f"Task has duplicate ID: {task_id}", field="task_id")
     if task.agent_id.value != ctx.agent_id:
-        return f"Task uses agent {task.agent_id.value} but the offer is for agent {ctx.agent_id}"
-    if (
-        task.kill_policy
-        and task.kill_policy.grace_period
-        and task.kill_policy.grace_period.nanoseconds < 0
-    ):
-        return "Task's 'kill_policy.grace_period' must not be negative"
-    if (
-        task.max_completion_time is not None
-        and task.max_completion_time.nanoseconds < 0
-    ):
-        return "Task's 'max_completion_time' must not be negative"
+        raise InvalidTask(
+            f"Task uses agent {task.agent_id.value} but the offer is for agent {ctx.agent_id}",
+            field="agent_id",
+        )
+    if task.kill_policy and task.kill_policy.grace_period and task.kill_policy.grace_period.nanoseconds < 0:
+        raise InvalidTask(
+            "Task's 'kill_policy.grace_period' must not be negative", field="kill_policy.grace_period"
+        )
+    if task.max_completion_time is not None and task.max_completion_time.nanoseconds < 0:
+        raise InvalidTask("Task's 'max_completion_time' must not be negative", field="max_completion_time")
     if task.command is not None and task.command.value is None:
-        return "Task's 'command.value' must be set"
-    if (
-        task.container is not None
-        and task.container.type == "DOCKER"
-        and task.container.docker is None
-    ):
-        return "Task's DOCKER container needs 'container.docker'"
+        raise InvalidTask("Task's 'command.value' must be set", field="command.value")
+    if task.container is not None and task.container.type == "DOCKER" and task.container.docker is None:
+        raise InvalidTask("Task's DOCKER container needs 'container.docker'", field="container.docker")
     resources = _resources("task", task.resources)
-    if isinstance(resources, str):
-        return resources
     if not resources:
-        return "Task uses no resources"
+        raise InvalidTask("Task uses no resources", field="resources")
     return resources
 
 
@@ -308,130 +339,117 @@ def check_task(task: TaskInfo, ctx: LaunchContext) -> Resources:
     """A task of a LAUNCH operation: what it takes from the offer (its resources plus a
     new executor's), or `InvalidTask`."""
     resources = _validate_task_basics(task, ctx)
-    if isinstance(resources, str):
-        raise InvalidTask(resources)
     if (task.executor is None) == (task.command is None):
         raise InvalidTask(
-            "Task should have at least one (but not both) of CommandInfo or ExecutorInfo present"
+            "Task should have at least one (but not both) of CommandInfo or ExecutorInfo present",
+            field="executor",
         )
     needed = resources
     if task.executor is not None:
-        error = _validate_executor(task.executor, ctx)
-        if error is not None:
-            raise InvalidTask(error)
+        _validate_executor(task.executor, ctx)
         # A DEFAULT executor runs task groups only (LAUNCH_GROUP).
         if task.executor.type not in ("CUSTOM", "UNKNOWN"):
             raise InvalidTask(
-                "'ExecutorInfo.type' must be 'CUSTOM' in a LAUNCH operation: use LAUNCH_GROUP"
+                "'ExecutorInfo.type' must be 'CUSTOM' in a LAUNCH operation: use LAUNCH_GROUP",
+                field="executor.type",
             )
         if task.executor.command is None:
-            raise InvalidTask("'ExecutorInfo.command' must be set")
+            raise InvalidTask("'ExecutorInfo.command' must be set", field="executor.command")
         if task.executor.executor_id.value not in ctx.executors:
             needed = needed + Resources.from_list(task.executor.resources)
     if not ctx.available.contains(needed):
         raise InvalidTask(
-            f"Task uses more resources {needed} than available {ctx.available}"
+            f"Task uses more resources {needed} than available {ctx.available}", field="resources"
         )
     return needed
 
 
-def validate_task(task: TaskInfo, ctx: LaunchContext) -> str | None:
-    """`check_task` as a message (None when valid)."""
-    try:
-        check_task(task, ctx)
-    except InvalidTask as exc:
-        return str(exc)
-    return None
-
-
-def check_task_group(
-    executor: ExecutorInfo, group: TaskGroupInfo, ctx: LaunchContext
-) -> Resources:
+def check_task_group(executor: ExecutorInfo, group: TaskGroupInfo, ctx: LaunchContext) -> Resources:
     """A LAUNCH_GROUP operation, whole: what the group and a new executor take from the
     offer, or `InvalidTask`."""
-    error = _task_group_error(executor, group, ctx)
-    if isinstance(error, str):
-        raise InvalidTask(error)
-    return error
-
-
-def validate_task_group(
-    executor: ExecutorInfo, group: TaskGroupInfo, ctx: LaunchContext
-) -> str | None:
-    """`check_task_group` as a message (None when valid)."""
-    try:
-        check_task_group(executor, group, ctx)
-    except InvalidTask as exc:
-        return str(exc)
-    return None
-
-
-def _task_group_error(
-    executor: ExecutorInfo, group: TaskGroupInfo, ctx: LaunchContext
-) -> str | Resources:
-    """An error, or what the group (and a new executor) needs."""
     if not group.tasks:
-        return "Task group must not be empty"
+        raise InvalidTask("Task group must not be empty", field="task_group.tasks")
     if executor.type not in ("DEFAULT", "CUSTOM"):
-        return "'ExecutorInfo.type' must be set to DEFAULT or CUSTOM"
-    error = _validate_executor(executor, ctx)
-    if error is not None:
-        return error
+        raise InvalidTask("'ExecutorInfo.type' must be set to DEFAULT or CUSTOM", field="executor.type")
+    _validate_executor(executor, ctx)
     executor_resources = Resources.from_list(executor.resources)
     if executor.executor_id.value not in ctx.executors:
-        if executor_resources.scalar_fixed("cpus") < to_fixed(MIN_EXECUTOR_CPUS):
-            return f"Executor {executor.executor_id.value} needs at least {MIN_EXECUTOR_CPUS} cpus"
-        if executor_resources.scalar_fixed("mem") < to_fixed(MIN_EXECUTOR_MEM_MB):
-            return f"Executor {executor.executor_id.value} needs at least {MIN_EXECUTOR_MEM_MB} MB of mem"
-        if executor_resources.scalar_fixed("disk") <= 0:
-            return f"Executor {executor.executor_id.value} needs some disk"
+        _check_executor_minimum(executor, executor_resources)
     seen: set[str] = set()
     share_cgroups: set[bool] = set()
     needed = Resources()
     for task in group.tasks:
-        resources = _validate_task_basics(task, ctx)
-        if isinstance(resources, str):
-            return f"Task {task.task_id.value}: {resources}"
-        if task.task_id.value in seen:
-            return f"Task group has duplicate task ID: {task.task_id.value}"
-        seen.add(task.task_id.value)
-        if task.executor is not None and _comparable(task.executor) != _comparable(
-            executor
-        ):
-            return (
-                f"The ExecutorInfo of task {task.task_id.value} differs from the group's "
-                f"executor {executor.executor_id.value}: leave 'TaskInfo.executor' unset"
-            )
-        if task.container is not None and (
-            task.container.type == "DOCKER" or task.container.docker
-        ):
-            return f"Task {task.task_id.value}: tasks of a group cannot use a DOCKER container"
-        if (
-            task.container is not None
-            and task.container.network_infos
-            and (task.health_check or {}).get("type") in ("HTTP", "TCP")
-        ):
-            return (
-                f"Task {task.task_id.value} joins its own network: HTTP and TCP health checks "
-                "run in the executor's network and cannot reach it"
-            )
+        needed = needed + _check_group_task(task, executor, ctx, seen)
         linux = task.container.linux_info if task.container is not None else None
-        shares = (
-            True
-            if linux is None or linux.share_cgroups is None
-            else linux.share_cgroups
-        )
-        share_cgroups.add(shares)
-        if task.limits and shares:
-            return (
-                f"Task {task.task_id.value} sets 'limits', which needs "
-                "'container.linux_info.share_cgroups' to be false"
-            )
-        needed = needed + resources
+        share_cgroups.add(True if linux is None or linux.share_cgroups is None else linux.share_cgroups)
     if len(share_cgroups) > 1:
-        return "All tasks of a group must use the same 'container.linux_info.share_cgroups'"
+        raise InvalidTask(
+            "All tasks of a group must use the same 'container.linux_info.share_cgroups'",
+            field="container.linux_info.share_cgroups",
+        )
     if executor.executor_id.value not in ctx.executors:
         needed = needed + executor_resources
     if not ctx.available.contains(needed):
-        return f"Task group and executor use more resources {needed} than available {ctx.available}"
+        raise InvalidTask(
+            f"Task group and executor use more resources {needed} than available {ctx.available}",
+            field="resources",
+        )
     return needed
+
+
+def _check_executor_minimum(executor: ExecutorInfo, resources: Resources) -> None:
+    """A group's new executor needs Mesos's least cpus and mem, and some disk."""
+    executor_id = executor.executor_id.value
+    if resources.scalar_fixed("cpus") < to_fixed(MIN_EXECUTOR_CPUS):
+        raise InvalidTask(
+            f"Executor {executor_id} needs at least {MIN_EXECUTOR_CPUS} cpus", field="executor.resources"
+        )
+    if resources.scalar_fixed("mem") < to_fixed(MIN_EXECUTOR_MEM_MB):
+        raise InvalidTask(
+            f"Executor {executor_id} needs at least {MIN_EXECUTOR_MEM_MB} MB of mem",
+            field="executor.resources",
+        )
+    if resources.scalar_fixed("disk") <= 0:
+        raise InvalidTask(f"Executor {executor_id} needs some disk", field="executor.resources")
+
+
+def _check_group_task(
+    task: TaskInfo, executor: ExecutorInfo, ctx: LaunchContext, seen: set[str]
+) -> Resources:
+    """One task of a group: its resources, or `InvalidTask` naming it."""
+    task_id = task.task_id.value
+    try:
+        resources = _validate_task_basics(task, ctx)
+    except InvalidTask as exc:
+        raise InvalidTask(f"Task {task_id}: {exc.reason}", field=exc.field) from exc
+    if task_id in seen:
+        raise InvalidTask(f"Task group has duplicate task ID: {task_id}", field="task_id")
+    seen.add(task_id)
+    if task.executor is not None and _comparable(task.executor) != _comparable(executor):
+        raise InvalidTask(
+            f"The ExecutorInfo of task {task_id} differs from the group's "
+            f"executor {executor.executor_id.value}: leave 'TaskInfo.executor' unset",
+            field="executor",
+        )
+    if task.container is not None and (task.container.type == "DOCKER" or task.container.docker):
+        raise InvalidTask(
+            f"Task {task_id}: tasks of a group cannot use a DOCKER container", field="container"
+        )
+    if (
+        task.container is not None
+        and task.container.network_infos
+        and (task.health_check or {}).get("type") in ("HTTP", "TCP")
+    ):
+        raise InvalidTask(
+            f"Task {task_id} joins its own network: HTTP and TCP health checks "
+            "run in the executor's network and cannot reach it",
+            field="health_check",
+        )
+    linux = task.container.linux_info if task.container is not None else None
+    shares = True if linux is None or linux.share_cgroups is None else linux.share_cgroups
+    if task.limits and shares:
+        raise InvalidTask(
+            f"Task {task_id} sets 'limits', which needs 'container.linux_info.share_cgroups' to be false",
+            field="limits",
+        )
+    return resources

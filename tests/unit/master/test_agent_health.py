@@ -1,6 +1,6 @@
 """The master's health checks of agents (Mesos's `SlaveObserver`), without HTTP.
 
-Agents register through `Master.register_agent` on a recording stream, a fake
+Agents register through `AgentLinks.register` on a recording stream, a fake
 below the interface under test that can answer each PING with a PONG. Pings are
 short; every assertion is about counts and states, none about time.
 """
@@ -16,10 +16,10 @@ import pytest
 from mesilla.common.flags import FlagError, parse
 from mesilla.common.resources import Resources
 from mesilla.master.agent import Agent
-from mesilla.master.launch import new_task_record
 from mesilla.master.main import MASTER_FLAGS, validate_ping_flags
 from mesilla.master.master import Master
 from mesilla.master.registry import AgentMark, InMemoryRegistry
+from mesilla.master.tasks import new_task_record
 from mesilla.v1 import internal
 from mesilla.v1.mesos import (
     AgentID,
@@ -90,7 +90,7 @@ async def register(
         id=AgentID(value=agent_id) if agent_id else None,
         resources=Resources.parse("cpus:4;mem:1024").to_list(),
     )
-    agent = await master.register_agent(
+    agent = await master.agent_links.register(
         stream,  # type: ignore[arg-type]
         f"stream-{len(stream.events)}-{id(stream)}",
         internal.Register(agent_info=info),
@@ -101,7 +101,7 @@ async def register(
 
 
 def answering(master: Master, stream: AgentStream, agent: Agent) -> None:
-    stream.answer = lambda: master.agent_pong(agent)
+    stream.answer = lambda: master.agent_links.pong(agent)
 
 
 async def until(predicate: Callable[[], object]) -> None:
@@ -117,7 +117,7 @@ def running_task(master: Master, agent: Agent, partition_aware: bool) -> Any:
     capabilities = (
         [FrameworkCapability(type="PARTITION_AWARE")] if partition_aware else []
     )
-    framework = master._new_framework(
+    framework = master.book.add_framework(
         name,
         FrameworkInfo(
             user="u", name=name, id=FrameworkID(value=name), capabilities=capabilities
@@ -131,8 +131,7 @@ def running_task(master: Master, agent: Agent, partition_aware: bool) -> Any:
         command=CommandInfo(value="sleep 1000"),
     )
     record = new_task_record(framework, info)
-    framework.tasks[record.task_id.value] = record
-    agent.add_task(record)
+    master.book.add_task(record)
     return framework, record
 
 
@@ -197,7 +196,7 @@ async def test_a_disconnected_agent_is_unreachable_after_max_ping_timeouts(
     agent = await register(master, stream)
     answering(master, stream, agent)
     assert agent.stream_id is not None
-    master.agent_disconnected(agent, agent.stream_id)
+    master.agent_links.disconnected(agent, agent.stream_id)
     assert stream.closed and not agent.connected
     await until(lambda: agent.id not in master.agents)
     assert agent.id in master.unreachable_agents
@@ -216,7 +215,7 @@ async def test_reregistration_forgives_pings_missed_while_away(tmp_path: Any) ->
         agent = await register(master, first)
         observer = agent.observer
         assert agent.stream_id is not None
-        master.agent_disconnected(agent, agent.stream_id)
+        master.agent_links.disconnected(agent, agent.stream_id)
         await until(lambda: agent.ping_timeouts >= 2)
 
         second = AgentStream()

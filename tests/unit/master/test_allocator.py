@@ -7,6 +7,7 @@ import asyncio
 import pytest
 
 from mesilla.common.resources import Resources
+from mesilla.common.tasks import TaskOwner
 from mesilla.master.allocator import Allocations, HierarchicalDRFAllocator
 
 AGENT = Resources.parse("cpus:4;mem:4096;disk:1000;ports:[31000-31099]")
@@ -352,7 +353,7 @@ async def test_the_loop_allocates_on_request(clock: Clock) -> None:
     got: asyncio.Queue[Allocations] = asyncio.Queue()
     # An interval long enough that only request_allocation() can explain an offer.
     allocator = HierarchicalDRFAllocator(allocation_interval=3600, offer_callback=got.put_nowait, clock=clock)
-    await allocator.start()
+    allocator.start(TaskOwner("test"))
     try:
         allocator.add_framework("fw-a", ["*"])
         allocator.add_agent("agent-1", "host1", AGENT)
@@ -370,7 +371,7 @@ async def test_the_loop_allocates_every_interval(clock: Clock) -> None:
     allocator.allocate()
     allocator.recover_resources("fw-a", "agent-1", AGENT, refuse_seconds=1)
     got.get_nowait()
-    await allocator.start()
+    allocator.start(TaskOwner("test"))
     try:
         clock.now += 2  # the filter expires; no event announces it, the interval finds it
         result = await asyncio.wait_for(got.get(), 10)

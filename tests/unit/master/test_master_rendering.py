@@ -9,6 +9,7 @@ import weakref
 import msgspec
 
 from mesilla.common.resources import Resources
+from mesilla.common.tasks import TaskOwner
 from mesilla.master.accounting import OfferedCache
 from mesilla.master.endpoints import RENDER_CHUNK, rendered
 from mesilla.master.heap import HeapKeeper, _freeze_survivors
@@ -68,7 +69,7 @@ def test_offered_cache_follows_the_offers() -> None:
 def test_heap_keeper_freezes_survivors_of_full_collections_until_stopped() -> None:
     async def run() -> tuple[int, int, bool]:
         keeper = HeapKeeper()
-        keeper.start()
+        keeper.start(TaskOwner("test"))
         try:
             gc.unfreeze()
             survivor = [object() for _ in range(10)]
@@ -93,7 +94,7 @@ def test_heap_keeper_thaws_and_collects_what_died_frozen() -> None:
     async def run() -> bool:
         keeper = HeapKeeper(thaw_interval=0.01)
         cycle = Cycle()
-        keeper.start()  # freezes the cycle with everything else
+        keeper.start(TaskOwner("test"))  # freezes the cycle with everything else
         try:
             ref = weakref.ref(cycle)
             del cycle

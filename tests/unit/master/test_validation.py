@@ -2,27 +2,42 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import msgspec
 import pytest
 
+from mesilla.common.errors import BadRequest
 from mesilla.common.resources import Resources
-from mesilla.master.validation import (
-    InvalidTask,
-    LaunchContext,
-    check_task,
-    check_task_group,
-    validate_call,
-    validate_framework_info,
-    validate_framework_update,
-    validate_offers,
-    validate_role,
-    validate_task,
-    validate_task_group,
-)
+from mesilla.master import validation
+from mesilla.master.validation import InvalidOffers, InvalidTask, LaunchContext, check_task, check_task_group
 from mesilla.v1 import scheduler as sched
 from mesilla.v1.mesos import ExecutorInfo, FrameworkInfo, Offer, TaskGroupInfo, TaskInfo
+
+
+def _message(rule: Callable[..., object]) -> Callable[..., str | None]:
+    """A rule as the tests below read it: None when the input passes, else the reason of
+    its `BadRequest` (a 400 that names the field)."""
+
+    def run(*args: Any) -> str | None:
+        try:
+            rule(*args)
+        except BadRequest as exc:
+            assert exc.status == 400
+            return exc.reason
+        return None
+
+    return run
+
+
+validate_call = _message(validation.validate_call)
+validate_framework_info = _message(validation.validate_framework_info)
+validate_framework_update = _message(validation.validate_framework_update)
+validate_offers = _message(validation.validate_offers)
+validate_role = _message(validation.validate_role)
+validate_task = _message(check_task)
+validate_task_group = _message(check_task_group)
 
 AGENT = "agent-1"
 
@@ -285,7 +300,7 @@ def test_valid_command_task() -> None:
         (
             {"resources": [{"name": "cpus", "type": "SCALAR"}]},
             {},
-            "Invalid task resources",
+            "BadRequest task resources",
         ),
         (
             {"resources": [{"name": "cpus", "type": "SCALAR", "scalar": {"value": 8}}]},
@@ -466,3 +481,18 @@ def test_checks_return_what_the_launch_takes_from_the_offer() -> None:
         check_task(task(), context("cpus:0.1"))
     with pytest.raises(InvalidTask, match="empty"):
         check_task_group(executor(), TaskGroupInfo(tasks=[]), context())
+
+
+def test_errors_name_the_offending_field() -> None:
+    with pytest.raises(BadRequest) as raised:
+        validation.validate_framework_info(info(failover_timeout=-1))
+    assert raised.value.field == "framework_info.failover_timeout"
+    with pytest.raises(InvalidOffers) as offers:
+        validation.validate_offers([], {}, "fw", bool)
+    assert offers.value.field == "accept.offer_ids" and offers.value.status == 400
+    with pytest.raises(InvalidTask) as bad:
+        check_task(task(resources=[]), context())
+    assert bad.value.field == "resources" and str(bad.value) == "Task uses no resources"
+    with pytest.raises(InvalidTask) as in_group:
+        check_task_group(executor(), group(task(resources=[])), context())
+    assert in_group.value.reason == "Task t: Task uses no resources"

@@ -10,9 +10,10 @@ cd "$(dirname "$0")/.."
 # namespaces; gcc + python3-dev: pymesos's http-parser builds from source;
 # openvswitch-switch: the nested networks' switches (Mesilla starts its own daemons); tcpdump: their tests' captures;
 # protobuf-compiler + libprotobuf-dev + the mesos-go and gogo sources: protoc
-# compiles Mesos's .proto files (as mesos-go ships them) for the protobuf encoding.
+# compiles Mesos's .proto files (as mesos-go ships them) for the protobuf encoding;
+# golang-go builds tests/compat's mesos-go clients from those sources.
 APT_PACKAGES=(runc crun conmon tini busybox-static docker-registry iproute2 gcc python3-dev python3-venv procps containernetworking-plugins iptables
-  openvswitch-switch tcpdump protobuf-compiler libprotobuf-dev golang-github-mesos-mesos-go-dev golang-github-gogo-protobuf-dev)
+  openvswitch-switch tcpdump protobuf-compiler libprotobuf-dev golang-github-mesos-mesos-go-dev golang-github-gogo-protobuf-dev golang-go)
 missing=()
 for pkg in "${APT_PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")
@@ -38,7 +39,8 @@ PYTHON="${PYTHON:-python3}"
 # ignores it for a source file edited later.
 .venv/bin/python -m compileall -q src/mesilla >/dev/null
 
-# The acceptance checks drive Mesilla with pymesos, an unmodified Mesos client.
+# The shared acceptance checks (../shared, where present) drive Mesilla with pymesos, an unmodified Mesos client;
+# tests/compat installs its own clients.
 SHARED="${MESILLA_SHARED:-$(cd .. && pwd)/shared}"
 if [ -x "$SHARED/acceptance/install_pymesos.sh" ] || [ -f "$SHARED/acceptance/install_pymesos.sh" ]; then
   PYMESOS_VENV="${PYMESOS_VENV:-/tmp/acceptance-pymesos}" bash "$SHARED/acceptance/install_pymesos.sh" >/dev/null

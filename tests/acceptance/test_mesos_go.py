@@ -12,7 +12,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from tests.acceptance.test_pymesos import ACCEPTANCE, run_client
+from tests.acceptance.test_pymesos import require_shared, run_client
 
 from mesilla.testing.cluster import LocalCluster
 
@@ -23,10 +23,7 @@ pytestmark = [pytest.mark.acceptance, pytest.mark.integration]
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
-    if not (MESOS_GO_BIN / "mesos-go-v1-sched").exists() or not ACCEPTANCE.is_dir():
-        if os.environ.get("CI"):
-            pytest.fail(f"mesos-go acceptance programs missing ({MESOS_GO_BIN}, {ACCEPTANCE})")
-        pytest.skip("mesos-go acceptance programs not built (scripts/setup.sh builds them)")
+    require_shared(MESOS_GO_BIN / "mesos-go-v1-sched")
     with LocalCluster(tmp_path_factory.mktemp("acceptance-mesos-go")) as running:
         yield running
 

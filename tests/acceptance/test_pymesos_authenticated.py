@@ -12,7 +12,7 @@ import subprocess
 from collections.abc import Iterator
 
 import pytest
-from tests.acceptance.test_pymesos import ACCEPTANCE, PYMESOS_PYTHON, run_check
+from tests.acceptance.test_pymesos import ACCEPTANCE, PYMESOS_PYTHON, require_shared, run_check
 
 from mesilla.testing.cluster import LocalCluster
 
@@ -23,8 +23,7 @@ PRINCIPAL, SECRET = "pymesos-check", "acceptance-secret"
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
-    if not PYMESOS_PYTHON.exists() or not ACCEPTANCE.is_dir():
-        pytest.skip("pymesos acceptance client not installed (scripts/setup.sh installs it)")
+    require_shared(PYMESOS_PYTHON)
     work_dir = tmp_path_factory.mktemp("acceptance-auth")
     credentials = work_dir / "credentials.json"
     credentials.write_text(json.dumps({"credentials": [{"principal": PRINCIPAL, "secret": SECRET}]}))

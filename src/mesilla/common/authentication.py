@@ -249,8 +249,8 @@ MASTER_FLAGS: list[Flag] = [
     _switch("authenticate_http_frameworks", "Authenticate HTTP frameworks (the scheduler API)."),
     _switch(
         "authenticate_frameworks",
-        "Only authenticated frameworks may register (every Mesilla framework is an HTTP "
-        "one: the scheduler API is authenticated).",
+        "Only authenticated frameworks may register: the scheduler API's with HTTP "
+        "credentials, v0 (libprocess) frameworks with CRAM-MD5 against --credentials.",
     ),
     _switch("authenticate_agents", "Only authenticated agents may register."),
     _http_authenticators("http_authenticators", ("basic",)),

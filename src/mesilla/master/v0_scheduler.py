@@ -32,6 +32,8 @@ from typing import Any
 from mesilla.common import libprocess
 from mesilla.common.errors import BadRequest
 from mesilla.common.http import Router
+from mesilla.master.authenticator import MESSAGES as AUTHENTICATION
+from mesilla.master.authenticator import V0Authenticator
 from mesilla.master.framework import Framework
 from mesilla.master.master import Master
 from mesilla.master.scheduler_api import checked_call, dispatch
@@ -121,6 +123,7 @@ class V0Schedulers:
     def __init__(self, master: Master) -> None:
         self.master = master
         self._by_pid: dict[libprocess.UPID, str] = {}
+        self.authenticator = V0Authenticator(master)
 
     async def handle(self, pid: libprocess.UPID, name: str, body: bytes) -> None:
         if name == CALL:
@@ -132,6 +135,8 @@ class V0Schedulers:
                 await self._call(pid, call)
             return
         short = name[len(INTERNAL) :] if name.startswith(INTERNAL) else ""
+        if short in AUTHENTICATION:
+            return await self.authenticator.handle(pid, short, v0.decode(short, body))
         if short not in _SESSION and short not in _CALLS:
             raise BadRequest("no handler for this message")
         message = v0.decode(short, body)
@@ -174,7 +179,10 @@ class V0Schedulers:
                 )
             )
             return
-        call = codec.convert({"type": "SUBSCRIBE", "subscribe": {"framework_info": info}}, sched.Call)
+        admitted = self.authenticator.admit(pid, info)
+        if admitted is None:
+            return
+        call = codec.convert({"type": "SUBSCRIBE", "subscribe": {"framework_info": admitted}}, sched.Call)
         checked_call(call)
         assert call.subscribe is not None
         stream = V0Stream(master, pid, reregister)
@@ -238,6 +246,6 @@ _CALLS: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {
 
 def install(router: Router, master: Master) -> V0Schedulers:
     schedulers = V0Schedulers(master)
-    names = [INTERNAL + name for name in (*_SESSION, *_CALLS)] + [CALL]
+    names = [INTERNAL + name for name in (*_SESSION, *_CALLS, *AUTHENTICATION)] + [CALL]
     libprocess.Receiver(schedulers.handle).install(router, names)
     return schedulers

@@ -10,8 +10,9 @@ descriptor sets, no generated Python, so any protobuf runtime reads them.
 * ``v1.desc``: the v1 APIs (packages ``mesos``, ``mesos.scheduler``,
   ``mesos.executor``, ``mesos.master``, ``mesos.agent``; mesos-go drops the
   ``v1`` of Mesos's package names, which the wire never carries).
-* ``v0.desc``: the libprocess messages (``src/messages/messages.proto``, package
-  ``mesosproto`` here for Mesos's ``mesos.internal``/``mesos``).
+* ``v0.desc``: the libprocess messages (``src/messages/messages.proto`` and the
+  v0 frameworks' SASL messages, ``authentication.proto``; package ``mesosproto``
+  here for Mesos's ``mesos.internal``/``mesos``).
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ SETS: dict[str, tuple[str | None, list[str]]] = {
             for name in ("mesos", "scheduler/scheduler", "executor/executor", "master/master", "agent/agent")
         ],
     ),
-    "v0": (f"{_MESOS_GO}/v0/mesosproto", ["mesos.proto", "messages.proto"]),
+    "v0": (f"{_MESOS_GO}/v0/mesosproto", ["mesos.proto", "messages.proto", "authentication.proto"]),
 }
 
 

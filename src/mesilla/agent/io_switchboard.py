@@ -31,6 +31,7 @@ from mesilla.agent.agent import Agent
 from mesilla.common import files
 from mesilla.common.blocking import in_thread
 from mesilla.common.errors import BadRequest
+from mesilla.common.fds import wait_readable
 from mesilla.common.validation import validate_container_id
 from mesilla.containerizer.types import ContainerClass
 from mesilla.v1 import codec
@@ -296,19 +297,9 @@ def _is_server(pid: int, directory: str) -> bool:
 
 
 async def _exited(pidfd: int, timeout: float) -> bool:
-    loop = asyncio.get_running_loop()
-    exited: asyncio.Future[None] = loop.create_future()
-
-    def readable() -> None:
-        if not exited.done():
-            exited.set_result(None)
-
-    loop.add_reader(pidfd, readable)
     try:
         async with asyncio.timeout(timeout):
-            await exited
+            await wait_readable(pidfd)
         return True
     except TimeoutError:
         return False
-    finally:
-        loop.remove_reader(pidfd)

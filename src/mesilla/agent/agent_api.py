@@ -273,7 +273,9 @@ class AgentApi:
         self.files = files
         self._handlers: dict[api.CallType, CallHandler] = {}
         self._streaming: StreamingHandler | None = None
+        self._install_daemon_calls()
         self._install_state_calls()
+        self._install_file_calls()
         self._install_other_calls()
 
     def register(self, call_type: api.CallType, handler: CallHandler) -> None:
@@ -287,8 +289,8 @@ class AgentApi:
         response = api.Response(type=api.CallType(name.upper()), **fields)  # type: ignore[arg-type]
         return json_response(response, encoding=encoding)
 
-    def _install_state_calls(self) -> None:
-        """The calls that read the agent's state."""
+    def _install_daemon_calls(self) -> None:
+        """The calls that read the daemon's own facts: health, version, flags, metrics."""
         agent = self.agent
         t = api.CallType
 
@@ -325,6 +327,20 @@ class AgentApi:
                 get_logging_level=api.GetLoggingLevel(level=1 if level <= logging.DEBUG else 0)
             )
 
+        for call_type, handler in {
+            t.GET_HEALTH: health,
+            t.GET_VERSION: version,
+            t.GET_FLAGS: flags,
+            t.GET_METRICS: get_metrics,
+            t.GET_LOGGING_LEVEL: logging_level,
+        }.items():
+            self.register(call_type, handler)
+
+    def _install_state_calls(self) -> None:
+        """The calls that read the agent's state."""
+        agent = self.agent
+        t = api.CallType
+
         async def state(call: api.Call, request: web.Request) -> web.StreamResponse:
             return self.respond(
                 request,
@@ -356,11 +372,6 @@ class AgentApi:
             )
 
         for call_type, handler in {
-            t.GET_HEALTH: health,
-            t.GET_VERSION: version,
-            t.GET_FLAGS: flags,
-            t.GET_METRICS: get_metrics,
-            t.GET_LOGGING_LEVEL: logging_level,
             t.GET_STATE: state,
             t.GET_FRAMEWORKS: frameworks,
             t.GET_EXECUTORS: executors,
@@ -370,9 +381,8 @@ class AgentApi:
         }.items():
             self.register(call_type, handler)
 
-    def _install_other_calls(self) -> None:
-        """Files, logging, images and resource providers."""
-        agent = self.agent
+    def _install_file_calls(self) -> None:
+        """The sandboxes' files, as /files does."""
         t = api.CallType
 
         async def list_files(call: api.Call, request: web.Request) -> web.StreamResponse:
@@ -401,6 +411,14 @@ class AgentApi:
                 raise BadRequest("'read_file.offset' and 'read_file.length' may not be negative")
             size, data = files_mod.read(self.files, rf.path, rf.offset, rf.length)
             return self.respond(request, read_file=api.ReadFile(size=size, data=data))
+
+        self.register(t.LIST_FILES, list_files)
+        self.register(t.READ_FILE, read_file)
+
+    def _install_other_calls(self) -> None:
+        """Logging, images and resource providers."""
+        agent = self.agent
+        t = api.CallType
 
         async def operations(call: api.Call, request: web.Request) -> web.StreamResponse:
             # Operations come with resource providers, which this agent does not have.
@@ -445,8 +463,6 @@ class AgentApi:
             self.register(call_type, no_resource_providers)
 
         for call_type, handler in {
-            t.LIST_FILES: list_files,
-            t.READ_FILE: read_file,
             t.GET_OPERATIONS: operations,
             t.GET_RESOURCE_PROVIDERS: resource_providers,
             t.SET_LOGGING_LEVEL: set_logging_level,

@@ -12,6 +12,10 @@ A container ends when its first process exits, when an isolator reports a
 limitation, or when it is destroyed; destroying a container destroys its
 nested containers first. Runtime checkpoints live under `--runtime_dir` (see
 `runtime_paths`), so that `recover` re-attaches after an agent restart.
+
+One module of over 600 lines, as Mesos's: launch, watch, destroy and recover
+are one state machine over `_Container` and its locks, read best in one place;
+what is not that machine lives beside it (launcher, provisioner, isolators).
 """
 
 from __future__ import annotations

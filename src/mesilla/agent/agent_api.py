@@ -482,9 +482,10 @@ class AgentApi:
         check_accept(request, api.Response, streaming=True)
         if call.type is api.CallType.UNKNOWN:
             raise BadRequest("Expecting 'type' to be present")
-        error = validate_ids(call)
-        if error is not None:
-            raise BadRequest(f"Failed to validate agent::Call: {error}")
+        try:
+            validate_ids(call)
+        except BadRequest as exc:
+            raise BadRequest(f"Failed to validate agent::Call: {exc.reason}", field=exc.field) from exc
         if call.type not in _ANSWERED_WHILE_RECOVERING:
             _require_recovered(self.agent)
         executor_auth.check_agent_call(

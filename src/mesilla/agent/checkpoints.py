@@ -204,7 +204,7 @@ def read_boot_id() -> str | None:
         return None
 
 
-def _listdir(path: str, validate: Callable[[str], str | None] = validate_id) -> list[str]:
+def _listdir(path: str, validate: Callable[[str], None] = validate_id) -> list[str]:
     """The ids checkpointed in `path`; a name that is no valid id is skipped, never followed."""
     try:
         names = os.listdir(path)
@@ -214,24 +214,26 @@ def _listdir(path: str, validate: Callable[[str], str | None] = validate_id) -> 
     for name in sorted(names):
         if name == paths.LATEST or files.is_temporary(name):
             continue
-        error = validate(name)
-        if error is not None:
-            log.warning("Skipping '%s' in %s during recovery: %s", name, path, error)
+        try:
+            validate(name)
+        except BadRequest as exc:
+            log.warning("Skipping '%s' in %s during recovery: %s", name, path, exc)
             continue
         found.append(name)
     return found
 
 
-def _container_id_error(value: str) -> str | None:
-    return validate_container_id(ContainerID(value=value))
+def _validate_container_id(value: str) -> None:
+    validate_container_id(ContainerID(value=value))
 
 
-def _link_target(link: str, validate: Callable[[str], str | None]) -> str | None:
+def _link_target(link: str, validate: Callable[[str], None]) -> str | None:
     """The id a `latest` link names, or None (with a warning) when it names no valid id."""
     name = os.path.basename(os.readlink(link))
-    error = validate(name)
-    if error is not None:
-        log.warning("Ignoring '%s' during recovery: it points at '%s': %s", link, name, error)
+    try:
+        validate(name)
+    except BadRequest as exc:
+        log.warning("Ignoring '%s' during recovery: it points at '%s': %s", link, name, exc)
         return None
     return name
 
@@ -275,8 +277,8 @@ class _Reader:
         )
         latest = os.path.join(runs_dir, paths.LATEST)
         if os.path.islink(latest):
-            state.latest = _link_target(latest, _container_id_error)
-        for cid in _listdir(runs_dir, _container_id_error):
+            state.latest = _link_target(latest, _validate_container_id)
+        for cid in _listdir(runs_dir, _validate_container_id):
             state.runs[cid] = self.run(fw, ex, cid)
         return state
 

@@ -53,9 +53,10 @@ def recover_standalone(work_dir: str) -> set[ContainerID]:
         if name.endswith(".tmp"):
             continue
         container_id = ContainerID(value=name)
-        error = validate_container_id(container_id)
-        if error is not None:
-            log.warning("Skipping '%s' in %s: %s", name, directory, error)
+        try:
+            validate_container_id(container_id)
+        except BadRequest as exc:
+            log.warning("Skipping '%s' in %s: %s", name, directory, exc)
             continue
         found.add(container_id)
     return found

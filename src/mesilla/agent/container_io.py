@@ -400,9 +400,10 @@ class Sessions:
                 "A streamed 'Content-Type' is only supported for ATTACH_CONTAINER_INPUT, "
                 f"not {first.type.value}"
             )
-        error = validate_ids(first)
-        if error is not None:
-            raise BadRequest(f"Failed to validate agent::Call: {error}")
+        try:
+            validate_ids(first)
+        except BadRequest as exc:
+            raise BadRequest(f"Failed to validate agent::Call: {exc.reason}", field=exc.field) from exc
         attach = first.attach_container_input
         if attach is None or attach.type != "CONTAINER_ID" or attach.container_id is None:
             raise BadRequest(

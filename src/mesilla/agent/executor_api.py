@@ -39,9 +39,10 @@ def validate(call: ev.Call) -> None:
 
     if call.type is ev.CallType.UNKNOWN:
         fail("Expecting 'type' to be one of SUBSCRIBE, UPDATE, MESSAGE, HEARTBEAT")
-    error = validate_ids(call)
-    if error is not None:
-        fail(error)
+    try:
+        validate_ids(call)
+    except BadRequest as exc:
+        fail(exc.reason)
     if call.type is ev.CallType.SUBSCRIBE and call.subscribe is None:
         fail("Expecting 'subscribe' to be present")
     if call.type is ev.CallType.MESSAGE and call.message is None:

@@ -155,9 +155,7 @@ class Servers:
             directory = os.path.join(self.root, name)
             try:
                 container_id = _read_container(directory)
-                error = validate_container_id(container_id)
-                if error is not None:
-                    raise BadRequest(error)
+                validate_container_id(container_id)
             except (OSError, BadRequest) as exc:
                 log.warning("Removing the unreadable I/O switchboard %s: %s", directory, exc)
                 await _end(directory, 0.0)

@@ -168,10 +168,11 @@ class MasterLink:
                     return registered
                 for record in decoder.feed(chunk):
                     event = codec.decode(record, AgentEvent)
-                    error = validate_ids(event)
-                    if error is not None:
+                    try:
+                        validate_ids(event)
+                    except BadRequest as exc:
                         # Ids become paths here: a bad one is never acted on.
-                        log.error("Dropping the %s event from the master: %s", event.type.value, error)
+                        log.error("Dropping the %s event from the master: %s", event.type.value, exc)
                         continue
                     if event.type is AgentEventType.REGISTERED and event.registered:
                         ping_timeout = event.registered.connection.total_ping_timeout_seconds

@@ -17,7 +17,9 @@ names read back from a work directory at recovery.
   fields only, and only those whose type can hold an id (computed once per
   message type); parts kept as plain JSON are passed through, never read as ids.
 
-Every function returns None when the input is valid, else the reason.
+Every function returns None when the input is valid, else raises `BadRequest`
+whose message is the reason (Mesos's words) and whose `field` is the id's field
+path where it has one; callers put their own prefix in front of the message.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from typing import Any
 import msgspec
 import msgspec.inspect as mi
 
+from mesilla.common.errors import BadRequest
 from mesilla.v1.mesos import (
     AgentID,
     ContainerID,
@@ -54,45 +57,42 @@ def _shown(value: str) -> str:
     return value if value.isprintable() else value.encode("unicode_escape").decode("ascii")
 
 
-def validate_id(value: str) -> str | None:
-    """Why `value` is not a valid Mesos id, or None."""
+def validate_id(value: str) -> None:
+    """Raises `BadRequest` saying why `value` is not a valid Mesos id."""
     if not value:
-        return "ID must be non-empty"
+        raise BadRequest("ID must be non-empty")
     if value in (".", ".."):
-        return f"'{value}' is not a valid ID: it names a directory"
+        raise BadRequest(f"'{value}' is not a valid ID: it names a directory")
     if len(value.encode("utf-8", "surrogatepass")) > MAX_ID_LENGTH:
-        return f"'{_shown(value)}' exceeds the maximum length ({MAX_ID_LENGTH})"
+        raise BadRequest(f"'{_shown(value)}' exceeds the maximum length ({MAX_ID_LENGTH})")
     if _INVALID_CHARACTERS.search(value):
-        return f"'{_shown(value)}' contains invalid characters"
-    return None
+        raise BadRequest(f"'{_shown(value)}' contains invalid characters")
 
 
-def validate_container_id(container_id: ContainerID) -> str | None:
-    """Why `container_id` (or one of its parents) is not a valid ContainerID, or None."""
+def validate_container_id(container_id: ContainerID) -> None:
+    """Raises `BadRequest` saying why `container_id` (or one of its parents) is not a valid ContainerID."""
     value = container_id.value
-    error = validate_id(value)
-    if error is not None:
-        return error
+    validate_id(value)
     if len(value.encode("utf-8", "surrogatepass")) > MAX_CONTAINER_ID_LENGTH:
-        return (
+        raise BadRequest(
             f"'ContainerID.value' '{_shown(value)}' exceeds the maximum length "
             f"({MAX_CONTAINER_ID_LENGTH})"
         )
     # '.' joins the parts of a container id's string form; spaces confuse logs and paths.
     if "." in value or " " in value:
-        return f"'ContainerID.value' '{_shown(value)}' contains invalid characters"
+        raise BadRequest(f"'ContainerID.value' '{_shown(value)}' contains invalid characters")
     if container_id.parent is not None:
-        error = validate_container_id(container_id.parent)
-        if error is not None:
-            return f"'ContainerID.parent' is invalid: {error}"
-    return None
+        try:
+            validate_container_id(container_id.parent)
+        except BadRequest as exc:
+            raise BadRequest(f"'ContainerID.parent' is invalid: {exc.reason}") from exc
 
 
-def _value_id(message: Any) -> str | None:
-    return validate_id(message.value)
+def _value_id(message: Any) -> None:
+    validate_id(message.value)
 
 
-_CHECKS: dict[type, Callable[[Any], str | None]] = {
+_CHECKS: dict[type, Callable[[Any], None]] = {
     FrameworkID: _value_id,
     AgentID: _value_id,
     ExecutorID: _value_id,
@@ -103,25 +103,28 @@ _CHECKS: dict[type, Callable[[Any], str | None]] = {
 }
 
 
-def validate_ids(message: Any) -> str | None:
-    """The first invalid id anywhere in `message`, named by its field path, or None."""
+def validate_ids(message: Any) -> None:
+    """Raises `BadRequest` for the first invalid id anywhere in `message`, named by its field path."""
     found = _walk(message)
-    if found is None:
-        return None
-    error, steps = found
-    return f"'{''.join(reversed(steps)).lstrip('.')}' is invalid: {error}"
+    if found is not None:
+        error, steps = found
+        path = "".join(reversed(steps)).lstrip(".")
+        raise BadRequest(f"'{path}' is invalid: {error.reason}", field=path) from error
 
 
 _SEQUENCES = (list, tuple, set, frozenset)
 
 
-def _walk(value: Any) -> tuple[str, list[str]] | None:
+def _walk(value: Any) -> tuple[BadRequest, list[str]] | None:
     """(error, the path's steps from the id up) of the first invalid id; paths built only then."""
     kind = type(value)
     check = _CHECKS.get(kind)
     if check is not None:
-        error = check(value)
-        return None if error is None else (error, [])
+        try:
+            check(value)
+        except BadRequest as exc:
+            return exc, []
+        return None
     if kind in _SEQUENCES:
         for i, item in enumerate(value):
             found = _walk(item)

@@ -28,6 +28,7 @@ from typing import TypeVar
 import msgspec
 
 from mesilla.common import secrets
+from mesilla.common.errors import BadRequest
 from mesilla.common.files import remove_tree, write_atomically
 from mesilla.common.validation import validate_container_id
 from mesilla.containerizer.types import ContainerConfig, ContainerLaunchInfo, ContainerTermination
@@ -142,9 +143,10 @@ class RuntimeDir:
                 if not os.path.isdir(child_dir):
                     continue
                 container_id = ContainerID(value=name, parent=parent)
-                error = validate_container_id(container_id)
-                if error is not None:  # not ours: never followed, never removed
-                    log.warning("Skipping '%s' in the runtime directory: %s", child_dir, error)
+                try:
+                    validate_container_id(container_id)
+                except BadRequest as exc:  # not ours: never followed, never removed
+                    log.warning("Skipping '%s' in the runtime directory: %s", child_dir, exc)
                     continue
                 found.append(container_id)
                 walk(os.path.join(child_dir, CONTAINERS_DIR), container_id)

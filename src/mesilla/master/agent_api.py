@@ -41,9 +41,7 @@ def install(router: Router, master: Master) -> None:
 def _validate(call: internal.AgentCall) -> None:
     if call.type is internal.AgentCallType.UNKNOWN:
         raise BadRequest("Expecting 'type' to be present and known")
-    error = validate_ids(call)
-    if error is not None:
-        raise BadRequest(error)
+    validate_ids(call)
     name = _FIELDS.get(call.type)
     if name is not None and getattr(call, name) is None:
         raise BadRequest(f"Expecting '{name}' to be present")

@@ -265,9 +265,10 @@ class OperatorApi:
 
     async def handle(self, request: web.Request) -> web.StreamResponse:
         call: m.Call = await read_message(request, m.Call)
-        error = validate_ids(call)
-        if error is not None:
-            raise BadRequest(f"Failed to validate master::Call: {error}")
+        try:
+            validate_ids(call)
+        except BadRequest as exc:
+            raise BadRequest(f"Failed to validate master::Call: {exc.reason}", field=exc.field) from exc
         if not self.master.recovered and call.type not in _BEFORE_RECOVERY:
             raise ServiceUnavailable("Master has not finished recovery")
         if call.type is m.CallType.SUBSCRIBE:

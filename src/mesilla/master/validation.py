@@ -150,9 +150,7 @@ def validate_call(call: sched.Call) -> None:
     """
     if call.type is sched.CallType.UNKNOWN:
         raise BadRequest("Expecting 'type' to be present and known", field="type")
-    error = validate_ids(_without_launches(call))
-    if error is not None:
-        raise BadRequest(error)  # the message names the id's field path
+    validate_ids(_without_launches(call))  # its message names the id's field path
     name = _CALL_FIELDS.get(call.type)
     if name is not None and getattr(call, name) is None:
         raise BadRequest(f"Expecting '{name}' to be present", field=name)
@@ -253,9 +251,12 @@ def _resources(kind: str, resources: list[Resource]) -> Resources:
 
 def _validate_executor(executor: ExecutorInfo, ctx: LaunchContext) -> None:
     executor_id = executor.executor_id.value
-    error = validate_ids(executor)
-    if error is not None:
-        raise InvalidTask(f"Executor has an invalid id: {error}", field="executor.executor_id")
+    try:
+        validate_ids(executor)
+    except BadRequest as exc:
+        raise InvalidTask(
+            f"Executor has an invalid id: {exc.reason}", field="executor.executor_id"
+        ) from exc
     if executor.framework_id is not None and executor.framework_id.value != ctx.framework_id:
         raise InvalidTask(
             f"ExecutorInfo has an invalid FrameworkID (Actual: {executor.framework_id.value} "
@@ -308,9 +309,10 @@ def _comparable(executor: ExecutorInfo) -> ExecutorInfo:
 
 def _validate_task_basics(task: TaskInfo, ctx: LaunchContext) -> Resources:
     """The task's resources, or `InvalidTask`."""
-    error = validate_ids(task)
-    if error is not None:
-        raise InvalidTask(f"Task has an invalid id: {error}", field="task_id")
+    try:
+        validate_ids(task)
+    except BadRequest as exc:
+        raise InvalidTask(f"Task has an invalid id: {exc.reason}", field="task_id") from exc
     task_id = task.task_id.value
     if task_id in ctx.task_ids or any(task_id in ids for ids in ctx.live_task_ids):
         raise InvalidTask(f"Task has duplicate ID: {task_id}", field="task_id")

@@ -3,9 +3,13 @@ that finds every id of a message."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 import msgspec
 import pytest
 
+from mesilla.common.errors import BadRequest
 from mesilla.common.validation import (
     MAX_CONTAINER_ID_LENGTH,
     MAX_ID_LENGTH,
@@ -21,36 +25,45 @@ BAD_IDS = ["", ".", "..", "../x", "a/b", "/", "a\\b", "a\0b", "a\nb", "\x7f", "\
 
 @pytest.mark.parametrize("value", BAD_IDS)
 def test_bad_ids(value: str) -> None:
-    assert validate_id(value) is not None
+    with pytest.raises(BadRequest):
+        validate_id(value)
 
 
 @pytest.mark.parametrize("value", ["task-1.2_x", "a b", "\u2024\u2024", "\uff0f", "x" * MAX_ID_LENGTH])
 def test_good_ids(value: str) -> None:
     """What Mesos accepts: lookalikes of '.' and '/' are ordinary characters in a file name."""
-    assert validate_id(value) is None
+    validate_id(value)
+
+
+def _reason(validate: Callable[[Any], None], value: Any) -> str:
+    with pytest.raises(BadRequest) as caught:
+        validate(value)
+    return caught.value.reason
 
 
 def test_messages_follow_mesos() -> None:
-    assert validate_id("") == "ID must be non-empty"
-    assert validate_id("a/b") == "'a/b' contains invalid characters"
-    assert validate_container_id(ContainerID(value="a.b")) == (
+    assert _reason(validate_id, "") == "ID must be non-empty"
+    assert _reason(validate_id, "a/b") == "'a/b' contains invalid characters"
+    assert _reason(validate_container_id, ContainerID(value="a.b")) == (
         "'ContainerID.value' 'a.b' contains invalid characters"
     )
-    assert validate_container_id(ContainerID(value="c", parent=ContainerID(value=".."))) == (
+    assert _reason(validate_container_id, ContainerID(value="c", parent=ContainerID(value=".."))) == (
         "'ContainerID.parent' is invalid: '..' is not a valid ID: it names a directory"
     )
 
 
 @pytest.mark.parametrize("value", ["a.b", "a b", "x" * (MAX_CONTAINER_ID_LENGTH + 1)])
 def test_container_ids_have_rules_of_their_own(value: str) -> None:
-    assert validate_id(value) is None or len(value) > MAX_ID_LENGTH
-    assert validate_container_id(ContainerID(value=value)) is not None
+    if len(value) <= MAX_ID_LENGTH:
+        validate_id(value)
+    with pytest.raises(BadRequest):
+        validate_container_id(ContainerID(value=value))
 
 
 def test_every_parent_is_checked() -> None:
     deep = ContainerID(value="a", parent=ContainerID(value="b", parent=ContainerID(value="a/b")))
-    assert "'ContainerID.parent' is invalid: 'ContainerID.parent' is invalid" in (
-        validate_container_id(deep) or ""
+    assert "'ContainerID.parent' is invalid: 'ContainerID.parent' is invalid" in _reason(
+        validate_container_id, deep
     )
 
 
@@ -94,9 +107,11 @@ def test_every_parent_is_checked() -> None:
         ),
     ],
 )
-def test_the_walk_names_the_field(type_: type, message: dict, where: str) -> None:
-    error = validate_ids(msgspec.convert(message, type_)) or ""
-    assert error.startswith(f"'{where}' is invalid: "), error
+def test_the_walk_names_the_field(type_: type, message: dict[str, Any], where: str) -> None:
+    with pytest.raises(BadRequest) as caught:
+        validate_ids(msgspec.convert(message, type_))
+    assert caught.value.reason.startswith(f"'{where}' is invalid: "), caught.value.reason
+    assert caught.value.field == where
 
 
 def test_parts_kept_as_plain_json_are_not_read_as_ids() -> None:
@@ -104,7 +119,7 @@ def test_parts_kept_as_plain_json_are_not_read_as_ids() -> None:
     call = msgspec.convert(
         {"type": "DRAIN_AGENT", "drain_agent": {"agent_id": {"value": "/"}}}, master.Call
     )
-    assert validate_ids(call) is None
+    validate_ids(call)
 
 
 def test_valid_messages_pass() -> None:
@@ -118,4 +133,4 @@ def test_valid_messages_pass() -> None:
         },
         agent.Call,
     )
-    assert validate_ids(call) is None
+    validate_ids(call)

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from mesilla.common.blocking import in_thread
+from mesilla.common.errors import BadRequest
 from mesilla.common.files import write_atomically
 from mesilla.common.flags import Flags
 from mesilla.common.validation import validate_container_id
@@ -179,9 +180,10 @@ class Provisioner:
         if not os.path.isdir(containers_dir):
             return found
         for value in sorted(os.listdir(containers_dir)):
-            error = validate_container_id(ContainerID(value=value))
-            if error is not None:  # not ours: never followed, never removed
-                log.warning("Skipping '%s' in %s: %s", value, containers_dir, error)
+            try:
+                validate_container_id(ContainerID(value=value))
+            except BadRequest as exc:  # not ours: never followed, never removed
+                log.warning("Skipping '%s' in %s: %s", value, containers_dir, exc)
                 continue
             path = (*parent, value)
             found.append(path)

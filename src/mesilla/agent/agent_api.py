@@ -9,7 +9,6 @@ recovery", as Mesos.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable
@@ -31,6 +30,7 @@ from mesilla.common.http import (
     jsonp_response,
     read_message,
 )
+from mesilla.common.logging_level import VERBOSITY, set_logging_level
 from mesilla.common.models import attributes_json, task_json
 from mesilla.common.negotiation import RECORDIO
 from mesilla.common.resources import Resources, ResourcesError
@@ -40,6 +40,8 @@ from mesilla.v1 import codec
 from mesilla.v1.mesos import (
     Flag,
     FrameworkInfo,
+    GetLoggingLevel,
+    GetOperations,
     Image,
     Json,
     Message,
@@ -320,11 +322,8 @@ class AgentApi:
             )
 
         async def logging_level(call: api.Call, request: web.Request) -> web.StreamResponse:
-            level = logging.getLogger().getEffectiveLevel()
-            # Mesos reports glog verbosity: 0 unless verbose logging is on.
             return self.respond(
-                request,
-                get_logging_level=api.GetLoggingLevel(level=1 if level <= logging.DEBUG else 0)
+                request, get_logging_level=GetLoggingLevel(level=VERBOSITY.level())
             )
 
         for call_type, handler in {
@@ -422,7 +421,7 @@ class AgentApi:
 
         async def operations(call: api.Call, request: web.Request) -> web.StreamResponse:
             # Operations come with resource providers, which this agent does not have.
-            return self.respond(request, get_operations=api.GetOperations())
+            return self.respond(request, get_operations=GetOperations())
 
         async def resource_providers(call: api.Call, request: web.Request) -> web.StreamResponse:
             return self.respond(request, get_resource_providers=api.GetResourceProviders())
@@ -433,16 +432,10 @@ class AgentApi:
                 "(there is no --resource_provider_config_dir)"
             )
 
-        async def set_logging_level(call: api.Call, request: web.Request) -> web.StreamResponse:
+        async def set_level(call: api.Call, request: web.Request) -> web.StreamResponse:
             if call.set_logging_level is None:
                 raise BadRequest("Expecting 'set_logging_level' to be present")
-            # glog verbosity: anything above 0 turns on debug logging, for `duration`.
-            level = logging.DEBUG if call.set_logging_level.level > 0 else logging.INFO
-            logging.getLogger().setLevel(level)
-            seconds = call.set_logging_level.duration.nanoseconds / 1e9
-            asyncio.get_running_loop().call_later(
-                seconds, logging.getLogger().setLevel, logging.INFO
-            )
+            set_logging_level(call.set_logging_level)
             return web.Response(status=200)
 
         async def prune_images(call: api.Call, request: web.Request) -> web.StreamResponse:
@@ -465,7 +458,7 @@ class AgentApi:
         for call_type, handler in {
             t.GET_OPERATIONS: operations,
             t.GET_RESOURCE_PROVIDERS: resource_providers,
-            t.SET_LOGGING_LEVEL: set_logging_level,
+            t.SET_LOGGING_LEVEL: set_level,
             t.PRUNE_IMAGES: prune_images,
         }.items():
             self.register(call_type, handler)

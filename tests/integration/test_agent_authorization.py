@@ -132,6 +132,8 @@ async def test_views_sandboxes_and_flags(agent: tuple[AgentProcess, str, str]) -
                 assert status == 200 and (marker in json.dumps(body)) is sees, (who, call, body)
             status, body = await _call(s, proc, {"type": "GET_CONTAINERS"}, who)
             assert status == 200 and (cid in json.dumps(body)) is sees
+            async with s.get(base + "/containers", headers=auth(who)) as r:
+                assert r.status == 200 and (cid in await r.text()) is sees
             status, body = await _call(
                 s, proc, {"type": "READ_FILE", "read_file": {"path": f"{sandbox}/stdout", "offset": 0}}, who
             )

@@ -138,6 +138,27 @@ async def test_v0_state_and_friends(running: tuple[FakeMaster, AgentProcess]) ->
         assert snapshot["slave/registered"] == 1.0 and "slave/mem_total" in snapshot
 
 
+async def test_v0_containers_and_monitor_statistics(running: tuple[FakeMaster, AgentProcess]) -> None:
+    _master, proc = running
+    async with aiohttp.ClientSession() as s:
+        async with s.get(proc.url + "/containers") as r:
+            assert r.status == 200, await r.text()
+            containers = await r.json()
+        [container] = containers
+        assert container["framework_id"] == "fw-ep" and container["executor_id"] == "t-ep"
+        assert container["source"] == "t-ep" and {"executor_name", "container_id"} <= container.keys()
+        assert container["status"]["executor_pid"] > 0
+        assert container["statistics"]["timestamp"] > 0
+        for path in ("/monitor/statistics", "/monitor/statistics.json"):
+            async with s.get(proc.url + path) as r:
+                assert r.status == 200, await r.text()
+                [usage] = await r.json()
+            assert usage["framework_id"] == "fw-ep" and usage["executor_id"] == "t-ep"
+            assert usage["source"] == container["source"]
+            assert usage["statistics"]["timestamp"] > 0
+            assert "container_id" not in usage and "status" not in usage
+
+
 async def test_files_endpoints(running: tuple[FakeMaster, AgentProcess]) -> None:
     _, proc = running
     base = "/frameworks/fw-ep/executors/t-ep/runs/latest"

@@ -27,6 +27,7 @@ Json = dict[str, object]
 READ_ONLY = [
     "GET_HEALTH", "GET_VERSION", "GET_FLAGS", "GET_METRICS", "GET_STATE", "GET_AGENTS",
     "GET_FRAMEWORKS", "GET_EXECUTORS", "GET_TASKS", "GET_ROLES", "GET_MASTER", "GET_WEIGHTS",
+    "GET_LOGGING_LEVEL", "GET_OPERATIONS",
 ]
 
 
@@ -67,6 +68,24 @@ async def test_get_state_shows_agents_frameworks_and_tasks(cluster: Cluster) -> 
     assert task["state"] == "TASK_RUNNING"
     assert [s["state"] for s in task["statuses"]] == ["TASK_RUNNING"]
     assert state["get_tasks"] == (await cluster.call("GET_TASKS"))["get_tasks"]
+
+
+async def test_set_logging_level_then_it_reverts_after_the_duration(cluster: Cluster) -> None:
+    assert (await cluster.call("GET_LOGGING_LEVEL"))["get_logging_level"] == {"level": 0}
+    assert (await cluster.call("GET_OPERATIONS"))["get_operations"] == {}
+    long = {"level": 2, "duration": {"nanoseconds": 600 * 10**9}}
+    set_call: Json = {"type": "SET_LOGGING_LEVEL", "set_logging_level": long}
+    assert (await cluster.post("/api/v1", set_call)).status == 200
+    assert (await cluster.call("GET_LOGGING_LEVEL"))["get_logging_level"] == {"level": 1}
+    # A later call's duration replaces the earlier one's, as in Mesos.
+    short = {"level": 1, "duration": {"nanoseconds": 10**6}}
+    set_call = {"type": "SET_LOGGING_LEVEL", "set_logging_level": short}
+    assert (await cluster.post("/api/v1", set_call)).status == 200
+    for _ in range(500):
+        if (await cluster.call("GET_LOGGING_LEVEL"))["get_logging_level"] == {"level": 0}:
+            break
+        await asyncio.sleep(0.01)
+    assert (await cluster.call("GET_LOGGING_LEVEL"))["get_logging_level"] == {"level": 0}
 
 
 async def test_get_roles_lists_the_framework_role_and_its_resources(cluster: Cluster) -> None:
@@ -159,6 +178,8 @@ async def test_mark_agent_gone_removes_it_and_its_tasks(cluster: Cluster) -> Non
         ({"type": "TEARDOWN", "teardown": {"framework_id": {"value": "nope"}}}, 400, "nope"),
         ({"type": "TEARDOWN", "teardown": {"framework_id": {"value": 7}}}, 400, "framework_id"),
         ({"type": "MARK_AGENT_GONE", "mark_agent_gone": {"agent_id": {"value": "nope"}}}, 404, "nope"),
+        ({"type": "SET_LOGGING_LEVEL"}, 400, "set_logging_level"),
+        ({"type": "SET_LOGGING_LEVEL", "set_logging_level": {"level": 1}}, 400, "duration"),
         (
             {"type": "UPDATE_WEIGHTS", "update_weights": {"weight_infos": [{"role": "a", "weight": -1}]}},
             400,

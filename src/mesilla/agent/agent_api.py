@@ -9,7 +9,6 @@ recovery", as Mesos.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable
@@ -31,6 +30,7 @@ from mesilla.common.http import (
     jsonp_response,
     read_message,
 )
+from mesilla.common.logging_level import VERBOSITY, set_logging_level
 from mesilla.common.models import attributes_json, task_json
 from mesilla.common.negotiation import RECORDIO
 from mesilla.common.resources import Resources, ResourcesError
@@ -38,8 +38,12 @@ from mesilla.common.validation import validate_ids
 from mesilla.v1 import agent as api
 from mesilla.v1 import codec
 from mesilla.v1.mesos import (
+    ContainerID,
+    ContainerStatus,
     Flag,
     FrameworkInfo,
+    GetLoggingLevel,
+    GetOperations,
     Image,
     Json,
     Message,
@@ -112,7 +116,19 @@ def get_tasks(agent: Agent) -> api.GetTasks:
     return out
 
 
-async def get_containers(agent: Agent, call: api.GetContainersCall) -> api.GetContainers:
+class ContainerEntry(msgspec.Struct, kw_only=True):
+    """One container as GET_CONTAINERS, ``/containers`` and ``/monitor/statistics`` see it."""
+
+    container_id: ContainerID
+    executor: Executor | None = None
+    status: ContainerStatus | None = None
+    statistics: dict[str, float] | None = None
+
+
+async def list_containers(
+    agent: Agent, *, show_nested: bool, show_standalone: bool
+) -> list[ContainerEntry]:
+    """The containerizer's containers with their executor, status and usage."""
     executors = {
         executor.container_id: executor
         for framework in agent.frameworks.values()
@@ -120,24 +136,55 @@ async def get_containers(agent: Agent, call: api.GetContainersCall) -> api.GetCo
     }
     out = []
     for container_id in agent.containerizer.containers():
-        if container_id.parent is not None and not call.show_nested:
+        if container_id.parent is not None and not show_nested:
             continue
         executor = executors.get(container_id.root())
-        if executor is None and not call.show_standalone and container_id.parent is None:
+        if executor is None and not show_standalone and container_id.parent is None:
             continue
-        entry = api.Container(container_id=container_id)
-        if executor is not None:
-            entry.framework_id = codec.to_builtins(executor.framework_id)
-            entry.executor_id = codec.to_builtins(executor.info.executor_id)
-            entry.executor_name = executor.info.name
+        entry = ContainerEntry(container_id=container_id, executor=executor)
         try:
-            status = await agent.containerizer.status(container_id)
-            entry.container_status = codec.to_builtins(status)
-            entry.resource_statistics = (await agent.containerizer.usage(container_id)).to_json()
+            entry.status = await agent.containerizer.status(container_id)
+            entry.statistics = (await agent.containerizer.usage(container_id)).to_json()
         except ContainerError as exc:  # a container may end while it is being listed
             log.debug("No status for container %s: %s", container_id, exc)
         out.append(entry)
+    return out
+
+
+async def get_containers(agent: Agent, call: api.GetContainersCall) -> api.GetContainers:
+    out = []
+    for listed in await list_containers(
+        agent, show_nested=call.show_nested, show_standalone=call.show_standalone
+    ):
+        entry = api.Container(container_id=listed.container_id)
+        if listed.executor is not None:
+            entry.framework_id = codec.to_builtins(listed.executor.framework_id)
+            entry.executor_id = codec.to_builtins(listed.executor.info.executor_id)
+            entry.executor_name = listed.executor.info.name
+        if listed.status is not None:
+            entry.container_status = codec.to_builtins(listed.status)
+            entry.resource_statistics = listed.statistics
+        out.append(entry)
     return api.GetContainers(containers=out)
+
+
+def v0_container(listed: ContainerEntry) -> dict[str, object]:
+    """A container as Mesos's agent ``/containers`` renders it (ids as plain strings)."""
+    entry: dict[str, object] = {}
+    if listed.executor is not None:
+        info = listed.executor.info
+        entry.update(
+            framework_id=listed.executor.framework_id.value,
+            executor_id=info.executor_id.value,
+            executor_name=info.name or "",
+            source=info.source or "",
+        )
+    entry["container_id"] = listed.container_id.value
+    if listed.status is not None:
+        entry["status"] = codec.to_builtins(listed.status)
+    if listed.statistics is not None:
+        entry["statistics"] = listed.statistics
+    return entry
 
 
 def metrics(agent: Agent) -> dict[str, float]:
@@ -320,11 +367,8 @@ class AgentApi:
             )
 
         async def logging_level(call: api.Call, request: web.Request) -> web.StreamResponse:
-            level = logging.getLogger().getEffectiveLevel()
-            # Mesos reports glog verbosity: 0 unless verbose logging is on.
             return self.respond(
-                request,
-                get_logging_level=api.GetLoggingLevel(level=1 if level <= logging.DEBUG else 0)
+                request, get_logging_level=GetLoggingLevel(level=VERBOSITY.level())
             )
 
         for call_type, handler in {
@@ -422,7 +466,7 @@ class AgentApi:
 
         async def operations(call: api.Call, request: web.Request) -> web.StreamResponse:
             # Operations come with resource providers, which this agent does not have.
-            return self.respond(request, get_operations=api.GetOperations())
+            return self.respond(request, get_operations=GetOperations())
 
         async def resource_providers(call: api.Call, request: web.Request) -> web.StreamResponse:
             return self.respond(request, get_resource_providers=api.GetResourceProviders())
@@ -433,16 +477,10 @@ class AgentApi:
                 "(there is no --resource_provider_config_dir)"
             )
 
-        async def set_logging_level(call: api.Call, request: web.Request) -> web.StreamResponse:
+        async def set_level(call: api.Call, request: web.Request) -> web.StreamResponse:
             if call.set_logging_level is None:
                 raise BadRequest("Expecting 'set_logging_level' to be present")
-            # glog verbosity: anything above 0 turns on debug logging, for `duration`.
-            level = logging.DEBUG if call.set_logging_level.level > 0 else logging.INFO
-            logging.getLogger().setLevel(level)
-            seconds = call.set_logging_level.duration.nanoseconds / 1e9
-            asyncio.get_running_loop().call_later(
-                seconds, logging.getLogger().setLevel, logging.INFO
-            )
+            set_logging_level(call.set_logging_level)
             return web.Response(status=200)
 
         async def prune_images(call: api.Call, request: web.Request) -> web.StreamResponse:
@@ -465,7 +503,7 @@ class AgentApi:
         for call_type, handler in {
             t.GET_OPERATIONS: operations,
             t.GET_RESOURCE_PROVIDERS: resource_providers,
-            t.SET_LOGGING_LEVEL: set_logging_level,
+            t.SET_LOGGING_LEVEL: set_level,
             t.PRUNE_IMAGES: prune_images,
         }.items():
             self.register(call_type, handler)
@@ -548,6 +586,26 @@ def install(router: Router, agent: Agent, files: files_mod.Files) -> AgentApi:
         require(agent.authorizer, request, "view_flags")
         return jsonp_response(request, {"flags": agent.flags.parsed.as_strings()})
 
+    async def containers(request: web.Request) -> web.StreamResponse:
+        _require_recovered(agent)
+        listed = await list_containers(agent, show_nested=False, show_standalone=False)
+        body = [v0_container(entry) for entry in listed]
+        seen = authorize.viewer(agent, request)
+        # The viewer judges the items of a list it knows by name: `containers`.
+        return jsonp_response(request, seen.filter({"containers": body})["containers"] if seen else body)
+
+    async def statistics(request: web.Request) -> web.StreamResponse:
+        # Mesos's ResourceUsage: the executors whose usage the containerizer has.
+        require(agent.authorizer, request, "get_endpoints", "/monitor/statistics")
+        _require_recovered(agent)
+        listed = await list_containers(agent, show_nested=False, show_standalone=False)
+        body = [
+            {k: v for k, v in v0_container(entry).items() if k not in ("container_id", "status")}
+            for entry in listed
+            if entry.executor is not None and entry.statistics is not None
+        ]
+        return jsonp_response(request, body)
+
     async def metrics_snapshot(request: web.Request) -> web.StreamResponse:
         return jsonp_response(request, metrics(agent))
 
@@ -557,6 +615,9 @@ def install(router: Router, agent: Agent, files: files_mod.Files) -> AgentApi:
     router.add("/health", health, methods=("GET",))
     router.add("/version", version, methods=("GET",))
     router.add("/flags", flags, methods=("GET",), realm="mesos-agent-readonly")
+    router.add("/containers", containers, methods=("GET",), realm="mesos-agent-readonly")
+    for path in ("/monitor/statistics", "/monitor/statistics.json"):
+        router.add(path, statistics, methods=("GET",), realm="mesos-agent-readonly")
     router.add(
         "/metrics/snapshot", metrics_snapshot, methods=("GET",), realm="mesos-agent-readonly"
     )

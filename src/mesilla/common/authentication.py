@@ -253,6 +253,11 @@ MASTER_FLAGS: list[Flag] = [
         "credentials, v0 (libprocess) frameworks with CRAM-MD5 against --credentials.",
     ),
     _switch("authenticate_agents", "Only authenticated agents may register."),
+    Flag(
+        "authenticators",
+        "The authenticator of v0 (libprocess) frameworks: Mesilla has crammd5, as Mesos ships.",
+        "crammd5",
+    ),
     _http_authenticators("http_authenticators", ("basic",)),
     _http_authenticators("http_framework_authenticators", ("basic",)),
 ]
@@ -308,6 +313,7 @@ def _basic(flags: Flags, flag: str, realms: list[str]) -> list[Authenticator]:
 def master_authentication(flags: Flags) -> Authentication:
     _check_authenticators(flags, "http_authenticators", ("basic",))
     _check_authenticators(flags, "http_framework_authenticators", ("basic",))
+    _check_authenticators(flags, "authenticators", ("crammd5",))
     switches = {
         MASTER_READONLY: flags.get("authenticate_http_readonly"),
         MASTER_READWRITE: flags.get("authenticate_http_readwrite"),

@@ -101,7 +101,7 @@ DEPRECATED = {
 UNSAFE_TO_IGNORE = frozenset({
     "acls", "authenticate_agents", "authenticate_frameworks", "authenticate_http_executors",
     "authenticate_http_frameworks", "authenticate_http_readonly", "authenticate_http_readwrite",
-    "authenticators", "authorizer", "authorizers", "credential", "credentials",
+    "authorizer", "authorizers", "credential", "credentials",
     "http_authenticators", "http_credentials", "http_framework_authenticators",
     "jwt_secret_key", "secret_resolver",
 })

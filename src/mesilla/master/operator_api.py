@@ -32,6 +32,7 @@ from mesilla.common.http import (
     json_response,
     read_message,
 )
+from mesilla.common.logging_level import VERBOSITY, set_logging_level
 from mesilla.common.negotiation import RECORDIO, message_encoding, wants_recordio
 from mesilla.common.resources import Resources
 from mesilla.common.validation import validate_ids
@@ -42,7 +43,18 @@ from mesilla.master.framework import Framework
 from mesilla.master.validation import validate_role
 from mesilla.v1 import codec
 from mesilla.v1 import master as m
-from mesilla.v1.mesos import AgentID, Flag, FrameworkID, Metric, Offer, Resource, Task, TimeInfo
+from mesilla.v1.mesos import (
+    AgentID,
+    Flag,
+    FrameworkID,
+    GetLoggingLevel,
+    GetOperations,
+    Metric,
+    Offer,
+    Resource,
+    Task,
+    TimeInfo,
+)
 
 if TYPE_CHECKING:
     from mesilla.master.master import Master
@@ -214,6 +226,9 @@ _READ_ONLY: dict[m.CallType, Callable[[Master], Any]] = {
     m.CallType.GET_ROLES: get_roles,
     m.CallType.GET_WEIGHTS: get_weights,
     m.CallType.GET_MASTER: get_master,
+    m.CallType.GET_LOGGING_LEVEL: lambda _master: GetLoggingLevel(level=VERBOSITY.level()),
+    # Operations come with resource providers, which Mesilla does not have.
+    m.CallType.GET_OPERATIONS: lambda _master: GetOperations(),
 }
 # Calls answered before the master has recovered its registry.
 _BEFORE_RECOVERY = {m.CallType.GET_HEALTH, m.CallType.GET_FLAGS, m.CallType.GET_VERSION}
@@ -316,6 +331,8 @@ class OperatorApi:
             self._update_weights(_required(call.update_weights, "update_weights", t))
         elif t is m.CallType.TEARDOWN:
             await self._teardown(_required(call.teardown, "teardown", t).framework_id.value)
+        elif t is m.CallType.SET_LOGGING_LEVEL:
+            set_logging_level(_required(call.set_logging_level, "set_logging_level", t))
         elif t is m.CallType.MARK_AGENT_GONE:
             await self._mark_agent_gone(_required(call.mark_agent_gone, "mark_agent_gone", t).agent_id.value)
         elif t is m.CallType.UNKNOWN:

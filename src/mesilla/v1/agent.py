@@ -16,12 +16,15 @@ from mesilla.v1.mesos import (
     ExecutorInfo,
     Flag,
     FrameworkInfo,
+    GetLoggingLevel,
+    GetOperations,
     Json,
     Message,
     Metric,
     Reason,
     Resource,
     Scalar,
+    SetLoggingLevelCall,
     Task,
     TaskResourceLimitation,
     TaskState,
@@ -72,11 +75,6 @@ class DurationJson(Message):
 
 class GetMetricsCall(Message):
     timeout: DurationJson | None = None
-
-
-class SetLoggingLevelCall(Message):
-    level: int
-    duration: DurationJson
 
 
 class ListFilesCall(Message):
@@ -191,10 +189,6 @@ class GetMetrics(Message):
     metrics: list[Metric] = []
 
 
-class GetLoggingLevel(Message):
-    level: int
-
-
 class ListFiles(Message):
     file_infos: list[FileInfo] = []
 
@@ -262,10 +256,6 @@ class WaitContainer(Message):
     reason: Reason | None = None
     message: str | None = None
     limitation: TaskResourceLimitation | None = None
-
-
-class GetOperations(Message):
-    operations: list[Json] = []
 
 
 class GetResourceProviders(Message):

@@ -18,12 +18,15 @@ from mesilla.v1.mesos import (
     Flag,
     FrameworkID,
     FrameworkInfo,
+    GetLoggingLevel,
+    GetOperations,
     Json,
     MasterInfo,
     Message,
     Metric,
     Offer,
     Resource,
+    SetLoggingLevelCall,
     Task,
     TaskState,
     TaskStatus,
@@ -102,7 +105,7 @@ class Call(Message):
     update_weights: UpdateWeights | None = None
     teardown: Teardown | None = None
     mark_agent_gone: MarkAgentGone | None = None
-    set_logging_level: Json | None = None
+    set_logging_level: SetLoggingLevelCall | None = None
     list_files: Json | None = None
     read_file: Json | None = None
     reserve_resources: Json | None = None
@@ -265,6 +268,8 @@ class Response(Message):
     get_roles: GetRoles | None = None
     get_weights: GetWeights | None = None
     get_master: GetMaster | None = None
+    get_logging_level: GetLoggingLevel | None = None
+    get_operations: GetOperations | None = None
 
 
 # --- events ------------------------------------------------------------------------------

@@ -96,6 +96,23 @@ class TimeInfo(Message):
     nanoseconds: int
 
 
+# --- calls the master and the agent share ----------------------------------------
+
+
+class SetLoggingLevelCall(Message):
+    level: int
+    duration: DurationInfo
+
+
+class GetLoggingLevel(Message):
+    level: int
+
+
+class GetOperations(Message):
+    # Operations come with resource providers, which Mesilla does not have.
+    operations: list[Json] = []
+
+
 # --- values and resources --------------------------------------------------------
 
 

@@ -75,3 +75,12 @@ def test_unknown_http_authenticator_is_refused(tmp_path: Path) -> None:
     flags = parse(MASTER_FLAGS, [f"--work_dir={tmp_path}", "--http_authenticators=custom"], environ={})
     with pytest.raises(FlagError, match="Unknown --http_authenticators custom"):
         master_authentication(flags)
+
+
+def test_authenticators_takes_crammd5_and_refuses_others(tmp_path: Path) -> None:
+    crammd5 = parse(MASTER_FLAGS, [f"--work_dir={tmp_path}", "--authenticators=crammd5"], environ={})
+    master_authentication(crammd5)
+    assert parse(MASTER_FLAGS, [f"--work_dir={tmp_path}"], environ={}).get("authenticators") == "crammd5"
+    other = parse(MASTER_FLAGS, [f"--work_dir={tmp_path}", "--authenticators=kerberos"], environ={})
+    with pytest.raises(FlagError, match="Unknown --authenticators kerberos: Mesilla has crammd5"):
+        master_authentication(other)

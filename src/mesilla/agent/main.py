@@ -17,7 +17,7 @@ import socket
 
 from aiohttp import web
 
-from mesilla.agent import agent_api, container_api, executor_api, terminations, v0_executor
+from mesilla.agent import agent_api, container_api, endpoints, executor_api, terminations, v0_executor
 from mesilla.agent.agent import Agent, Security
 from mesilla.agent.executor_auth import ExecutorTokens
 from mesilla.agent.flags import AgentFlags
@@ -140,6 +140,7 @@ async def start_server(agent: Agent, authenticate: authentication.Authentication
     executor_api.install(router, agent)
     v0_executor.install(router, agent)
     api = agent_api.install(router, agent, agent.files)
+    endpoints.install(router, agent)
     container_api.install(api, agent)
     # Stopping waits at most a second for requests still open (a held executor
     # SUBSCRIBE, a long WAIT): aiohttp's default of 60 s kept a stopped agent alive.

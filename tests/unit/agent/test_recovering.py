@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from aiohttp.test_utils import TestClient, TestServer
 
-from mesilla.agent import agent_api, container_api, executor_api
+from mesilla.agent import agent_api, container_api, endpoints, executor_api
 from mesilla.agent.agent import Agent, AgentStatus
 from mesilla.agent.flags import AgentFlags
 from mesilla.agent.main import AGENT_FLAGS
@@ -39,6 +39,7 @@ async def client(agent: Agent) -> AsyncIterator[TestClient]:
     router = Router("slave(1)")
     executor_api.install(router, agent)
     container_api.install(agent_api.install(router, agent, agent.files), agent)
+    endpoints.install(router, agent)
     async with TestClient(TestServer(make_app(router))) as c:
         yield c
 

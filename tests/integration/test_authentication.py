@@ -17,6 +17,7 @@ import pytest
 from tests.integration.agent_fake_master import AgentProcess, FakeMaster
 from tests.integration.master_harness import base_url, running_master, until
 
+from mesilla.agent.main import routes as agent_routes
 from mesilla.common.authentication import MASTER_AGENT, basic_authorization
 from mesilla.common.http import Router
 
@@ -203,11 +204,10 @@ async def test_every_agent_route_refuses_missing_and_wrong_credentials(tmp_path:
     )
     try:
         agent = await proc.start()
-        assert agent.router is not None
         base = f"http://{agent.endpoint}"
         # The executor realm has its own switch (--authenticate_http_executors).
         checked = await assert_every_route_refuses(
-            base, agent.router, skip=frozenset({"mesos-agent-executor"})
+            base, agent_routes(agent)[0], skip=frozenset({"mesos-agent-executor"})
         )
         assert checked >= 8
         async with aiohttp.ClientSession() as session:

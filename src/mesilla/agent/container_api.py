@@ -56,9 +56,10 @@ def _targeted_part(call: api.Call, name: str, type_: type[_Targeted], nested: bo
     return part
 
 
-def install(agent_api: AgentApi, agent: Agent) -> None:
+def install(agent_api: AgentApi, agent: Agent) -> Servers:
+    """Registers the container calls; the I/O switchboards they use are returned,
+    for the agent's start to recover (`Servers.recover`)."""
     servers = Servers(agent)
-    agent.spawn(servers.recover(), "recovery of the I/O switchboards")
     calls = ContainerCalls(agent, servers)
     sessions = Sessions(agent, servers)
     t = api.CallType
@@ -121,3 +122,4 @@ def install(agent_api: AgentApi, agent: Agent) -> None:
     agent_api.register(t.KILL_NESTED_CONTAINER, killer("kill_nested_container", True))
     agent_api.register(t.REMOVE_CONTAINER, remover("remove_container", False))
     agent_api.register(t.REMOVE_NESTED_CONTAINER, remover("remove_nested_container", True))
+    return servers

@@ -22,6 +22,7 @@ from mesilla.agent.agent import Agent, Security
 from mesilla.agent.executor_auth import ExecutorTokens
 from mesilla.agent.flags import AgentFlags
 from mesilla.agent.host import detect_resources, parse_attributes
+from mesilla.agent.io_switchboard import Servers
 from mesilla.agent.master_events import MasterEvents
 from mesilla.agent.master_link import MasterLink
 from mesilla.agent.recovery import recover
@@ -134,14 +135,21 @@ def agent_info(flags: Flags) -> AgentInfo:
     )
 
 
-async def start_server(agent: Agent, authenticate: authentication.Authentication) -> web.AppRunner:
-    """Serves the agent's endpoints; with --port=0 records the port actually bound."""
+def routes(agent: Agent) -> tuple[Router, Servers]:
+    """Every endpoint of the agent, as `start_server` serves them, and the I/O
+    switchboards of its container calls (built, not yet recovered)."""
     router = Router("slave(1)")
     executor_api.install(router, agent)
     v0_executor.install(router, agent)
     api = agent_api.install(router, agent, agent.files)
     endpoints.install(router, agent)
-    container_api.install(api, agent)
+    return router, container_api.install(api, agent)
+
+
+async def start_server(agent: Agent, authenticate: authentication.Authentication) -> web.AppRunner:
+    """Serves the agent's endpoints; with --port=0 records the port actually bound."""
+    router, switchboards = routes(agent)
+    agent.spawn(switchboards.recover(), "recovery of the I/O switchboards")
     # Stopping waits at most a second for requests still open (a held executor
     # SUBSCRIBE, a long WAIT): aiohttp's default of 60 s kept a stopped agent alive.
     runner = web.AppRunner(make_app(router, authenticate), handle_signals=False, shutdown_timeout=1.0)

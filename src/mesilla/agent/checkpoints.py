@@ -204,7 +204,7 @@ def read_boot_id() -> str | None:
         return None
 
 
-def _listdir(path: str, validate: Callable[[str], None] = validate_id) -> list[str]:
+def listdir_ids(path: str, validate: Callable[[str], None] = validate_id) -> list[str]:
     """The ids checkpointed in `path`; a name that is no valid id is skipped, never followed."""
     try:
         names = os.listdir(path)
@@ -223,7 +223,7 @@ def _listdir(path: str, validate: Callable[[str], None] = validate_id) -> list[s
     return found
 
 
-def _validate_container_id(value: str) -> None:
+def validate_container_name(value: str) -> None:
     validate_container_id(ContainerID(value=value))
 
 
@@ -263,7 +263,7 @@ class _Reader:
         executors_dir = os.path.join(
             paths.framework_meta_dir(self.work_dir, self.agent_id, fw), "executors"
         )
-        for ex in _listdir(executors_dir):
+        for ex in listdir_ids(executors_dir):
             state.executors[ex] = self.executor(fw, ex)
         return state
 
@@ -277,8 +277,8 @@ class _Reader:
         )
         latest = os.path.join(runs_dir, paths.LATEST)
         if os.path.islink(latest):
-            state.latest = _link_target(latest, _validate_container_id)
-        for cid in _listdir(runs_dir, _validate_container_id):
+            state.latest = _link_target(latest, validate_container_name)
+        for cid in listdir_ids(runs_dir, validate_container_name):
             state.runs[cid] = self.run(fw, ex, cid)
         return state
 
@@ -297,7 +297,7 @@ class _Reader:
         pending = paths.pending_task_group_path(*args)
         if os.path.exists(pending):
             self.guarded(_discard_pending_group, pending, tasks_dir)
-        for task_id in _listdir(tasks_dir):
+        for task_id in listdir_ids(tasks_dir):
             state.tasks[task_id] = self.task(*args[1:], task_id)
         return state
 
@@ -329,7 +329,7 @@ def _discard_pending_group(pending: str, tasks_dir: str) -> None:
     except (OSError, msgspec.MsgspecError) as exc:
         raise CheckpointError(pending, f"expecting a list of task ids: {exc}") from None
     # Only names found in the directory: the file's content never makes a path.
-    discarded = sorted(set(task_ids) & set(_listdir(tasks_dir)))
+    discarded = sorted(set(task_ids) & set(listdir_ids(tasks_dir)))
     log.warning(
         "Discarding the partly checkpointed task group %s in '%s' (left by a crash)",
         task_ids,
@@ -382,7 +382,7 @@ def recover_agent(work_dir: str, strict: bool) -> AgentCheckpoint | None:
     if info is None:
         return None
     state = AgentCheckpoint(info)
-    for fw in _listdir(os.path.join(paths.agent_meta_dir(work_dir, agent_id), "frameworks")):
+    for fw in listdir_ids(os.path.join(paths.agent_meta_dir(work_dir, agent_id), "frameworks")):
         state.frameworks[fw] = reader.framework(fw)
     state.errors = reader.errors
     return state

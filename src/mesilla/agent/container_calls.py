@@ -16,12 +16,12 @@ import signal
 
 from aiohttp import web
 
+from mesilla.agent import checkpoints
 from mesilla.agent.agent import Agent
 from mesilla.agent.io_switchboard import Servers, requires_server
 from mesilla.common import files
 from mesilla.common.blocking import in_thread
 from mesilla.common.errors import BadRequest, ContainerError, NotFound
-from mesilla.common.validation import validate_container_id
 from mesilla.containerizer.interface import Containerizer, LaunchResult
 from mesilla.containerizer.types import ContainerClass, ContainerConfig
 from mesilla.v1 import agent as api
@@ -43,23 +43,8 @@ def standalone_sandbox(work_dir: str, container_id: ContainerID) -> str:
 
 
 def recover_standalone(work_dir: str) -> set[ContainerID]:
-    directory = standalone_marker_dir(work_dir)
-    try:
-        names = os.listdir(directory)
-    except FileNotFoundError:
-        return set()
-    found = set()
-    for name in names:
-        if name.endswith(".tmp"):
-            continue
-        container_id = ContainerID(value=name)
-        try:
-            validate_container_id(container_id)
-        except BadRequest as exc:
-            log.warning("Skipping '%s' in %s: %s", name, directory, exc)
-            continue
-        found.add(container_id)
-    return found
+    names = checkpoints.listdir_ids(standalone_marker_dir(work_dir), checkpoints.validate_container_name)
+    return {ContainerID(value=name) for name in names}
 
 
 class ContainerCalls:

@@ -37,4 +37,4 @@ def test_a_latest_link_left_half_made_is_skipped_by_the_run_listing(tmp_path: Pa
     # A crash between symlink and rename leaves the temporary link behind.
     os.symlink(str(runs / "r1"), str(runs / f"{files.TMP_PREFIX}{paths.LATEST}.123"))
     assert [n for n in os.listdir(runs) if files.is_temporary(n)]
-    assert checkpoints._listdir(str(runs)) == ["r1"]
+    assert checkpoints.listdir_ids(str(runs)) == ["r1"]

@@ -209,8 +209,10 @@ class EventStreamClient(asyncio.Protocol):
     REGISTER), read straight off the socket: the load generator holds thousands of
     them, and a full HTTP client's cost per event would be counted against the master."""
 
-    def __init__(self, on_event: Callable[[Json], None]) -> None:
+    def __init__(self, on_event: Callable[[EventStreamClient, Json], None]) -> None:
         self.on_event = on_event
+        # Known before the first event is handed on: REGISTERED and the first PING come together.
+        self.stream_id = ""
         self.opened: asyncio.Future[tuple[int, dict[bytes, bytes]]] = asyncio.get_running_loop().create_future()
         self.ended = asyncio.get_running_loop().create_future()
         self.transport: asyncio.Transport | None = None
@@ -220,7 +222,7 @@ class EventStreamClient(asyncio.Protocol):
 
     @classmethod
     async def open(
-        cls, host: str, port: int, path: str, body: Json, on_event: Callable[[Json], None]
+        cls, host: str, port: int, path: str, body: Json, on_event: Callable[[EventStreamClient, Json], None]
     ) -> EventStreamClient:
         _, protocol = await asyncio.get_running_loop().create_connection(lambda: cls(on_event), host, port)
         assert protocol.transport is not None
@@ -241,6 +243,7 @@ class EventStreamClient(asyncio.Protocol):
             status, headers, length = head
             del buffer[:length]
             self._head_done = True
+            self.stream_id = headers.get(b"mesos-stream-id", b"").decode()
             self.opened.set_result((status, headers))
             if status != 200:
                 return
@@ -255,7 +258,7 @@ class EventStreamClient(asyncio.Protocol):
             records.extend(self._records.feed(bytes(buffer[line_end + 2 : line_end + 2 + size])))
             del buffer[: line_end + 2 + size + 2]
         for record in records:
-            self.on_event(msgspec.json.decode(record))
+            self.on_event(self, msgspec.json.decode(record))
 
     def connection_lost(self, exc: Exception | None) -> None:
         if not self.opened.done():
@@ -266,6 +269,10 @@ class EventStreamClient(asyncio.Protocol):
     def close(self) -> None:
         if self.transport is not None:
             self.transport.close()
+
+
+# The first few bodies of refused calls, shown with the errors.
+REFUSALS: list[str] = []
 
 
 class _CallConnection(asyncio.Protocol):
@@ -298,6 +305,8 @@ class _CallConnection(asyncio.Protocol):
             total = length + int(headers.get(b"content-length", b"0"))
             if len(buffer) < total:
                 break
+            if status >= 300 and len(REFUSALS) < 5:
+                REFUSALS.append(bytes(buffer[length:total][:200]).decode(errors="replace"))
             del buffer[:total]
             future = self.waiting.popleft()
             if not future.done():
@@ -323,6 +332,7 @@ class Caller:
         self._next = 0
         self.errors = 0
         self.refused: Counter[str] = Counter()
+        self.closing = False
 
     async def open(self) -> None:
         loop = asyncio.get_running_loop()
@@ -345,12 +355,15 @@ class Caller:
         self.post(path, body, stream_id).add_done_callback(lambda done: self._check(done, status, kind))
 
     def _check(self, done: asyncio.Future[int], status: int, kind: str) -> None:
+        if self.closing:
+            return  # calls cut short by the end of the run
         if done.cancelled() or done.exception() is not None or done.result() != status:
             self.errors += 1
             got = "failed" if done.cancelled() or done.exception() is not None else done.result()
             self.refused[f"{kind} {got}"] += 1
 
     async def close(self) -> None:
+        self.closing = True
         for connection in self._connections:
             if connection.transport is not None:
                 connection.transport.close()
@@ -366,11 +379,15 @@ class SimulatedAgents:
 
     PATH = "/internal/agent"
 
-    def __init__(self, host: str, port: int, calls: Caller) -> None:
+    def __init__(self, host: str, port: int, calls: Caller, batch_updates: bool) -> None:
         self.host, self.port = host, port
         self.calls = calls
+        self.batch_updates = batch_updates
         self.streams: list[EventStreamClient] = []
         self.tasks: list[asyncio.Task[None]] = []
+        # Updates of this turn of the loop, per agent (stream id): with `batch_updates` each
+        # agent sends its own in one STATUS_UPDATE call (`status_updates`).
+        self._updates: dict[str, tuple[Json, list[Json]]] = {}
 
     @property
     def errors(self) -> int:
@@ -397,15 +414,14 @@ class SimulatedAgents:
             "resources": msgspec.to_builtins(Resources.parse(AGENT_RESOURCES).to_list()),
         }
         agent_id: Json | None = None
-        stream_id = ""
 
-        def on_event(event: Json) -> None:
+        def on_event(stream: EventStreamClient, event: Json) -> None:
             nonlocal agent_id
             kind = event["type"]
             if kind == "RUN_TASK" and agent_id is not None:
-                self._running(agent_id, stream_id, event["run_task"])
+                self._running(agent_id, stream.stream_id, event["run_task"])
             elif kind == "PING" and agent_id is not None:
-                self.calls.post_expecting(self.PATH, {"type": "PONG", "agent_id": agent_id}, stream_id)
+                self.calls.post_expecting(self.PATH, {"type": "PONG", "agent_id": agent_id}, stream.stream_id)
             elif kind == "REGISTERED":
                 agent_id = event["registered"]["agent_id"]
                 gate.release()
@@ -424,7 +440,6 @@ class SimulatedAgents:
             gate.release()
             ready.set_exception(RuntimeError(f"REGISTER: {status}"))
             return
-        stream_id = headers[b"mesos-stream-id"].decode()
         self.streams.append(stream)
 
     def _running(self, agent_id: Json, stream_id: str, run: Json) -> None:
@@ -436,12 +451,20 @@ class SimulatedAgents:
             "timestamp": time.time(),
             "uuid": _uuid(),
         }
-        call = {
-            "type": "STATUS_UPDATE",
-            "agent_id": agent_id,
-            "status_update": {"framework_id": run["framework_info"]["id"], "status": status},
-        }
-        self.calls.post_expecting(self.PATH, call, stream_id)
+        update = {"framework_id": run["framework_info"]["id"], "status": status}
+        if not self.batch_updates:
+            call = {"type": "STATUS_UPDATE", "agent_id": agent_id, "status_update": update}
+            self.calls.post_expecting(self.PATH, call, stream_id)
+            return
+        if not self._updates:
+            asyncio.get_running_loop().call_soon(self._send_updates)
+        self._updates.setdefault(stream_id, (agent_id, []))[1].append(update)
+
+    def _send_updates(self) -> None:
+        updates, self._updates = self._updates, {}
+        for stream_id, (agent_id, batch) in updates.items():
+            call = {"type": "STATUS_UPDATE", "agent_id": agent_id, "status_updates": batch}
+            self.calls.post_expecting(self.PATH, call, stream_id)
 
     async def stop(self) -> None:
         for task in self.tasks:
@@ -482,13 +505,13 @@ class SimulatedFramework:
     async def run(self, subscribed: asyncio.Future[None]) -> None:
         call = {"type": "SUBSCRIBE", "subscribe": {"framework_info": {"user": "bench", "name": self.name}}}
         self.stream = await EventStreamClient.open(
-            self.calls.host, self.calls.port, self.PATH, call, lambda event: self._event(event, subscribed)
+            self.calls.host, self.calls.port, self.PATH, call, lambda _, event: self._event(event, subscribed)
         )
         status, headers = await self.stream.opened
         if status != 200:
             subscribed.set_exception(RuntimeError(f"SUBSCRIBE: {status}"))
             return
-        self.stream_id = headers[b"mesos-stream-id"].decode()
+        self.stream_id = self.stream.stream_id
         try:
             await self.stream.ended
         finally:
@@ -583,24 +606,30 @@ class SimulatedFramework:
 
 
 @contextlib.asynccontextmanager
-async def py_spy(pid: int, into: str | None, duration: float) -> AsyncIterator[None]:
-    """`py-spy record` of the master for `duration` seconds into `into` (speedscope), if asked."""
+async def py_spy(pid: int, into: str | None) -> AsyncIterator[None]:
+    """`py-spy record` of the master while the block runs, into `into` (speedscope), if asked."""
     if not into:
         yield
         return
     spy = await asyncio.create_subprocess_exec(
-        "py-spy", "record", "-p", str(pid), "-d", str(int(duration)), "-r", "50",
-        "--format", "speedscope", "-o", into, "--nonblocking",
+        "py-spy", "record", "-p", str(pid), "-r", "50", "--format", "speedscope", "-o", into, "--nonblocking",
         stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL,
     )
     try:
         yield
     finally:
+        spy.send_signal(signal.SIGINT)  # py-spy writes its profile and exits
         await spy.wait()
 
 
 async def bench_cluster(
-    agents: int, frameworks: int, duration: float, in_flight: int, registry: str, profile: str | None = None
+    agents: int,
+    frameworks: int,
+    duration: float,
+    in_flight: int,
+    registry: str,
+    batch_updates: bool,
+    profile: str | None = None,
 ) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="mesilla-bench-") as work_dir:
         async with master_process(work_dir, registry) as master, aiohttp.ClientSession(
@@ -609,7 +638,7 @@ async def bench_cluster(
             base = master.base
             port = int(base.rsplit(":", 1)[1])
             calls = Caller("127.0.0.1", port)
-            sim = SimulatedAgents("127.0.0.1", port, calls)
+            sim = SimulatedAgents("127.0.0.1", port, calls, batch_updates)
             stats = LaunchStats()
             runners: list[asyncio.Task[None]] = []
             try:
@@ -630,7 +659,7 @@ async def bench_cluster(
                 # generator's share says how much of the machine it took from the master.
                 wall0, master0, generator0 = time.perf_counter(), _cpu_seconds(master.pid), time.process_time()
                 running0 = len(stats.latencies)
-                async with py_spy(master.pid, profile, duration):
+                async with py_spy(master.pid, profile and f"{profile}-launch.speedscope.json"):
                     await asyncio.sleep(duration)
                 wall = time.perf_counter() - wall0
                 master_cpu = (_cpu_seconds(master.pid) - master0) / wall
@@ -644,8 +673,10 @@ async def bench_cluster(
                     await asyncio.sleep(0.2)
                 async with streams.get(base + "/metrics/snapshot") as response:
                     metrics = await response.json()
-                reads = await _time_reads(streams, base)
+                async with py_spy(master.pid, profile and f"{profile}-reads.speedscope.json"):
+                    reads = await _time_reads(streams, base)
             finally:
+                calls.closing = True
                 # Agents first, so no update arrives for a framework already gone.
                 await sim.stop()
                 for task in runners:
@@ -722,6 +753,12 @@ def main() -> int:
     parser.add_argument("--max_in_flight", type=int, default=1000, help="tasks launched but not running, at most")
     parser.add_argument("--registry", default="sqlite", choices=("sqlite", "in_memory"))
     parser.add_argument(
+        "--batch_updates",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="each simulated agent sends the updates of one turn of its loop in one STATUS_UPDATE call",
+    )
+    parser.add_argument(
         "--profile", default="", help="py-spy the master while launching: speedscope files with this prefix"
     )
     args = parser.parse_args()
@@ -734,7 +771,10 @@ def main() -> int:
 
     print("Mesilla master scale benchmark")
     print(machine_report())
-    print(f"  frameworks {args.frameworks}, agents {counts}, {args.duration:g}s of launching each\n")
+    print(
+        f"  frameworks {args.frameworks}, agents {counts}, {args.duration:g}s of launching each, "
+        f"status updates {'batched per agent' if args.batch_updates else 'one call each'}\n"
+    )
 
     for count in counts:
         alloc = bench_allocator(count, args.frameworks, args.cycles)
@@ -748,9 +788,11 @@ def main() -> int:
             f"  allocation cycle, direct, worst case (all agents free): p50 {alloc['full_p50']:7.1f} ms  "
             f"max {alloc['full_max']:7.1f} ms"
         )
-        profile = f"{args.profile}-{count}.speedscope.json" if args.profile else None
+        profile = f"{args.profile}-{count}" if args.profile else None
         live = asyncio.run(
-            bench_cluster(count, args.frameworks, args.duration, args.max_in_flight, args.registry, profile)
+            bench_cluster(
+                count, args.frameworks, args.duration, args.max_in_flight, args.registry, args.batch_updates, profile
+            )
         )
         print(f"  agent registration: {live['registration_s']:.1f} s ({count / live['registration_s']:.0f} agents/s)")
         print(
@@ -788,6 +830,8 @@ def main() -> int:
                 f"  errors: {live['errors']:.0f} calls refused ({live['refused']}), "
                 f"{live['tasks_lost_in_flight']:.0f} tasks never running"
             )
+            for body in REFUSALS:
+                print(f"    refused: {body}")
         print()
     return 0
 

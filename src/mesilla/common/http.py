@@ -171,12 +171,13 @@ def jsonp_response(request: web.Request, obj: Any) -> web.Response:
 
 class EventStream:
     """A chunked RecordIO response of events (`event_type`, in `encoding`); `closed`
-    is set when the peer goes away.
+    is set when the peer goes away or a write fails.
 
-    Events sent while a write is under way, or in the same turn of the event loop,
-    go out together in one chunk (one system call instead of one per event: at
-    thousands of events a second the writes were the master's largest cost). Each
-    `send` still returns only once its event was written, in order.
+    `send` queues its event and returns; the events queued in one turn of the event
+    loop go out together, in one chunk, at the next (one system call per batch
+    instead of one per event: at thousands of events a second the writes were the
+    master's largest cost). While the peer does not keep up (a write waits for the
+    socket to drain), `send` waits too, so a stalled peer still stops its senders.
     """
 
     def __init__(
@@ -186,9 +187,10 @@ class EventStream:
         self._encoding = encoding
         self._event_type = event_type
         self._pending: list[bytes] = []
-        # Set once the pending records are written: True, or False if the write failed.
-        self._written: asyncio.Future[bool] | None = None
         self._writer: asyncio.Task[None] | None = None
+        self._blocked = False  # a write waits for the peer to drain
+        # What senders meanwhile wait for: True once written, False if the write failed.
+        self._drained: asyncio.Future[bool] | None = None
         self.closed = asyncio.Event()
 
     @classmethod
@@ -219,35 +221,38 @@ class EventStream:
         self._pending.append(
             recordio.encode(self._encoding.encode(codec.encode(event), self._event_type or type(event)))
         )
-        written = self._written
-        if written is None:
-            written = self._written = asyncio.get_running_loop().create_future()
-            if self._writer is None:
-                self._writer = asyncio.ensure_future(self._write())
-        # Shielded: one sender cancelled must not cancel the others' shared wait.
-        return await asyncio.shield(written)
+        if self._writer is None:
+            self._writer = asyncio.ensure_future(self._write())
+        elif self._blocked:
+            if self._drained is None:
+                self._drained = asyncio.get_running_loop().create_future()
+            # Shielded: one sender cancelled must not cancel the others' shared wait.
+            return await asyncio.shield(self._drained)
+        return True
 
     async def _write(self) -> None:
-        written: asyncio.Future[bool] | None = None
+        ok = True
         try:
-            while self._written is not None:
-                written, self._written = self._written, None
+            while self._pending and ok:
                 data, self._pending = b"".join(self._pending), []
+                # Only a write that waits for the peer to drain suspends here.
+                self._blocked = True
                 try:
                     await self._response.write(data)
                 except (ConnectionError, RuntimeError):
                     self.closed.set()
-                    written.set_result(False)
-                else:
-                    written.set_result(True)
-                written = None
+                    ok = False
+                finally:
+                    self._blocked = False
+                self._wake(ok)
         finally:
-            self._writer = None
-            # Cancelled mid-write (the master stopping): nobody waits forever.
-            for waiting in (written, self._written):
-                if waiting is not None and not waiting.done():
-                    waiting.set_result(False)
-            self._written, self._pending = None, []
+            self._writer, self._pending = None, []
+            self._wake(False)  # cancelled mid-write: nobody waits forever
+
+    def _wake(self, ok: bool) -> None:
+        drained, self._drained = self._drained, None
+        if drained is not None and not drained.done():
+            drained.set_result(ok)
 
     def close(self) -> None:
         self.closed.set()

@@ -273,6 +273,7 @@ class EventStreamClient(asyncio.Protocol):
 
 # The first few bodies of refused calls, shown with the errors.
 REFUSALS: list[str] = []
+LOST_CONNECTIONS = 0
 
 
 class _CallConnection(asyncio.Protocol):
@@ -294,8 +295,12 @@ class _CallConnection(asyncio.Protocol):
 
     def _flush(self) -> None:
         out, self._out = self._out, []
-        if self.transport is not None and not self.transport.is_closing():
-            self.transport.write(b"".join(out))
+        if self.transport is None or self.transport.is_closing():
+            for future in self.waiting:
+                if not future.done():
+                    future.set_exception(ConnectionError("the connection to the master is closed"))
+            return
+        self.transport.write(b"".join(out))
 
     def data_received(self, data: bytes) -> None:
         buffer = self._buffer
@@ -313,6 +318,8 @@ class _CallConnection(asyncio.Protocol):
                 future.set_result(status)
 
     def connection_lost(self, exc: Exception | None) -> None:
+        global LOST_CONNECTIONS
+        LOST_CONNECTIONS += 1
         for future in self.waiting:
             if not future.done():
                 future.set_exception(ConnectionError("the master closed the connection"))
@@ -479,6 +486,7 @@ class LaunchStats:
     accepted_at: dict[str, float] = field(default_factory=dict)
     latencies: list[float] = field(default_factory=list)
     first_accept: float | None = None
+    other_updates: Counter[str] = field(default_factory=Counter)
     last_running: float | None = None
 
 
@@ -497,7 +505,6 @@ class SimulatedFramework:
         # Offers waiting for room, with the tasks each can hold.
         self._waiting: deque[tuple[Json, int]] = deque()
         self.framework_id: Json | None = None
-        self.stream_id = ""
         self.launching = True
         self._next_task = 0
         self.stream: EventStreamClient | None = None
@@ -511,7 +518,6 @@ class SimulatedFramework:
         if status != 200:
             subscribed.set_exception(RuntimeError(f"SUBSCRIBE: {status}"))
             return
-        self.stream_id = self.stream.stream_id
         try:
             await self.stream.ended
         finally:
@@ -535,7 +541,8 @@ class SimulatedFramework:
             self._decline(self._waiting.popleft()[0])
 
     def _post(self, call: Json) -> None:
-        self.calls.post_expecting(self.PATH, call, self.stream_id)
+        assert self.stream is not None
+        self.calls.post_expecting(self.PATH, call, self.stream.stream_id)
 
     def _decline(self, offer: Json) -> None:
         self._post({"type": "DECLINE", "framework_id": self.framework_id, "decline": {"offer_ids": [offer["id"]]}})
@@ -587,6 +594,8 @@ class SimulatedFramework:
 
     def _update(self, status: Json) -> None:
         task_id = status["task_id"]["value"]
+        if status["state"] != "TASK_RUNNING":
+            self.stats.other_updates[f"{status['state']} {status.get('reason', '')} {status.get('message', '')}"[:160]] += 1
         if status["state"] == "TASK_RUNNING":
             accepted = self.stats.accepted_at.pop(task_id, None)
             if accepted is not None:
@@ -675,6 +684,7 @@ async def bench_cluster(
                     metrics = await response.json()
                 async with py_spy(master.pid, profile and f"{profile}-reads.speedscope.json"):
                     reads = await _time_reads(streams, base)
+                unanswered = sum(len([f for f in c.waiting if not f.done()]) for c in calls._connections)
             finally:
                 calls.closing = True
                 # Agents first, so no update arrives for a framework already gone.
@@ -698,6 +708,8 @@ async def bench_cluster(
         "master_cycles": metrics.get("allocator/mesos/allocation_runs", 0.0),
         "errors": float(sim.errors),
         "refused": dict(calls.refused),
+        "other_updates": stats.other_updates,
+        "unanswered": unanswered,
         "master_cpu": master_cpu,
         "generator_cpu": generator_cpu,
         "master_us_per_task": master_cpu * wall / window_tasks * 1e6,
@@ -829,6 +841,10 @@ def main() -> int:
             print(
                 f"  errors: {live['errors']:.0f} calls refused ({live['refused']}), "
                 f"{live['tasks_lost_in_flight']:.0f} tasks never running"
+            )
+            print(
+                f"    call connections lost: {LOST_CONNECTIONS}; calls unanswered: {live['unanswered']}; "
+                f"other updates: {dict(live['other_updates'])}"
             )
             for body in REFUSALS:
                 print(f"    refused: {body}")

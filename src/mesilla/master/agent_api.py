@@ -51,7 +51,8 @@ def _validate(call: internal.AgentCall) -> None:
             raise BadRequest(
                 f"Invalid 'register.agent_info.resources': {exc}"
             ) from None
-    if call.type is internal.AgentCallType.STATUS_UPDATE and call.status_update is None and not call.status_updates:
+    updates = _status_updates(call)
+    if call.type is internal.AgentCallType.STATUS_UPDATE and not updates:
         raise BadRequest("Expecting 'status_update' to be present")
     if call.status_update is not None and call.status_update.status.uuid is None:
         raise BadRequest("Expecting 'status_update.status.uuid' to be present")

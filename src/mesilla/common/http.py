@@ -169,6 +169,17 @@ def jsonp_response(request: web.Request, obj: Any) -> web.Response:
     return web.Response(body=body, content_type=JSON)
 
 
+class _EventResponse(web.StreamResponse):
+    """An event stream's response: what was sent is written before the stream ends."""
+
+    flush: Callable[[], Awaitable[None]] | None = None
+
+    async def write_eof(self, data: bytes = b"") -> None:
+        if self.flush is not None:
+            await self.flush()
+        await super().write_eof(data)
+
+
 class EventStream:
     """A chunked RecordIO response of events (`event_type`, in `encoding`); `closed`
     is set when the peer goes away or a write fails.
@@ -205,11 +216,13 @@ class EventStream:
     ) -> EventStream:
         """`content_type`: the stream's own (RecordIO for operator streams), when it is
         not its messages' encoding."""
-        response = web.StreamResponse(status=200, headers=headers or {})
+        response = _EventResponse(status=200, headers=headers or {})
         response.content_type = content_type or encoding.content_type
         response.enable_chunked_encoding()
         await response.prepare(request)
-        return cls(response, encoding, event_type)
+        stream = cls(response, encoding, event_type)
+        response.flush = stream.flush
+        return stream
 
     @property
     def response(self) -> web.StreamResponse:
@@ -248,6 +261,11 @@ class EventStream:
         finally:
             self._writer, self._pending = None, []
             self._wake(False)  # cancelled mid-write: nobody waits forever
+
+    async def flush(self) -> None:
+        """Returns once everything sent so far is written (or its write failed)."""
+        while self._writer is not None:
+            await asyncio.wait([self._writer])
 
     def _wake(self, ok: bool) -> None:
         drained, self._drained = self._drained, None

@@ -184,11 +184,12 @@ class EventStream:
     """A chunked RecordIO response of events (`event_type`, in `encoding`); `closed`
     is set when the peer goes away or a write fails.
 
-    `send` queues its event and returns; the events queued in one turn of the event
-    loop go out together, in one chunk, at the next (one system call per batch
-    instead of one per event: at thousands of events a second the writes were the
-    master's largest cost). While the peer does not keep up (a write waits for the
-    socket to drain), `send` waits too, so a stalled peer still stops its senders.
+    The first event `send` is given in a turn of the event loop is written at once;
+    those that follow in the same turn are queued and go out together, in one chunk,
+    at the next (one system call per batch instead of one per event: at thousands
+    of events a second the writes were the master's largest cost). While the peer
+    does not keep up (a write waits for the socket to drain), `send` waits too, so
+    a stalled peer still stops its senders.
     """
 
     def __init__(
@@ -200,6 +201,7 @@ class EventStream:
         self._pending: list[bytes] = []
         self._writer: asyncio.Task[None] | None = None
         self._blocked = False  # a write waits for the peer to drain
+        self._turn_used = False  # an event went out at once in this turn of the loop
         # What senders meanwhile wait for: True once written, False if the write failed.
         self._drained: asyncio.Future[bool] | None = None
         self.closed = asyncio.Event()
@@ -231,9 +233,13 @@ class EventStream:
     async def send(self, event: Any) -> bool:
         if self.closed.is_set():
             return False
-        self._pending.append(
-            recordio.encode(self._encoding.encode(codec.encode(event), self._event_type or type(event)))
-        )
+        data = recordio.encode(self._encoding.encode(codec.encode(event), self._event_type or type(event)))
+        if self._writer is None and not self._pending and not self._turn_used and not self._blocked:
+            # The first event of a turn goes out at once: a lone event costs no writer task.
+            self._turn_used = True
+            asyncio.get_running_loop().call_soon(self._next_turn)
+            return await self._write_now(data)
+        self._pending.append(data)
         if self._writer is None:
             self._writer = asyncio.ensure_future(self._write())
         elif self._blocked:
@@ -243,21 +249,27 @@ class EventStream:
             return await asyncio.shield(self._drained)
         return True
 
-    async def _write(self) -> None:
-        ok = True
+    def _next_turn(self) -> None:
+        self._turn_used = False
+
+    async def _write_now(self, data: bytes) -> bool:
+        # Only a write that waits for the peer to drain suspends here.
+        self._blocked = True
         try:
-            while self._pending and ok:
+            await self._response.write(data)
+        except (ConnectionError, RuntimeError):
+            self.closed.set()
+            return False
+        finally:
+            self._blocked = False
+            self._wake(not self.closed.is_set())
+        return True
+
+    async def _write(self) -> None:
+        try:
+            while self._pending and not self.closed.is_set():
                 data, self._pending = b"".join(self._pending), []
-                # Only a write that waits for the peer to drain suspends here.
-                self._blocked = True
-                try:
-                    await self._response.write(data)
-                except (ConnectionError, RuntimeError):
-                    self.closed.set()
-                    ok = False
-                finally:
-                    self._blocked = False
-                self._wake(ok)
+                await self._write_now(data)
         finally:
             self._writer, self._pending = None, []
             self._wake(False)  # cancelled mid-write: nobody waits forever

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import base64
+import logging
+import os
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -31,7 +33,8 @@ async def running(tmp_path: Any) -> AsyncIterator[tuple[FakeMaster, AgentProcess
     master = FakeMaster()
     await master.start()
     proc = AgentProcess(
-        master, str(tmp_path / "work"), str(tmp_path / "run"), "--attributes=rack:r1"
+        master, str(tmp_path / "work"), str(tmp_path / "run"), "--attributes=rack:r1",
+        f"--log_dir={tmp_path / 'logs'}",
     )
     try:
         await proc.start()
@@ -157,6 +160,25 @@ async def test_v0_containers_and_monitor_statistics(running: tuple[FakeMaster, A
             assert usage["source"] == container["source"]
             assert usage["statistics"]["timestamp"] > 0
             assert "container_id" not in usage and "status" not in usage
+
+
+async def test_log_dir_serves_the_agent_log_as_slave_log(running: tuple[FakeMaster, AgentProcess]) -> None:
+    _, proc = running
+    assert proc.agent is not None
+    log_dir = proc.agent.flags.parsed.log_dir
+    log = os.path.join(log_dir, "mesos-agent.INFO")
+    logging.getLogger("mesilla.test").warning("a line the test logs into the agent's log")
+    async with aiohttp.ClientSession() as s:
+        async with s.get(proc.url + "/files/debug") as r:
+            assert (await r.json())["/slave/log"] == log
+        async with s.get(proc.url + "/files/read", params={"path": "/slave/log", "offset": "0"}) as r:
+            assert "a line the test logs into the agent's log" in (await r.json())["data"]
+        read = await _v1(s, proc.url, {"type": "READ_FILE", "read_file": {"path": "/slave/log", "offset": 0}})
+        assert b"the agent's log" in base64.b64decode(read["read_file"]["data"])
+        async with s.get(proc.url + "/files/read", params={"path": "/slave/log/x", "offset": "0"}) as r:
+            assert r.status == 404
+        async with s.get(proc.url + "/state") as r:
+            assert (await r.json())["log_dir"] == log_dir
 
 
 async def test_files_endpoints(running: tuple[FakeMaster, AgentProcess]) -> None:

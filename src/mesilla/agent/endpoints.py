@@ -91,6 +91,8 @@ def _framework_json(framework: Framework) -> Json:
 
 def state_json(agent: Agent) -> Json:
     info = agent.info
+    # The web UI shows the agent's LOG link where the state names a log_dir, as Mesos's.
+    log_dir = {"log_dir": agent.flags.parsed.log_dir} if agent.flags.parsed.get("log_dir") else {}
     return {
         "version": MESOS_VERSION,
         "start_time": agent.start_time,
@@ -103,6 +105,7 @@ def state_json(agent: Agent) -> Json:
         "unreserved_resources": _summary(info.resources),
         "attributes": attributes_json(info.attributes),
         "master_hostname": agent.master_info.hostname if agent.master_info else "",
+        **log_dir,
         "flags": agent.flags.parsed.as_strings(),
         "frameworks": [_framework_json(f) for f in agent.frameworks.values()],
         "completed_frameworks": [_framework_json(f) for f in agent.completed_frameworks],

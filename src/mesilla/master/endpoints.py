@@ -341,9 +341,13 @@ async def state(master: Master, _query: Any) -> dict[str, object]:
                 "port": info.port,
                 "hostname": info.hostname or "",
             },
-            "flags": master.flags.as_strings(),
         }
     )
+    # The web UI shows the master's LOG link where the state names a log_dir, as Mesos's.
+    for name in ("cluster", "log_dir"):
+        if master.flags.get(name):
+            out[name] = master.flags.get(name)
+    out["flags"] = master.flags.as_strings()
     out.update(await _slaves(master, None))
     out["frameworks"] = await rendered(master.frameworks.values(), framework_json)
     out["completed_frameworks"] = await rendered(master.completed_frameworks, framework_json)

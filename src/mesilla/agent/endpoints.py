@@ -14,7 +14,7 @@ from mesilla.agent.agent import CAPABILITIES, Agent
 from mesilla.agent.agent_api import ContainerEntry, list_containers, metrics, require_recovered
 from mesilla.agent.state import Executor, Framework, make_task
 from mesilla.common.authorization import require
-from mesilla.common.http import Router, jsonp_response
+from mesilla.common.http import Router, jsonp_response, metrics_timeout
 from mesilla.common.models import attributes_json, task_json
 from mesilla.common.resources import Resources, ResourcesError
 from mesilla.v1 import codec
@@ -140,7 +140,8 @@ def install(router: Router, agent: Agent) -> None:
     async def containers(request: web.Request) -> web.StreamResponse:
         require_recovered(agent)
         listed = await list_containers(agent, show_nested=False, show_standalone=False)
-        body = [v0_container(entry) for entry in listed]
+        wanted = request.query.get("container_id")  # Mesos's one filter here
+        body = [v0_container(e) for e in listed if wanted in (None, e.container_id.value)]
         seen = authorize.viewer(agent, request)
         # The viewer judges the items of a list it knows by name: `containers`.
         return jsonp_response(request, seen.filter({"containers": body})["containers"] if seen else body)
@@ -158,6 +159,7 @@ def install(router: Router, agent: Agent) -> None:
         return jsonp_response(request, body)
 
     async def metrics_snapshot(request: web.Request) -> web.StreamResponse:
+        metrics_timeout(request)
         return jsonp_response(request, metrics(agent))
 
     router.add("/state", state, methods=("GET",), realm="mesos-agent-readonly")

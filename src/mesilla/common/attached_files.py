@@ -32,7 +32,7 @@ from aiohttp import web
 
 from mesilla.common.authorization import Authorizer, require
 from mesilla.common.errors import BadRequest, Forbidden, NotFound
-from mesilla.common.http import Router, jsonp_response
+from mesilla.common.http import Router, jsonp_response, numify
 from mesilla.v1.mesos import FileInfo, ListFiles, ReadFile, ReadFileCall, TimeInfo
 
 # Mesos caps a read at 16 pages.
@@ -173,9 +173,9 @@ def _int_param(request: web.Request, name: str) -> int | None:
     if text is None:
         return None
     try:
-        return int(text)
-    except ValueError:
-        raise BadRequest(f"Failed to parse {name}: '{text}' is not a number.") from None
+        return numify(text, 64)  # off_t, ssize_t
+    except ValueError as exc:
+        raise BadRequest(f"Failed to parse {name}: {exc}.") from None
 
 
 def entries(files: Files, path: str) -> list[tuple[str, os.stat_result]]:

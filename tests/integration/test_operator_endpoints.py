@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+from typing import Any
 
 import pytest
 from tests.integration import operator_cluster
@@ -74,6 +75,39 @@ async def test_frameworks_shape(cluster: Cluster) -> None:
     assert task["slave_id"] == framework["tasks"][0]["slave_id"]
     assert task["resources"]["mem"] == 128.0
     assert task["statuses"] == [{"state": "TASK_RUNNING", "timestamp": 1000.0}]
+    assert task["role"] == "*"  # the allocation role of a framework without roles, as Mesos
+
+
+@pytest.mark.parametrize(
+    "framework_info", [{"role": "web"}, {"roles": ["web"], "capabilities": [{"type": "MULTI_ROLE"}]}]
+)
+async def test_a_task_has_the_role_it_was_launched_under(
+    cluster: Cluster, framework_info: dict[str, Any]
+) -> None:
+    """Mesos injects the offer's allocation_info into the launched task's resources (the
+    scheduler's TaskInfo has none here): the task's `role` everywhere is that role."""
+    agent = cluster.agent()
+    await agent.register()
+    events, _ = await cluster.subscribe()
+    scheduler = cluster.scheduler()
+    await scheduler.subscribe(framework_info)
+    offer = await scheduler.offer()
+    await scheduler.launch(offer, command_task("t1", offer["agent_id"], cpus=1, mem=128))
+    run_task = (await agent.next_event("RUN_TASK"))["run_task"]
+    # The agent is sent the task so: its own /state and GET_TASKS show the same role.
+    task_resources = run_task["task"]["resources"]
+    assert {r["allocation_info"]["role"] for r in task_resources} == {"web"}
+
+    [v0] = (await cluster.get("/tasks"))["tasks"]
+    assert v0["role"] == "web"
+    [framework] = (await cluster.get("/state"))["frameworks"]
+    assert [t["role"] for t in framework["tasks"]] == ["web"]
+    [task] = (await cluster.call("GET_TASKS"))["get_tasks"]["tasks"]
+    assert {r["allocation_info"]["role"] for r in task["resources"]} == {"web"}
+    [task] = (await cluster.call("GET_STATE"))["get_state"]["get_tasks"]["tasks"]
+    assert {r["allocation_info"]["role"] for r in task["resources"]} == {"web"}
+    added = (await events.next_of("TASK_ADDED"))["task_added"]["task"]
+    assert {r["allocation_info"]["role"] for r in added["resources"]} == {"web"}
 
 
 async def test_tasks_paging_order_and_filter(cluster: Cluster) -> None:

@@ -415,6 +415,7 @@ class AgentLinks:
                 await self._tasks.lose(framework, task, state, reason, message, unreachable_time)
         self._book.remove_agent(agent)
         self._close_stream(agent)
+        await self._outbox.agent_lost(self._book.frameworks.values(), agent.id)
         self._outbox.notify("AGENT_REMOVED", agent.id)
 
     async def _expire_recovered_agents(self) -> None:
@@ -425,6 +426,7 @@ class AgentLinks:
             self._book.mark_unreachable(agent_id, now)
             self._counters["master/recovery_slave_removals"] += 1
             log.info("agent %s did not re-register after master failover: unreachable", agent_id)
+            await self._outbox.agent_lost(self._book.frameworks.values(), agent_id)
 
     async def unregister(self, agent: Agent) -> None:
         """UNREGISTER: the agent is leaving for good (its tasks are lost)."""

@@ -31,10 +31,10 @@ from mesilla.agent.state import (
     ExecutorState,
     Framework,
     FrameworkState,
-    make_task,
 )
 from mesilla.common.durations import format_duration
 from mesilla.common.errors import ContainerError
+from mesilla.common.protobuf_utils import create_task
 from mesilla.containerizer.types import ContainerConfig, ContainerTermination
 from mesilla.v1 import executor as ev
 from mesilla.v1.mesos import (
@@ -172,7 +172,7 @@ def _queue(
         agent,
         framework,
         executor,
-        [make_task(t, staging, executor.framework_id, agent.id()) for t in tasks],
+        [create_task(t, staging, executor.framework_id, agent.id()) for t in tasks],
         new_executor=new_executor,
     )
 

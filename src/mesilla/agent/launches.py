@@ -191,14 +191,14 @@ def checkpoint_launch(
     executor's earlier jobs (`in_order`), as is whatever sends tasks to the executor."""
     if not executor.checkpoint:
         return agent.in_order(executor, then, f"deliver to {executor}")
-    write = agent.checkpointer.launch(
-        agent.id().value,
+    launch = agent.checkpointer.meta(agent.id().value).launch(
         executor.id,
         executor.container_id.value,
         tasks,
         framework=framework.info,
         executor=executor.info if new_executor else None,
     )
+    write = agent.checkpointer.launch(launch)
 
     async def checkpoint_then() -> None:
         try:

@@ -40,6 +40,7 @@ from collections import Counter, deque
 
 from mesilla import MESOS_VERSION
 from mesilla.common.authorization import Authorizer
+from mesilla.common.errors import ServiceUnavailable
 from mesilla.common.flags import Flags
 from mesilla.common.tasks import TaskOwner
 from mesilla.master.agent import Agent
@@ -53,6 +54,7 @@ from mesilla.master.launch import Launcher
 from mesilla.master.messages import Relay
 from mesilla.master.offers import Offerer
 from mesilla.master.outbox import Observer, Outbox
+from mesilla.master.parts import Parts
 from mesilla.master.registry import Registry
 from mesilla.master.status_updates import StatusUpdates
 from mesilla.master.streams import StreamWatch
@@ -82,6 +84,8 @@ class Master:
         #: This master is always the leader once recovered (no ZooKeeper).
         self.elected_time: float | None = None
         self.recovered = False
+        #: Set when `stop` begins; the HTTP server may still answer until it is cleaned up.
+        self.stopping = False
         #: Mesos metric name -> count, e.g. ``master/valid_status_updates``,
         #: ``master/messages_launch_tasks``, ``master/slave_registrations``,
         #: ``master/tasks_finished``; absent keys read 0.
@@ -99,43 +103,36 @@ class Master:
             offer_callback=lambda allocations: self.offerer.allocated(allocations),
             weights=parse_weights(flags.get("weights")),
         )
-        self.offerer = Offerer(
-            self.book, self.allocator, self.outbox, self.counters, offer_timeout=flags.get("offer_timeout")
+        parts = Parts(
+            book=self.book,
+            allocator=self.allocator,
+            outbox=self.outbox,
+            counters=self.counters,
+            registry=registry,
+            owner=self.owner,
+            master_info=lambda: self.master_info,
         )
-        self.tasks = Tasks(self.book, self.allocator, self.outbox, self.counters)
-        self.launcher = Launcher(
-            self.book, self.offerer, self.tasks, self.allocator, self.outbox, self.counters, authorizer
-        )
+        self.offerer = Offerer(parts, offer_timeout=flags.get("offer_timeout"))
+        self.tasks = Tasks(parts)
+        self.launcher = Launcher(parts, self.offerer, self.tasks, authorizer)
         self.framework_streams = FrameworkStreams(
-            self.book,
-            registry,
-            self.allocator,
+            parts,
             self.offerer,
             self.tasks,
-            self.outbox,
-            self.counters,
-            self.owner,
-            lambda: self.master_info,
             heartbeat_interval=flags.heartbeat_interval,
             allowed_roles=flags.get("roles"),
         )
         self.agent_links = AgentLinks(
-            self.book,
-            registry,
-            self.allocator,
+            parts,
             self.offerer,
             self.tasks,
             self.framework_streams,
-            self.outbox,
-            self.counters,
-            self.owner,
-            lambda: self.master_info,
             ping_timeout=flags.agent_ping_timeout,
             max_ping_timeouts=flags.max_agent_ping_timeouts,
             reregister_timeout=flags.agent_reregister_timeout,
         )
-        self.status_updates = StatusUpdates(self.book, self.tasks, self.outbox, self.counters)
-        self.relay = Relay(self.book, self.tasks, self.outbox, self.counters)
+        self.status_updates = StatusUpdates(parts, self.tasks)
+        self.relay = Relay(parts, self.tasks)
         #: Holds the SUBSCRIBE / REGISTER streams open and notices departed peers.
         self.streams = StreamWatch()
         self.heap = HeapKeeper()
@@ -174,7 +171,11 @@ class Master:
         )
 
     async def stop(self) -> None:
-        """Closes every stream and stops background work; the registry keeps the state."""
+        """Closes every stream and stops background work; the registry keeps the state.
+        Once: a second call (the server's cleanup after an earlier stop) does nothing."""
+        if self.stopping:
+            return
+        self.stopping = True
         # First, at once: from here on a closing stream is the master's doing, not a failure.
         self.offerer.stop()
         self.framework_streams.stop()
@@ -184,6 +185,14 @@ class Master:
         await self.heap.stop()
         await self.owner.close()
         await self.registry.close()
+
+    def check_serving(self) -> None:
+        """Raises ServiceUnavailable (503) before the registry is recovered and once `stop` has
+        begun, as Mesos's master answers when it is not (or no longer) the leader."""
+        if self.stopping:
+            raise ServiceUnavailable("Master is shutting down")
+        if not self.recovered:
+            raise ServiceUnavailable("Master has not finished recovery")
 
     # --- what the operator surfaces read ------------------------------------------------
 

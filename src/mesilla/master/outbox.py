@@ -7,17 +7,17 @@ callback, send in the background (children of the master's `TaskOwner`).
 Sending to a framework or agent without a stream does nothing: the peer
 catches up when it reconnects (reconciliation, re-registration).
 
-Observers (`add_observer`) receive the operator API's events, synchronously:
-("TASK_ADDED", Task), ("TASK_UPDATED", (framework_id, TaskStatus, TaskState)),
-("AGENT_ADDED", Agent), ("AGENT_REMOVED", agent_id), ("FRAMEWORK_ADDED",
-Framework), ("FRAMEWORK_UPDATED", Framework), ("FRAMEWORK_REMOVED", Framework).
+Observers (`add_observer`) receive the operator API's events, synchronously,
+as a kind and what it is about: TASK_ADDED a `Task`, TASK_UPDATED a
+`TaskUpdated`, AGENT_ADDED an `Agent`, AGENT_REMOVED its `AgentID`, and
+FRAMEWORK_ADDED, FRAMEWORK_UPDATED, FRAMEWORK_REMOVED a `Framework`.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import Any, Literal, NamedTuple
 
 from mesilla.common.http import EventStream
 from mesilla.common.tasks import TaskOwner
@@ -35,15 +35,37 @@ from mesilla.v1.mesos import (
     MasterInfo,
     Offer,
     OfferID,
+    Task,
     TaskGroupInfo,
     TaskID,
     TaskInfo,
+    TaskState,
     TaskStatus,
 )
 
 log = logging.getLogger(__name__)
 
-Observer = Callable[[str, Any], None]
+
+
+class TaskUpdated(NamedTuple):
+    """TASK_UPDATED: the update, and the state of the task now (the agent's latest when ahead)."""
+
+    framework_id: FrameworkID
+    status: TaskStatus
+    state: TaskState
+
+
+ObserverKind = Literal[
+    "TASK_ADDED",
+    "TASK_UPDATED",
+    "AGENT_ADDED",
+    "AGENT_REMOVED",
+    "FRAMEWORK_ADDED",
+    "FRAMEWORK_UPDATED",
+    "FRAMEWORK_REMOVED",
+]
+ObserverEvent = Task | TaskUpdated | Agent | AgentID | Framework
+Observer = Callable[[ObserverKind, ObserverEvent], None]
 
 
 def _agent_event(kind: internal.AgentEventType, **fields: Any) -> internal.AgentEvent:
@@ -64,10 +86,10 @@ class Outbox:
         if callback in self._observers:
             self._observers.remove(callback)
 
-    def notify(self, kind: str, payload: Any) -> None:
+    def notify(self, kind: ObserverKind, event: ObserverEvent) -> None:
         for callback in list(self._observers):
             try:
-                callback(kind, payload)
+                callback(kind, event)
             except Exception:
                 log.exception("observer failed on %s", kind)
 

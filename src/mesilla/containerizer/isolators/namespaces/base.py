@@ -17,7 +17,6 @@ from mesilla.v1.mesos import ContainerID, LinuxInfo
 
 class NamespaceIsolator(Isolator):
     supports_nesting = True
-    supports_standalone = True
     namespace: ClassVar[str]  # as in /proc/<pid>/ns/
     label: ClassVar[str]  # the namespace as messages name it
     error: ClassVar[type[Exception]]
@@ -33,7 +32,7 @@ class NamespaceIsolator(Isolator):
     async def prepare(
         self, container_id: ContainerID, config: ContainerConfig
     ) -> ContainerLaunchInfo | None:
-        linux = config.container_info.linux_info if config.container_info else None
+        linux = config.info.linux_info
         return self.own() if self.wants_own(container_id, linux) else self.shared(container_id)
 
     def wants_own(self, container_id: ContainerID, linux: LinuxInfo | None) -> bool:

@@ -13,7 +13,6 @@ class PosixUsageIsolator(Isolator):
     """Remembers each container's first pid (its session id); enforces nothing."""
 
     supports_nesting = True
-    supports_standalone = True
 
     def __init__(self, flags: Any = None) -> None:
         self._pids: dict[ContainerID, int] = {}

@@ -127,6 +127,7 @@ class Master:
             registry=registry,
             owner=self.owner,
             master_info=lambda: self.master_info,
+            stopping=lambda: self.stopping,
         )
         self.offerer = Offerer(parts, offer_timeout=flags.get("offer_timeout"))
         self.tasks = Tasks(parts)

@@ -82,13 +82,10 @@ def parse_attributes(text: str | None) -> list[Attribute]:
 def _attribute(name: str, value: str) -> Attribute:
     if value.startswith("["):
         try:
-            pairs = parse_ranges(
-                value,
-                invalid=f"Invalid ranges for attribute '{name}': {value}",
-                invalid_item=f"Invalid range '{{item}}' for attribute '{name}'",
-            )
+            pairs = parse_ranges(value, f"attribute '{name}'")
         except ValueError as exc:
-            raise AttributesError(str(exc)) from None
+            message = str(exc)  # a start-up error: capitalized, as the agent's others
+            raise AttributesError(message[:1].upper() + message[1:]) from None
         ranges = [Range(begin=begin, end=end) for begin, end in pairs]
         return Attribute(name=name, type=ValueType.RANGES, ranges=Ranges(range=ranges))
     if value.startswith("{"):

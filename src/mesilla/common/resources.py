@@ -51,19 +51,18 @@ def from_fixed(value: int) -> float:
 # --- value types ---------------------------------------------------------------
 
 
-def parse_ranges(text: str, *, invalid: str, invalid_item: str) -> list[tuple[int, int]]:
-    """Mesos's text form of ranges, ``[31000-32000,5]``, as (begin, end) pairs. Raises
-    ValueError: `invalid` for text that is not bracketed, `invalid_item` (its "{item}" replaced by
-    the item) for an item that is not a number or two."""
+def parse_ranges(text: str, what: str) -> list[tuple[int, int]]:
+    """Mesos's text form of ranges, ``[31000-32000,5]``, as (begin, end) pairs; raises
+    ValueError naming `what` (e.g. "'ports'") and the part that is not a range."""
     if not (text.startswith("[") and text.endswith("]")):
-        raise ValueError(invalid)
+        raise ValueError(f"invalid ranges for {what}: {text}")
     ranges = []
     for item in filter(None, (x.strip() for x in text[1:-1].split(","))):
         begin, _, end = item.partition("-")
         try:
             ranges.append((int(begin), int(end or begin)))
         except ValueError:
-            raise ValueError(invalid_item.replace("{item}", item)) from None
+            raise ValueError(f"invalid range '{item}' for {what}") from None
     return ranges
 
 
@@ -227,11 +226,7 @@ class Resources:
     def _parse_value(cls, name: str, role: str, text: str) -> Resources:
         if text.startswith("["):
             try:
-                ranges = parse_ranges(
-                    text,
-                    invalid=f"invalid ranges for '{name}': {text}",
-                    invalid_item=f"invalid range '{{item}}' for '{name}'",
-                )
+                ranges = parse_ranges(text, f"'{name}'")
             except ValueError as exc:
                 raise ResourcesError(str(exc)) from None
             return cls({_key(name, role, ValueType.RANGES): _normalize_ranges(ranges)})

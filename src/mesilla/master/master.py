@@ -1,7 +1,8 @@
 """The master: frameworks, agents, tasks and offers (Mesos's `src/master/master.cpp`).
 
-`Master` builds its parts and owns them; each part gets what it needs in its
-constructor and nothing else:
+`Master` builds its parts and owns them; each part gets, in its constructor,
+the `Parts` bundle (`mesilla.master.parts`: the book, allocator, outbox,
+metrics, registry and task owner they share) and the other parts it calls:
 
 * `book` (`Book`): every index of the cluster's state, pure; the parts below
   are the only callers of its writers;

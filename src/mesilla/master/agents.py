@@ -65,7 +65,6 @@ class AgentLinks:
         )
         self._reregister_timeout = reregister_timeout
         self._reregister_timer: asyncio.TimerHandle | None = None
-        self._stopping = False
 
     def start(self) -> None:
         """Agents recovered from the registry have ``--agent_reregister_timeout`` to come back."""
@@ -78,8 +77,7 @@ class AgentLinks:
             )
 
     def stop(self) -> None:
-        """Closes every agent's stream; from now on a closing stream is the master's doing."""
-        self._stopping = True
+        """Closes every agent's stream (the master is `stopping`: a closing stream is its own doing)."""
         if self._reregister_timer is not None:
             self._reregister_timer.cancel()
         for agent in self._parts.book.agents.values():
@@ -323,7 +321,7 @@ class AgentLinks:
         if (
             agent.stream_id != stream_id
             or self._parts.book.agents.get(agent.id) is not agent
-            or self._stopping
+            or self._parts.stopping()
         ):
             return
         self._close_stream(agent)

@@ -66,11 +66,9 @@ class FrameworkStreams:
         self._tasks = tasks
         self.heartbeat_interval = heartbeat_interval
         self._allowed_roles = allowed_roles
-        self._stopping = False
 
     def stop(self) -> None:
-        """Closes every framework's stream; from now on a closing stream is the master's doing."""
-        self._stopping = True
+        """Closes every framework's stream (the master is `stopping`: a closing stream is its own doing)."""
         for framework in self._parts.book.frameworks.values():
             if framework.failover_timer is not None:
                 framework.failover_timer.cancel()
@@ -149,7 +147,7 @@ class FrameworkStreams:
 
     def disconnected(self, framework: Framework, stream_id: str) -> None:
         """The framework's stream closed: stop offers and start its failover timeout."""
-        if framework.stream_id != stream_id or self._stopping:
+        if framework.stream_id != stream_id or self._parts.stopping():
             return  # an old stream of a framework that failed over, or the master stopping
         framework.disconnect()
         self._parts.allocator.deactivate_framework(framework.id)

@@ -1,7 +1,8 @@
 """The master: frameworks, agents, tasks and offers (Mesos's `src/master/master.cpp`).
 
-`Master` builds its parts and owns them; each part gets what it needs in its
-constructor and nothing else:
+`Master` builds its parts and owns them; each part gets, in its constructor,
+the `Parts` bundle (`mesilla.master.parts`: the book, allocator, outbox,
+metrics, registry and task owner they share) and the other parts it calls:
 
 * `book` (`Book`): every index of the cluster's state, pure; the parts below
   are the only callers of its writers;
@@ -37,6 +38,7 @@ import socket
 import time
 import uuid
 from collections import Counter, deque
+from typing import Generic, TypeVar, cast
 
 from mesilla import MESOS_VERSION
 from mesilla.common.authorization import Authorizer
@@ -63,6 +65,8 @@ from mesilla.v1.mesos import Address, AgentInfo, MasterInfo, Offer
 
 log = logging.getLogger(__name__)
 
+T = TypeVar("T")
+
 
 def ip_as_int(ip: str) -> int:
     """MasterInfo.ip: the IPv4 address in network byte order read as a host integer, as Mesos does."""
@@ -70,6 +74,19 @@ def ip_as_int(ip: str) -> int:
         return int.from_bytes(socket.inet_aton(ip), "little")
     except OSError:
         return 0
+
+
+class _FromBook(Generic[T]):
+    """A read-only attribute of the master that is the book's attribute of the same name."""
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self._name = name
+
+    def __get__(self, master: Master, owner: type | None = None) -> T:
+        return cast(T, getattr(master.book, self._name))
+
+    def __set__(self, master: Master, value: T) -> None:
+        raise AttributeError(f"Master.{self._name} is the book's: the master's parts change it")
 
 
 class Master:
@@ -111,6 +128,7 @@ class Master:
             registry=registry,
             owner=self.owner,
             master_info=lambda: self.master_info,
+            stopping=lambda: self.stopping,
         )
         self.offerer = Offerer(parts, offer_timeout=flags.get("offer_timeout"))
         self.tasks = Tasks(parts)
@@ -196,33 +214,13 @@ class Master:
 
     # --- what the operator surfaces read ------------------------------------------------
 
-    @property
-    def frameworks(self) -> dict[str, Framework]:
-        return self.book.frameworks
-
-    @property
-    def completed_frameworks(self) -> deque[Framework]:
-        return self.book.completed_frameworks
-
-    @property
-    def agents(self) -> dict[str, Agent]:
-        return self.book.agents
-
-    @property
-    def recovered_agents(self) -> dict[str, AgentInfo]:
-        return self.book.recovered_agents
-
-    @property
-    def unreachable_agents(self) -> dict[str, float]:
-        return self.book.unreachable_agents
-
-    @property
-    def gone_agents(self) -> dict[str, float]:
-        return self.book.gone_agents
-
-    @property
-    def offers(self) -> dict[str, Offer]:
-        return self.book.offers
+    frameworks: _FromBook[dict[str, Framework]] = _FromBook()
+    completed_frameworks: _FromBook[deque[Framework]] = _FromBook()
+    agents: _FromBook[dict[str, Agent]] = _FromBook()
+    recovered_agents: _FromBook[dict[str, AgentInfo]] = _FromBook()
+    unreachable_agents: _FromBook[dict[str, float]] = _FromBook()
+    gone_agents: _FromBook[dict[str, float]] = _FromBook()
+    offers: _FromBook[dict[str, Offer]] = _FromBook()
 
     def add_observer(self, callback: Observer) -> None:
         self.outbox.add_observer(callback)

@@ -36,3 +36,5 @@ class Parts:
     owner: TaskOwner
     #: The master's `MasterInfo` as it is now (its address is known once the server is bound).
     master_info: Callable[[], MasterInfo]
+    #: Whether `Master.stop` has begun: from then on a closing stream is the master's doing.
+    stopping: Callable[[], bool]

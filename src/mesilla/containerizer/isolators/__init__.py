@@ -151,7 +151,7 @@ async def load_isolators(names: str | Iterable[str], flags: Any) -> list[Isolato
         if create is not None and inspect.iscoroutinefunction(create):
             isolator = await create(flags)
         else:
-            isolator = cls(flags)  # type: ignore[call-arg]  # isolators take the flags
+            isolator = cls(flags)
         if not isolator.name:
             isolator.name = name
         isolators.append(isolator)

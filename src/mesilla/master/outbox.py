@@ -143,7 +143,7 @@ class Outbox:
         """An agent left the cluster (unreachable, gone, unregistered, not back after a failover):
         every connected framework hears it, as Mesos's `sendSlaveLost`: FAILURE with the agent
         alone (schedulers' `slaveLost`), LostSlaveMessage for v0 drivers."""
-        failure = sched.Failure(agent_id=AgentID(value=agent_id))
+        failure = sched.Failure(agent_id=mesos.AgentID(value=agent_id))
         event = sched.Event(type=sched.EventType.FAILURE, failure=failure)
         for framework in list(frameworks):
             if framework.connected:

@@ -289,17 +289,11 @@ async def test_subscribes_while_the_master_stops_get_503_with_a_reason(
     or an operator's SUBSCRIBE then hears that the master is going away (503), not 500."""
     async with running_master(tmp_path) as server:
         await server.master.stop()
-        scheduler_call = {
-            "type": "SUBSCRIBE",
-            "subscribe": {"framework_info": {"user": "u", "name": "n"}},
-        }
-        async with session.post(
-            f"{base_url(server)}/api/v1/scheduler", json=scheduler_call
-        ) as response:
-            assert response.status == 503
-            assert "shutting down" in await response.text()
-        async with session.post(
-            f"{base_url(server)}/api/v1", json={"type": "SUBSCRIBE"}
-        ) as response:
-            assert response.status == 503
-            assert "shutting down" in await response.text()
+        subscribe_framework = {"framework_info": {"user": "u", "name": "n"}}
+        for path, call in (
+            ("/api/v1/scheduler", {"type": "SUBSCRIBE", "subscribe": subscribe_framework}),
+            ("/api/v1", {"type": "SUBSCRIBE"}),
+        ):
+            async with session.post(base_url(server) + path, json=call) as response:
+                assert response.status == 503, path
+                assert "shutting down" in await response.text()

@@ -44,7 +44,8 @@ class AgentFlags:
 
     @classmethod
     def from_flags(cls, flags: Flags) -> AgentFlags:
-        """Every field but the derived ones is the flag of its name, as its type."""
+        """Every field but the derived ones is the flag of its name, as its type (str, int,
+        float or bool); a field of another type is derived here."""
         values: dict[str, Any] = {
             "executor_environment": executor_environment_variables(flags),
             "domain_socket": domain_socket(flags),

@@ -124,6 +124,8 @@ async def test_disconnected_agent_becomes_unreachable_and_comes_back(
         lost = await plain.update("plain-task")
         assert lost["state"] == "TASK_LOST"
         agent_id = agent.agent_id["value"]  # type: ignore[index]
+        lost_agent = await aware.next_event("FAILURE", skip=("HEARTBEAT", "OFFERS", "RESCIND"))
+        assert lost_agent["failure"] == {"agent_id": {"value": agent_id}}
         assert (
             agent_id in server.master.unreachable_agents
             and agent_id not in server.master.agents

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 import ssl
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -25,6 +26,7 @@ from aiohttp import web
 
 from mesilla.common import negotiation, recordio, secrets
 from mesilla.common.authentication import Authentication
+from mesilla.common.durations import parse_duration
 from mesilla.common.errors import BadRequest, HttpError, NotFound
 from mesilla.common.negotiation import JSON, JSON_ENCODING, RECORDIO, Encoding  # noqa: F401 (RECORDIO: re-exported for the APIs)
 from mesilla.v1 import codec
@@ -144,6 +146,33 @@ async def read_message(request: web.Request, type_: type[T]) -> T:
         kind = "protobuf" if encoding.protobuf else "JSON"
         raise BadRequest(f"Expecting a {kind} {type_.__name__} in the request body")
     return encoding.decode(body, type_)
+
+
+_INTEGER = re.compile(r"-?0[xX][0-9a-fA-F]+|[+-]?[0-9]+")
+
+
+def numify(text: str, bits: int = 32) -> int:
+    """An integer query parameter as stout's `numify` reads one: decimal with an optional
+    sign, or 0x hexadecimal, nothing around it, within a signed `bits`-bit range;
+    ValueError otherwise (`int` alone would take ' 5' and '1_0')."""
+    if not _INTEGER.fullmatch(text):
+        raise ValueError(f"'{text}' is not an integer")
+    value = int(text, 16) if "x" in text.lower() else int(text)
+    if not -(1 << (bits - 1)) <= value < 1 << (bits - 1):
+        raise ValueError(f"'{text}' is out of range")
+    return value
+
+
+def metrics_timeout(request: web.Request) -> float | None:
+    """`/metrics/snapshot?timeout=` as libprocess checks it (400 unless a duration). Mesilla's
+    metrics are read at once, so no snapshot waits for it."""
+    text = request.query.get("timeout")
+    if text is None:
+        return None
+    try:
+        return parse_duration(text)
+    except ValueError as exc:
+        raise BadRequest(f"Invalid timeout '{text}': {exc}.") from None
 
 
 def json_response(

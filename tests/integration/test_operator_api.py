@@ -146,6 +146,38 @@ async def test_teardown_kills_the_frameworks_tasks(cluster: Cluster) -> None:
     assert task["state"] == "TASK_KILLED"
 
 
+async def test_the_v0_weights_endpoint_reads_and_updates_the_same_weights(cluster: Cluster) -> None:
+    url = cluster.base + "/weights"
+    async with cluster.session.put(url, json=[{"role": "web", "weight": 3.0}]) as response:
+        assert response.status == 200
+    assert await cluster.get("/weights") == [{"weight": 3.0, "role": "web"}]
+    assert (await cluster.call("GET_WEIGHTS"))["get_weights"]["weight_infos"] == [{"weight": 3.0, "role": "web"}]
+    for body, reason in (("{", "Failed to parse"), ('[{"role": "web", "weight": 0}]', "must be positive")):
+        async with cluster.session.put(url, data=body) as response:
+            assert response.status == 400
+            assert reason in await response.text()
+    assert await cluster.get("/weights") == [{"weight": 3.0, "role": "web"}]
+
+
+async def test_the_v0_teardown_endpoint_tears_a_framework_down(cluster: Cluster) -> None:
+    _agent, scheduler = await running_task(cluster)
+    url = cluster.base + "/teardown"
+    # As Mesos: the framework id in a form body; a missing or unknown one is 400 and changes nothing.
+    for data, reason in (("", "Missing 'frameworkId'"), ("frameworkId=nope", "No framework found")):
+        async with cluster.session.post(url, data=data) as response:
+            assert response.status == 400
+            assert reason in await response.text()
+    assert len((await cluster.call("GET_FRAMEWORKS"))["get_frameworks"]["frameworks"]) == 1
+
+    async with cluster.session.post(url, data={"frameworkId": scheduler.framework_id}) as response:
+        assert response.status == 200
+
+    frameworks = (await cluster.call("GET_FRAMEWORKS"))["get_frameworks"]
+    assert frameworks.get("frameworks", []) == []
+    [task] = (await cluster.call("GET_TASKS"))["get_tasks"]["completed_tasks"]
+    assert task["state"] == "TASK_KILLED"
+
+
 async def test_mark_agent_gone_removes_it_and_its_tasks(cluster: Cluster) -> None:
     agent, scheduler = await running_task(cluster)
 

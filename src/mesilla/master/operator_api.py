@@ -15,6 +15,7 @@ import asyncio
 import inspect
 import logging
 import time
+import urllib.parse
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -30,6 +31,7 @@ from mesilla.common.http import (
     Router,
     check_accept,
     json_response,
+    jsonp_response,
     read_message,
 )
 from mesilla.common.logging_level import VERBOSITY, set_logging_level
@@ -65,12 +67,16 @@ log = logging.getLogger(__name__)
 # Mesos's operator event stream heartbeat (`DEFAULT_HEARTBEAT_INTERVAL`).
 HEARTBEAT_INTERVAL = 15.0
 SUBSCRIBERS_METRIC = "master/operator_event_stream_subscribers"
+READWRITE = "mesos-master-readwrite"
 
 
 def install(router: Router, master: Master, files: attached_files.Files) -> None:
     """Registers ``/api/v1`` on the master's router; `files` are what LIST_FILES and READ_FILE read."""
     api = OperatorApi(master, files)
-    router.add("/api/v1", api.handle, methods=("POST",), realm="mesos-master-readwrite")
+    router.add("/api/v1", api.handle, methods=("POST",), realm=READWRITE)
+    # Mesos's v0 forms of TEARDOWN and GET/UPDATE_WEIGHTS, answered by the same calls.
+    router.add("/teardown", api.teardown_endpoint, methods=("POST",), realm=READWRITE)
+    router.add("/weights", api.weights_endpoint, methods=("GET", "PUT"), realm=READWRITE)
 
 
 # --- master state as v1 messages --------------------------------------------------------
@@ -272,17 +278,11 @@ class OperatorApi:
 
     async def handle(self, request: web.Request) -> web.StreamResponse:
         call: m.Call = await read_message(request, m.Call)
-        try:
-            validate_ids(call)
-        except BadRequest as exc:
-            raise BadRequest(f"Failed to validate master::Call: {exc.reason}", field=exc.field) from exc
-        if call.type not in _BEFORE_RECOVERY:
-            self.master.check_serving()
         if call.type is m.CallType.SUBSCRIBE:
+            self._check(call)
             return await self._subscribe(request)
         encoding = check_accept(request, m.Response)
-        self._authorize(request, call)
-        response = self._file_answer(request, call) or await self._answer(call)
+        response = await self.call(request, call)
         if response is None:
             return web.Response(status=200)
         seen = authorize.viewer(self.master, request)
@@ -290,6 +290,50 @@ class OperatorApi:
             body = encoding.encode(secrets.redact(seen.encode(response)), m.Response)
             return web.Response(body=body, content_type=encoding.content_type)
         return json_response(response, encoding=encoding)
+
+    def _check(self, call: m.Call) -> None:
+        try:
+            validate_ids(call)
+        except BadRequest as exc:
+            raise BadRequest(f"Failed to validate master::Call: {exc.reason}", field=exc.field) from exc
+        if call.type not in _BEFORE_RECOVERY:
+            self.master.check_serving()
+
+    async def call(self, request: web.Request, call: m.Call) -> m.Response | None:
+        """A call other than SUBSCRIBE validated, authorized and answered (None: 200 with no body)."""
+        self._check(call)
+        self._authorize(request, call)
+        return self._file_answer(request, call) or await self._answer(call)
+
+    async def teardown_endpoint(self, request: web.Request) -> web.Response:
+        """``POST /teardown`` with ``frameworkId=<id>`` in a form body, as Mesos's v0 endpoint."""
+        # As Mesos, the body is read as a query string whatever its Content-Type.
+        try:
+            form = urllib.parse.parse_qs((await request.read()).decode(), strict_parsing=False)
+        except UnicodeDecodeError as exc:
+            raise BadRequest(f"Unable to decode query string: {exc}") from exc
+        values = form.get("frameworkId")
+        if not values:
+            raise BadRequest("Missing 'frameworkId' query parameter in the request body")
+        framework_id = values[-1]
+        teardown = m.Teardown(framework_id=FrameworkID(value=framework_id))
+        await self.call(request, m.Call(type=m.CallType.TEARDOWN, teardown=teardown))
+        return web.Response(status=200)
+
+    async def weights_endpoint(self, request: web.Request) -> web.Response:
+        """``GET /weights`` lists the roles' weights; ``PUT /weights`` with a JSON array of
+        ``{"role", "weight"}`` updates them, as Mesos's v0 endpoint."""
+        if request.method == "PUT":
+            try:
+                infos = msgspec.json.decode(await request.read(), type=list[m.WeightInfo])
+            except msgspec.DecodeError as exc:
+                raise BadRequest(f"Failed to parse update weights request JSON: {exc}") from exc
+            update = m.UpdateWeights(weight_infos=infos)
+            await self.call(request, m.Call(type=m.CallType.UPDATE_WEIGHTS, update_weights=update))
+            return web.Response(status=200)
+        response = await self.call(request, m.Call(type=m.CallType.GET_WEIGHTS))
+        weights = response.get_weights if response is not None else None
+        return jsonp_response(request, msgspec.Raw(codec.encode(weights.weight_infos if weights is not None else [])))
 
     def _authorize(self, request: web.Request, call: m.Call) -> None:
         """The calls with an ACL action of their own; the read calls filter instead."""

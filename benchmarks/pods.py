@@ -78,6 +78,8 @@ from mesilla.testing.cluster import LocalCluster
 from mesilla.testing.images import build_image, push_image
 from mesilla.testing.registry import Registry, start_registry
 
+Json = dict[str, Any]
+
 COMMAND = "sleep 3600"
 TARGET_RATIO = 0.5
 TARGET_EXECUTOR_MB = 32
@@ -89,6 +91,15 @@ class PodSample:
     latency_ms: float
     executor_rss_kb: int | None = None
     executor_started_ms: float | None = None  # after ACCEPT, from /proc (10 ms ticks)
+
+
+@dataclass
+class RunningPod:
+    executor_id: str
+    task_ids: list[str]
+    agent_id: Json
+    sample: PodSample
+    executor_pid: int | None  # the executor's own process (past the container's init)
 
 
 @dataclass
@@ -109,6 +120,13 @@ class MesillaPods:
         self.image = image
 
     async def launch(self, size: int) -> PodSample:
+        """One pod, timed; then killed and its executor waited for."""
+        pod = await self.start(size)
+        await self.stop(pod)
+        return pod.sample
+
+    async def start(self, size: int) -> RunningPod:
+        """Launches a pod of `size` tasks and waits until every task runs."""
         fw = self.framework
         await fw.decline_pending()
         offer = await fw.offer()
@@ -148,11 +166,14 @@ class MesillaPods:
             started = process_start_seconds(pid)
             if started is not None:
                 sample.executor_started_ms = (started - accepted_uptime) * 1000
-        for task_id in ids:
-            await fw.call("KILL", {"task_id": {"value": task_id}, "agent_id": offer["agent_id"]})
-        await fw.until(lambda: all(fw.states.get(i) in TERMINAL for i in ids), 60)
-        await self.executor_gone(executor_id)
-        return sample
+        return RunningPod(executor_id, ids, offer["agent_id"], sample, pid)
+
+    async def stop(self, pod: RunningPod) -> None:
+        fw = self.framework
+        for task_id in pod.task_ids:
+            await fw.call("KILL", {"task_id": {"value": task_id}, "agent_id": pod.agent_id})
+        await fw.until(lambda: all(fw.states.get(i) in TERMINAL for i in pod.task_ids), 60)
+        await self.executor_gone(pod.executor_id)
 
     async def _containers(self) -> list[dict[str, Any]]:
         url = f"http://127.0.0.1:{self.cluster.agent_ports[0]}/api/v1"

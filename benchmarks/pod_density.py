@@ -92,7 +92,7 @@ class Group:
         return line
 
 
-async def run(args: argparse.Namespace, root: Path, cgroups_root: str) -> list[str]:
+async def run(args: argparse.Namespace, root: Path, cgroups_root: str) -> None:
     registry = start_registry()
     try:
         push_image(registry.url, "library/busybox", "latest", build_image())
@@ -107,14 +107,14 @@ async def run(args: argparse.Namespace, root: Path, cgroups_root: str) -> list[s
         ])  # fmt: skip
         await asyncio.to_thread(cluster.start)
         try:
-            return await measure(args, cluster, image, root)
+            await measure(args, cluster, image, root)
         finally:
             await asyncio.to_thread(cluster.stop)
     finally:
         registry.stop()
 
 
-async def measure(args: argparse.Namespace, cluster: LocalCluster, image: str, root: Path) -> list[str]:
+async def measure(args: argparse.Namespace, cluster: LocalCluster, image: str, root: Path) -> None:
     framework = Framework(cluster.master, "bench-pod-density")
     running: list[RunningPod] = []
     pods = MesillaPods(cluster, framework, image)
@@ -123,41 +123,35 @@ async def measure(args: argparse.Namespace, cluster: LocalCluster, image: str, r
         print("Warm-up: one pod (pulls the image into the agent's store) ...", flush=True)
         await pods.launch(1)
         for i in range(args.pods):
-            running.append(await pods.start(1))
+            running.append(await pods.start(1, executor=False))
             print(f"  pod {i + 1}/{args.pods} running", end="\r", flush=True)
         print()
         await asyncio.sleep(args.settle)  # the last executors' start-up garbage collected
         executors, inits, conmons = Group("executors"), Group("containers' inits (tini)"), Group("conmon")
+        pids = await pods.executor_pids()
         for pod in running:
-            if pod.executor_pid is None:
+            pid = pids.get(pod.executor_id)
+            if pid is None:
                 continue
-            executors.add(pod.executor_pid)
-            init = parent_of(pod.executor_pid)
-            if init is not None:
+            executors.add(pid)
+            init = parent_of(pid)
+            if init is not None and init != pid:
                 inits.add(init)
         for pid in monitor_pids(root / "cluster" / "agent-0" / "run"):
             conmons.add(pid)
         latency = Stats.of([p.sample.latency_ms for p in running])
-        lines = [
-            f"\n{len(running)} pods of one task running on one agent:",
-            executors.report(TARGET_EXECUTOR_PSS_MB),
-            inits.report(),
-            conmons.report(TARGET_CONMON_MB, "Rss"),
-            f"  launch latency while the agent filled up: {latency.line()}",
-        ]
-        print("Stopping the pods ...", flush=True)
-        for pod in running:
-            await pods.stop(pod)
-        running.clear()
-        return lines
+        print(f"\n{len(running)} pods of one task running on one agent:")
+        print(executors.report(TARGET_EXECUTOR_PSS_MB))
+        print(inits.report())
+        print(conmons.report(TARGET_CONMON_MB, "Rss"))
+        print(f"  launch latency while the agent filled up: {latency.line()}")
+        print("Stopping the pods (all at once) ...", flush=True)
     finally:
-        for pod in running:
-            try:
-                await pods.stop(pod)
-            except Exception as exc:  # the cluster's stop and the sweep remove what is left
-                print(f"  could not stop {pod.executor_id}: {exc}", file=sys.stderr)
-                break
-        await framework.close()
+        try:
+            if running:
+                await pods.stop(*running)
+        finally:
+            await framework.close()
 
 
 def main() -> int:
@@ -175,8 +169,7 @@ def main() -> int:
     cgroups_root = f"mesilla-bench-{uuid.uuid4().hex[:8]}"
     code = 0
     try:
-        for line in asyncio.run(run(args, root, cgroups_root)):
-            print(line)
+        asyncio.run(run(args, root, cgroups_root))
     except KeyboardInterrupt:
         print("\ninterrupted: cleaning up", file=sys.stderr)
         code = 130

@@ -125,8 +125,9 @@ class MesillaPods:
         await self.stop(pod)
         return pod.sample
 
-    async def start(self, size: int) -> RunningPod:
-        """Launches a pod of `size` tasks and waits until every task runs."""
+    async def start(self, size: int, *, executor: bool = True) -> RunningPod:
+        """Launches a pod of `size` tasks and waits until every task runs; with `executor`,
+        finds its executor's process (one GET_CONTAINERS, which grows with the agent's containers)."""
         fw = self.framework
         await fw.decline_pending()
         offer = await fw.offer()
@@ -160,7 +161,7 @@ class MesillaPods:
             raise FrameworkError(f"pod {executor_id} did not run: {[fw.states.get(i) for i in ids]}; "
                                  f"{[u.status.get('message') for u in fw.updates if u.task_id in ids][-1:]}")  # fmt: skip
         sample = PodSample((max(r.at for r in running if r is not None) - sent) * 1000)
-        pid = await self.executor_pid(executor_id)
+        pid = await self.executor_pid(executor_id) if executor else None
         if pid is not None:
             sample.executor_rss_kb = status_kb(pid)
             started = process_start_seconds(pid)
@@ -168,12 +169,15 @@ class MesillaPods:
                 sample.executor_started_ms = (started - accepted_uptime) * 1000
         return RunningPod(executor_id, ids, offer["agent_id"], sample, pid)
 
-    async def stop(self, pod: RunningPod) -> None:
+    async def stop(self, *pods: RunningPod) -> None:
+        """Kills every task of `pods` at once; returns once their executors are gone."""
         fw = self.framework
-        for task_id in pod.task_ids:
-            await fw.call("KILL", {"task_id": {"value": task_id}, "agent_id": pod.agent_id})
-        await fw.until(lambda: all(fw.states.get(i) in TERMINAL for i in pod.task_ids), 60)
-        await self.executor_gone(pod.executor_id)
+        ids = [task_id for pod in pods for task_id in pod.task_ids]
+        for pod in pods:
+            for task_id in pod.task_ids:
+                await fw.call("KILL", {"task_id": {"value": task_id}, "agent_id": pod.agent_id})
+        await fw.until(lambda: all(fw.states.get(i) in TERMINAL for i in ids), 60 + len(ids))
+        await self.executors_gone({pod.executor_id for pod in pods}, 60 + len(pods))
 
     async def _containers(self) -> list[dict[str, Any]]:
         url = f"http://127.0.0.1:{self.cluster.agent_ports[0]}/api/v1"
@@ -185,20 +189,27 @@ class MesillaPods:
         return containers
 
     async def executor_pid(self, executor_id: str) -> int | None:
-        for entry in await self._containers():
-            if entry.get("executor_id", {}).get("value") == executor_id:
-                pid = entry.get("container_status", {}).get("executor_pid")
-                return _past_init(int(pid)) if pid else None
-        return None
+        return (await self.executor_pids()).get(executor_id)
 
-    async def executor_gone(self, executor_id: str, timeout: float = 60) -> None:
-        """Waits for the pod's executor container to end, so that pods never overlap."""
+    async def executor_pids(self) -> dict[str, int]:
+        """Each executor's own process (past its container's init), by executor id."""
+        pids = {}
+        for entry in await self._containers():
+            executor_id = entry.get("executor_id", {}).get("value")
+            pid = entry.get("container_status", {}).get("executor_pid")
+            if executor_id and pid and "parent" not in entry.get("container_id", {}):
+                pids[executor_id] = _past_init(int(pid))
+        return pids
+
+    async def executors_gone(self, executor_ids: set[str], timeout: float = 60) -> None:
+        """Waits for the pods' executor containers to end, so that pods never overlap."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            if not any(e.get("executor_id", {}).get("value") == executor_id for e in await self._containers()):
+            running = {e.get("executor_id", {}).get("value") for e in await self._containers()}
+            if not running & executor_ids:
                 return
             await asyncio.sleep(0.1)
-        print(f"  (executor {executor_id} still there after {timeout}s)")
+        print(f"  (executors {sorted(running & executor_ids)[:3]} still there after {timeout}s)")
 
 
 def _past_init(pid: int) -> int:

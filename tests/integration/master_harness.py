@@ -180,7 +180,8 @@ class Scheduler(_Subscriber):
         if self.pending_offers:
             return self.pending_offers.pop(0)
         event = await self.next_event("OFFERS")
-        return event["offers"]["offers"][0]
+        offer: Json = event["offers"]["offers"][0]
+        return offer
 
     async def update(self, task_id: str | None = None) -> Json:
         while True:
@@ -190,7 +191,7 @@ class Scheduler(_Subscriber):
             if event["type"] == "OFFERS":
                 self.pending_offers.extend(event["offers"]["offers"])
                 continue
-            status = event["update"]["status"]
+            status: Json = event["update"]["status"]
             if task_id is None or status["task_id"]["value"] == task_id:
                 return status
 

@@ -82,12 +82,14 @@ class Cluster:
     async def call(self, call_type: str, **fields: Any) -> Json:
         response = await self.post("/api/v1", {"type": call_type, **fields})
         assert response.status == 200, await response.text()
-        return await response.json()
+        answer: Json = await response.json()
+        return answer
 
     async def get(self, path: str) -> Json:
         async with self.session.get(self.base + path) as response:
             assert response.status == 200, await response.text()
-            return await response.json()
+            body: Json = await response.json()
+            return body
 
     def agent(self) -> FakeAgent:
         agent = FakeAgent(self.session, self.base, cpus=4, mem=4096)
@@ -137,4 +139,5 @@ async def running_task(cluster: Cluster) -> tuple[FakeAgent, Scheduler]:
 
 def agent_id(agent: FakeAgent) -> str:
     assert agent.agent_id is not None
-    return agent.agent_id["value"]
+    value: str = agent.agent_id["value"]
+    return value

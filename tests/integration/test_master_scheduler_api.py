@@ -280,3 +280,20 @@ async def test_a_taken_port_is_a_clear_start_error(
     with pytest.raises(MasterStartError, match="choose another --ip or --port"):
         async with running_master(tmp_path / "second", f"--port={master.port}"):
             pass
+
+
+async def test_subscribes_while_the_master_stops_get_503_with_a_reason(
+    tmp_path: Path, session: aiohttp.ClientSession
+) -> None:
+    """Between `Master.stop` and the server's cleanup the port still answers: a scheduler's
+    or an operator's SUBSCRIBE then hears that the master is going away (503), not 500."""
+    async with running_master(tmp_path) as server:
+        await server.master.stop()
+        subscribe_framework = {"framework_info": {"user": "u", "name": "n"}}
+        for path, call in (
+            ("/api/v1/scheduler", {"type": "SUBSCRIBE", "subscribe": subscribe_framework}),
+            ("/api/v1", {"type": "SUBSCRIBE"}),
+        ):
+            async with session.post(base_url(server) + path, json=call) as response:
+                assert response.status == 503, path
+                assert "shutting down" in await response.text()

@@ -20,7 +20,7 @@ from mesilla import MESOS_VERSION
 from mesilla.agent import authorize, executor_auth
 from mesilla.agent import files as files_mod
 from mesilla.agent.agent import Agent, AgentStatus
-from mesilla.agent.state import Executor, ExecutorState, make_task
+from mesilla.agent.state import Executor, ExecutorState
 from mesilla.common.errors import BadRequest, ContainerError, HttpError, ServiceUnavailable
 from mesilla.common.http import (
     Router,
@@ -30,6 +30,7 @@ from mesilla.common.http import (
 )
 from mesilla.common.logging_level import VERBOSITY, set_logging_level
 from mesilla.common.negotiation import RECORDIO
+from mesilla.common.protobuf_utils import create_task
 from mesilla.common.resources import Resources
 from mesilla.common.validation import validate_ids
 from mesilla.v1 import agent as api
@@ -94,7 +95,7 @@ def get_tasks(agent: Agent) -> api.GetTasks:
     for framework in [*agent.frameworks.values(), *agent.completed_frameworks]:
         for executor in [*framework.executors.values(), *framework.completed_executors]:
             out.queued_tasks.extend(
-                make_task(t, TaskState.TASK_STAGING, framework.id, executor.agent_id)
+                create_task(t, TaskState.TASK_STAGING, framework.id, executor.agent_id)
                 for t in executor.queued_tasks.values()
             )
             out.launched_tasks.extend(executor.launched_tasks.values())

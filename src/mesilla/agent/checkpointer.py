@@ -16,7 +16,7 @@ from typing import Any
 from mesilla.agent import checkpoints, paths
 from mesilla.common import files
 from mesilla.common.blocking import in_thread
-from mesilla.v1.mesos import AgentInfo, ExecutorInfo, FrameworkInfo, Task
+from mesilla.v1.mesos import AgentInfo, FrameworkInfo
 
 # (work_dir, agent_id, framework_id, executor_id, container_id): one executor run.
 Run = tuple[str, str, str, str, str]
@@ -38,20 +38,12 @@ class Checkpointer:
         path = paths.framework_info_path(self.work_dir, agent_id, info.id.value)
         return in_thread(files.write_atomically, path, checkpoints.encode(info))
 
-    def launch(
-        self,
-        agent_id: str,
-        executor_id: str,
-        container_id: str,
-        tasks: list[Task],
-        *,
-        framework: FrameworkInfo | None = None,
-        executor: ExecutorInfo | None = None,
-    ) -> Write:
+    def meta(self, agent_id: str) -> checkpoints.MetaDir:
+        """The agent's checkpoint files, e.g. to make a launch's (`MetaDir.launch`)."""
+        return checkpoints.MetaDir(self.work_dir, agent_id)
+
+    def launch(self, launch: checkpoints.LaunchCheckpoint) -> Write:
         """A launch's files as one unit (`checkpoints.LaunchCheckpoint`)."""
-        launch = checkpoints.MetaDir(self.work_dir, agent_id).launch(
-            executor_id, container_id, tasks, framework=framework, executor=executor
-        )
         return in_thread(launch.write)
 
     def forked_pid(self, run: Run, pid: int) -> Write:

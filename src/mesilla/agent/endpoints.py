@@ -12,10 +12,11 @@ from mesilla import MESOS_VERSION
 from mesilla.agent import authorize
 from mesilla.agent.agent import CAPABILITIES, Agent
 from mesilla.agent.agent_api import ContainerEntry, list_containers, metrics, require_recovered
-from mesilla.agent.state import Executor, Framework, make_task
+from mesilla.agent.state import Executor, Framework
 from mesilla.common.authorization import require
 from mesilla.common.http import Router, jsonp_response
 from mesilla.common.models import attributes_json, task_json
+from mesilla.common.protobuf_utils import create_task
 from mesilla.common.resources import Resources, ResourcesError
 from mesilla.v1 import codec
 from mesilla.v1.mesos import FrameworkInfo, Json, Resource, TaskState
@@ -50,7 +51,7 @@ def v0_container(listed: ContainerEntry) -> dict[str, object]:
 def _executor_json(executor: Executor) -> Json:
     info = executor.info
     queued = [
-        make_task(t, TaskState.TASK_STAGING, executor.framework_id, executor.agent_id)
+        create_task(t, TaskState.TASK_STAGING, executor.framework_id, executor.agent_id)
         for t in executor.queued_tasks.values()
     ]
     return {

@@ -10,7 +10,8 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
+from typing import Any
 
 from mesilla.common.flags import FlagError, Flags
 from mesilla.containerizer.isolators.network.cni import default_network
@@ -43,29 +44,29 @@ class AgentFlags:
 
     @classmethod
     def from_flags(cls, flags: Flags) -> AgentFlags:
-        return cls(
-            work_dir=str(flags.work_dir),
-            runtime_dir=str(flags.runtime_dir),
-            ip=str(flags.ip),
-            port=int(flags.port),
-            master=str(flags.master),
-            recover=str(flags.recover),
-            strict=bool(flags.strict),
-            gc_delay=float(flags.gc_delay),
-            executor_registration_timeout=float(flags.executor_registration_timeout),
-            executor_reregistration_timeout=float(flags.executor_reregistration_timeout),
-            executor_shutdown_grace_period=float(flags.executor_shutdown_grace_period),
-            registration_backoff_factor=float(flags.registration_backoff_factor),
-            cgroups_enable_cfs=bool(flags.get("cgroups_enable_cfs")),
-            switch_user=bool(flags.switch_user),
-            recovery_timeout=float(flags.recovery_timeout),
-            sandbox_directory=str(flags.sandbox_directory),
-            executor_environment=executor_environment_variables(flags),
-            http_executor_domain_sockets=bool(flags.get("http_executor_domain_sockets")),
-            domain_socket=domain_socket(flags),
-            default_network=default_network(flags),
-            parsed=flags,
-        )
+        """Every field but the derived ones is the flag of its name, as its type (str, int,
+        float or bool); a field of another type is derived here."""
+        values: dict[str, Any] = {
+            "executor_environment": executor_environment_variables(flags),
+            "domain_socket": domain_socket(flags),
+            "default_network": default_network(flags),
+            "parsed": flags,
+        }
+        for f in fields(cls):
+            if f.name not in values:
+                values[f.name] = _read(flags, f.name, _PLAIN_TYPES[str(f.type)])
+        return cls(**values)
+
+
+Plain = str | int | float | bool
+_PLAIN_TYPES: dict[str, type[Plain]] = {"str": str, "int": int, "float": float, "bool": bool}
+
+
+def _read(flags: Flags, name: str, kind: type[Plain]) -> Plain:
+    """A flag as `kind`; an unset switch reads false."""
+    if kind is bool:
+        return bool(flags.get(name))
+    return kind(getattr(flags, name))
 
 
 def executor_environment_variables(flags: Flags) -> dict[str, str] | None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 
-from mesilla.common.resources import Resources, ResourcesError
+from mesilla.common.resources import Resources, ResourcesError, parse_ranges
 from mesilla.v1.mesos import Attribute, Range, Ranges, Scalar, Text, ValueType
 
 GB = 1024**3
@@ -81,15 +81,12 @@ def parse_attributes(text: str | None) -> list[Attribute]:
 
 def _attribute(name: str, value: str) -> Attribute:
     if value.startswith("["):
-        if not value.endswith("]"):
-            raise AttributesError(f"Invalid ranges for attribute '{name}': {value}")
-        ranges = []
-        for item in filter(None, (x.strip() for x in value[1:-1].split(","))):
-            begin, _, end = item.partition("-")
-            try:
-                ranges.append(Range(begin=int(begin), end=int(end or begin)))
-            except ValueError:
-                raise AttributesError(f"Invalid range '{item}' for attribute '{name}'") from None
+        try:
+            pairs = parse_ranges(value, f"attribute '{name}'")
+        except ValueError as exc:
+            message = str(exc)  # a start-up error: capitalized, as the agent's others
+            raise AttributesError(message[:1].upper() + message[1:]) from None
+        ranges = [Range(begin=begin, end=end) for begin, end in pairs]
         return Attribute(name=name, type=ValueType.RANGES, ranges=Ranges(range=ranges))
     if value.startswith("{"):
         raise AttributesError(

@@ -31,10 +31,10 @@ from mesilla.agent.state import (
     ExecutorState,
     Framework,
     FrameworkState,
-    make_task,
 )
 from mesilla.common.durations import format_duration
 from mesilla.common.errors import ContainerError
+from mesilla.common.protobuf_utils import create_task
 from mesilla.containerizer.types import ContainerConfig, ContainerTermination
 from mesilla.v1 import executor as ev
 from mesilla.v1.mesos import (
@@ -172,7 +172,7 @@ def _queue(
         agent,
         framework,
         executor,
-        [make_task(t, staging, executor.framework_id, agent.id()) for t in tasks],
+        [create_task(t, staging, executor.framework_id, agent.id()) for t in tasks],
         new_executor=new_executor,
     )
 
@@ -191,14 +191,14 @@ def checkpoint_launch(
     executor's earlier jobs (`in_order`), as is whatever sends tasks to the executor."""
     if not executor.checkpoint:
         return agent.in_order(executor, then, f"deliver to {executor}")
-    write = agent.checkpointer.launch(
-        agent.id().value,
+    launch = agent.checkpointer.meta(agent.id().value).launch(
         executor.id,
         executor.container_id.value,
         tasks,
         framework=framework.info,
         executor=executor.info if new_executor else None,
     )
+    write = agent.checkpointer.launch(launch)
 
     async def checkpoint_then() -> None:
         try:

@@ -15,7 +15,8 @@ from collections.abc import Callable
 from mesilla import MESOS_VERSION
 from mesilla.agent import launches, messages, status_updates, terminations
 from mesilla.agent.agent import CAPABILITIES, Agent, AgentStatus, partition_aware
-from mesilla.agent.state import ExecutorState, make_task
+from mesilla.agent.state import ExecutorState
+from mesilla.common.protobuf_utils import create_task
 from mesilla.v1 import internal
 from mesilla.v1.internal import AgentEvent, AgentEventType
 from mesilla.v1.mesos import (
@@ -51,7 +52,7 @@ class MasterEvents:
                 if not executor.command_task and executor.state is not ExecutorState.TERMINATED:
                     executors.append(executor.info)
                 for info in executor.queued_tasks.values():
-                    tasks.append(make_task(info, TaskState.TASK_STAGING, framework.id, agent.id()))
+                    tasks.append(create_task(info, TaskState.TASK_STAGING, framework.id, agent.id()))
                 tasks.extend(executor.launched_tasks.values())
                 tasks.extend(executor.terminated_tasks.values())
         return internal.Register(

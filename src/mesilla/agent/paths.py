@@ -19,6 +19,7 @@ Every function only builds paths; nothing here touches the disk except
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 
 from mesilla.common import files
 
@@ -38,8 +39,11 @@ def latest_agent_path(work_dir: str) -> str:
     return os.path.join(meta_dir(work_dir), "slaves", LATEST)
 
 
+# The checkpoint tree mirrors the sandboxes' under `meta/`.
+
+
 def agent_meta_dir(work_dir: str, agent_id: str) -> str:
-    return os.path.join(meta_dir(work_dir), "slaves", agent_id)
+    return agent_dir(meta_dir(work_dir), agent_id)
 
 
 def agent_info_path(work_dir: str, agent_id: str) -> str:
@@ -47,7 +51,7 @@ def agent_info_path(work_dir: str, agent_id: str) -> str:
 
 
 def framework_meta_dir(work_dir: str, agent_id: str, framework_id: str) -> str:
-    return os.path.join(agent_meta_dir(work_dir, agent_id), "frameworks", framework_id)
+    return framework_dir(meta_dir(work_dir), agent_id, framework_id)
 
 
 def framework_info_path(work_dir: str, agent_id: str, framework_id: str) -> str:
@@ -55,9 +59,7 @@ def framework_info_path(work_dir: str, agent_id: str, framework_id: str) -> str:
 
 
 def executor_meta_dir(work_dir: str, agent_id: str, framework_id: str, executor_id: str) -> str:
-    return os.path.join(
-        framework_meta_dir(work_dir, agent_id, framework_id), "executors", executor_id
-    )
+    return executor_dir(meta_dir(work_dir), agent_id, framework_id, executor_id)
 
 
 def executor_info_path(work_dir: str, agent_id: str, framework_id: str, executor_id: str) -> str:
@@ -69,59 +71,30 @@ def executor_info_path(work_dir: str, agent_id: str, framework_id: str, executor
 def run_meta_dir(
     work_dir: str, agent_id: str, framework_id: str, executor_id: str, container_id: str
 ) -> str:
-    return os.path.join(
-        executor_meta_dir(work_dir, agent_id, framework_id, executor_id), "runs", container_id
-    )
+    return executor_run_dir(meta_dir(work_dir), agent_id, framework_id, executor_id, container_id)
 
 
-def forked_pid_path(
-    work_dir: str, agent_id: str, framework_id: str, executor_id: str, container_id: str
-) -> str:
-    return os.path.join(
-        run_meta_dir(work_dir, agent_id, framework_id, executor_id, container_id),
-        "pids",
-        "forked.pid",
-    )
+#: The path of one file of a run's checkpoint, from the run's (work_dir, agent_id,
+#: framework_id, executor_id, container_id).
+RunFile = Callable[[str, str, str, str, str], str]
 
 
-def libprocess_pid_path(
-    work_dir: str, agent_id: str, framework_id: str, executor_id: str, container_id: str
-) -> str:
-    """The UPID of a v0 (libprocess) executor, which a restarted agent reconnects to."""
-    return os.path.join(
-        run_meta_dir(work_dir, agent_id, framework_id, executor_id, container_id),
-        "pids",
-        "libprocess.pid",
-    )
+def _run_file(*names: str) -> RunFile:
+    def path(work_dir: str, agent_id: str, framework_id: str, executor_id: str, container_id: str) -> str:
+        return os.path.join(run_meta_dir(work_dir, agent_id, framework_id, executor_id, container_id), *names)
+
+    return path
 
 
-def http_marker_path(
-    work_dir: str, agent_id: str, framework_id: str, executor_id: str, container_id: str
-) -> str:
-    """Present once the executor subscribed over HTTP (all of Mesilla's executors do)."""
-    return os.path.join(
-        run_meta_dir(work_dir, agent_id, framework_id, executor_id, container_id), "http.marker"
-    )
-
-
-def executor_sentinel_path(
-    work_dir: str, agent_id: str, framework_id: str, executor_id: str, container_id: str
-) -> str:
-    """Present once the run has completed, so recovery does not wait for it."""
-    return os.path.join(
-        run_meta_dir(work_dir, agent_id, framework_id, executor_id, container_id),
-        "executor.sentinel",
-    )
-
-
-def pending_task_group_path(
-    work_dir: str, agent_id: str, framework_id: str, executor_id: str, container_id: str
-) -> str:
-    """The ids of a task group whose tasks are being checkpointed; gone once all are."""
-    return os.path.join(
-        run_meta_dir(work_dir, agent_id, framework_id, executor_id, container_id),
-        "task_group.pending",
-    )
+forked_pid_path = _run_file("pids", "forked.pid")
+#: The UPID of a v0 (libprocess) executor, which a restarted agent reconnects to.
+libprocess_pid_path = _run_file("pids", "libprocess.pid")
+#: Present once the executor subscribed over HTTP (all of Mesilla's executors do).
+http_marker_path = _run_file("http.marker")
+#: Present once the run has completed, so recovery does not wait for it.
+executor_sentinel_path = _run_file("executor.sentinel")
+#: The ids of a task group whose tasks are being checkpointed; gone once all are.
+pending_task_group_path = _run_file("task_group.pending")
 
 
 def task_meta_dir(
@@ -139,32 +112,23 @@ def task_meta_dir(
     )
 
 
-def task_info_path(
-    work_dir: str,
-    agent_id: str,
-    framework_id: str,
-    executor_id: str,
-    container_id: str,
-    task_id: str,
-) -> str:
-    return os.path.join(
-        task_meta_dir(work_dir, agent_id, framework_id, executor_id, container_id, task_id),
-        "task.info",
-    )
+#: The path of one file of a task's checkpoint, from its run's ids and the task's.
+TaskFile = Callable[[str, str, str, str, str, str], str]
 
 
-def task_updates_path(
-    work_dir: str,
-    agent_id: str,
-    framework_id: str,
-    executor_id: str,
-    container_id: str,
-    task_id: str,
-) -> str:
-    return os.path.join(
-        task_meta_dir(work_dir, agent_id, framework_id, executor_id, container_id, task_id),
-        "task.updates",
-    )
+def _task_file(name: str) -> TaskFile:
+    def path(
+        work_dir: str, agent_id: str, framework_id: str, executor_id: str, container_id: str, task_id: str
+    ) -> str:
+        task = task_meta_dir(work_dir, agent_id, framework_id, executor_id, container_id, task_id)
+        return os.path.join(task, name)
+
+    return path
+
+
+task_info_path = _task_file("task.info")
+#: The task's status updates, appended as they come.
+task_updates_path = _task_file("task.updates")
 
 
 # --- sandboxes ---------------------------------------------------------------------

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 import msgspec
 
 from mesilla.common.http import EventStream
+from mesilla.common.protobuf_utils import create_task
 from mesilla.containerizer.types import ContainerTermination
 from mesilla.v1.mesos import (
     AgentID,
@@ -54,28 +55,6 @@ class ExecutorState(enum.Enum):
 class FrameworkState(enum.Enum):
     RUNNING = "RUNNING"
     TERMINATING = "TERMINATING"
-
-
-def make_task(
-    info: TaskInfo, state: TaskState, framework_id: FrameworkID, agent_id: AgentID
-) -> Task:
-    """The agent's `Task` record of a TaskInfo (Mesos's `protobuf::createTask`)."""
-    return Task(
-        name=info.name,
-        task_id=info.task_id,
-        framework_id=framework_id,
-        agent_id=agent_id,
-        state=state,
-        resources=info.resources,
-        executor_id=info.executor.executor_id if info.executor else None,
-        labels=info.labels,
-        discovery=info.discovery,
-        container=info.container,
-        health_check=info.health_check,
-        check=info.check,
-        kill_policy=info.kill_policy,
-        limits=info.limits,
-    )
 
 
 @dataclass
@@ -143,7 +122,7 @@ class Executor:
         lone = [t for tid, t in self.queued_tasks.items() if tid not in grouped]
         groups = self.queued_groups
         for info in self.queued_tasks.values():
-            self.launched_tasks[info.task_id.value] = make_task(
+            self.launched_tasks[info.task_id.value] = create_task(
                 info, TaskState.TASK_STAGING, self.framework_id, self.agent_id
             )
         self.queued_tasks = OrderedDict()
@@ -151,7 +130,7 @@ class Executor:
         return lone, groups
 
     def add_launched(self, info: TaskInfo) -> Task:
-        task = make_task(info, TaskState.TASK_STAGING, self.framework_id, self.agent_id)
+        task = create_task(info, TaskState.TASK_STAGING, self.framework_id, self.agent_id)
         self.launched_tasks[info.task_id.value] = task
         return task
 
@@ -194,7 +173,7 @@ class Executor:
                 for g in self.queued_groups
                 if any(t.task_id.value in self.queued_tasks for t in g.tasks)
             ]
-            task = make_task(info, status.state, self.framework_id, self.agent_id)
+            task = create_task(info, status.state, self.framework_id, self.agent_id)
         elif task_id in self.launched_tasks:
             task = self.launched_tasks[task_id]
         elif task_id in self.terminated_tasks:

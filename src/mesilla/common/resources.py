@@ -51,6 +51,21 @@ def from_fixed(value: int) -> float:
 # --- value types ---------------------------------------------------------------
 
 
+def parse_ranges(text: str, what: str) -> list[tuple[int, int]]:
+    """Mesos's text form of ranges, ``[31000-32000,5]``, as (begin, end) pairs; raises
+    ValueError naming `what` (e.g. "'ports'") and the part that is not a range."""
+    if not (text.startswith("[") and text.endswith("]")):
+        raise ValueError(f"invalid ranges for {what}: {text}")
+    ranges = []
+    for item in filter(None, (x.strip() for x in text[1:-1].split(","))):
+        begin, _, end = item.partition("-")
+        try:
+            ranges.append((int(begin), int(end or begin)))
+        except ValueError:
+            raise ValueError(f"invalid range '{item}' for {what}") from None
+    return ranges
+
+
 def _normalize_ranges(ranges: Iterable[tuple[int, int]]) -> tuple[tuple[int, int], ...]:
     merged: list[list[int]] = []
     for begin, end in sorted(ranges):
@@ -210,15 +225,10 @@ class Resources:
     @classmethod
     def _parse_value(cls, name: str, role: str, text: str) -> Resources:
         if text.startswith("["):
-            if not text.endswith("]"):
-                raise ResourcesError(f"invalid ranges for '{name}': {text}")
-            ranges = []
-            for item in filter(None, (x.strip() for x in text[1:-1].split(","))):
-                begin, _, end = item.partition("-")
-                try:
-                    ranges.append((int(begin), int(end or begin)))
-                except ValueError:
-                    raise ResourcesError(f"invalid range '{item}' for '{name}'") from None
+            try:
+                ranges = parse_ranges(text, f"'{name}'")
+            except ValueError as exc:
+                raise ResourcesError(str(exc)) from None
             return cls({_key(name, role, ValueType.RANGES): _normalize_ranges(ranges)})
         if text.startswith("{"):
             if not text.endswith("}"):

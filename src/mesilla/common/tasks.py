@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from types import TracebackType
 from typing import Any, TypeVar
 
@@ -130,3 +130,29 @@ class TaskOwner:
         traceback: TracebackType | None,
     ) -> None:
         await self.close()
+
+
+class Loop:
+    """A component's one long-running task (its loop): run as a task of an owner from
+    `start` until `stop`, which cancels it and waits for it to end."""
+
+    def __init__(self, name: str, body: Callable[[], Coroutine[Any, Any, None]]) -> None:
+        self.name = name
+        self._body = body
+        self._task: asyncio.Task[None] | None = None
+
+    def start(self, owner: TaskOwner) -> bool:
+        """Starts the loop unless it runs already; returns whether this call started it."""
+        if self._task is not None:
+            return False
+        self._task = owner.spawn(self._body(), self.name)
+        return True
+
+    async def stop(self) -> bool:
+        """Cancels the loop and waits for it; returns whether it was running."""
+        task, self._task = self._task, None
+        if task is None:
+            return False
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        return True

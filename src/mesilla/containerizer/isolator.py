@@ -24,11 +24,13 @@ from mesilla.v1.mesos import ContainerID
 class Isolator:
     name: str = ""
     supports_nesting: bool = False
-    supports_standalone: bool = False
     # DEBUG containers (checks, exec sessions) live in their parent's resources,
     # namespaces and filesystem; only an isolator that shapes the process itself
     # (not what it runs in) applies to them.
     supports_debug: bool = False
+
+    def __init__(self, flags: Any = None) -> None:
+        """Every isolator is made from the agent's flags (`cls(flags)`); these hooks need none."""
 
     async def recover(
         self, states: list[ContainerRuntimeState], orphans: set[ContainerID]

@@ -72,6 +72,11 @@ class ContainerConfig:
     rootfs: str | None = None
     image_config: dict[str, Any] | None = None
 
+    @property
+    def info(self) -> ContainerInfo:
+        """`container_info`, or an empty one (no linux_info, no volumes, ...) where there is none."""
+        return self.container_info if self.container_info is not None else ContainerInfo()
+
 
 @dataclass
 class Mount:

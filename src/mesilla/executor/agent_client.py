@@ -17,7 +17,7 @@ from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from typing import Any
 
-from mesilla.executor.driver import HttpConnection, HttpError, HttpResponse, open_stream
+from mesilla.executor.driver import AgentEndpoint, HttpConnection, HttpError, HttpResponse, open_stream
 
 log = logging.getLogger(__name__)
 
@@ -67,16 +67,12 @@ class AgentClient:
         self, host: str, port: int, headers: Mapping[str, str] | None = None,
         unix_socket: str | None = None,
     ) -> None:  # fmt: skip
-        self.host, self.port = host, port
-        self.unix_socket = unix_socket
-        self._headers = dict(headers or {})
+        self.endpoint = AgentEndpoint(host, port, dict(headers or {}), unix_socket)
         self._idle: list[HttpConnection] = []
 
     @asynccontextmanager
     async def _connection(self) -> AsyncIterator[HttpConnection]:
-        connection = self._idle.pop() if self._idle else HttpConnection(
-            self.host, self.port, self._headers, self.unix_socket
-        )
+        connection = self._idle.pop() if self._idle else HttpConnection(self.endpoint)
         try:
             yield connection
         except BaseException:
@@ -124,7 +120,7 @@ class AgentClient:
         body = _encode("WAIT_CONTAINER", wait_container={"container_id": container_id})
         while True:
             # Its own connection: the answer may take as long as the container runs.
-            connection = HttpConnection(self.host, self.port, self._headers, self.unix_socket)
+            connection = HttpConnection(self.endpoint)
             try:
                 response = await connection.post(AGENT_API, body)
             except HttpError as exc:
@@ -171,12 +167,9 @@ class AgentClient:
             "Content-Type": "application/json",
             "Accept": "application/recordio",
             "Message-Accept": "application/json",
-            **self._headers,
         }
         try:
-            response, chunks, writer = await open_stream(
-                self.host, self.port, AGENT_API, body, headers, self.unix_socket
-            )
+            response, chunks, writer = await open_stream(self.endpoint, AGENT_API, body, headers)
         except HttpError as exc:
             raise ConnectionError(str(exc)) from None
         if response.status != 200:

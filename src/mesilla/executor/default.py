@@ -22,31 +22,8 @@ import uuid
 from typing import TYPE_CHECKING, Any
 
 from mesilla.common.tasks import TaskOwner
+from mesilla.executor import default_events as events
 from mesilla.executor.agent_client import AgentCallError, AgentClient
-from mesilla.executor.default_events import (
-    CancelTimer,
-    CheckUpdated,
-    ContainerExited,
-    ContainerLaunched,
-    Event,
-    Exit,
-    HealthUpdated,
-    Instruction,
-    KillContainer,
-    KillTask,
-    LaunchContainer,
-    LaunchGroup,
-    LinkSandbox,
-    SendUpdate,
-    Shutdown,
-    StartChecks,
-    StartTimer,
-    StopChecks,
-    Subscribed,
-    Timer,
-    TimerFired,
-    WaitContainer,
-)
 from mesilla.executor.default_launch import (
     container_ip,
     hand_over_sandbox,
@@ -77,10 +54,10 @@ class DefaultExecutor(Executor):
         self.machine: ExecutorState | None = None
         self.driver: ExecutorDriver | None = None
         self._ip: str | None = None
-        self._timers: dict[Timer, asyncio.TimerHandle] = {}
+        self._timers: dict[events.Timer, asyncio.TimerHandle] = {}
         self._checkers: dict[str, list[Checker]] = {}
         # What each checked task asked for, to restart its checks after a disconnection.
-        self._checked: dict[str, StartChecks] = {}
+        self._checked: dict[str, events.StartChecks] = {}
         # Every step of the machine's instructions, and the update sender.
         self._tasks = TaskOwner("the default executor")
         self._updates: asyncio.Queue[Json] = asyncio.Queue()
@@ -113,7 +90,7 @@ class DefaultExecutor(Executor):
             log.error("SUBSCRIBED carries no container_id: cannot name nested containers; shutting down")
             driver.stop()
             return
-        self.feed(Subscribed(container_id, capabilities))
+        self.feed(events.Subscribed(container_id, capabilities))
         for task_id, start in self._checked.items():
             if task_id in self._checkers:
                 for checker in self._checkers[task_id]:
@@ -127,13 +104,13 @@ class DefaultExecutor(Executor):
             "LAUNCH of task '%s' is not supported by the default executor (use LAUNCH_GROUP); shutting down",
             task.get("task_id", {}).get("value"),
         )
-        self.feed(Shutdown())
+        self.feed(events.Shutdown())
 
     async def launch_group(self, driver: ExecutorDriver, task_group: Json) -> None:
-        self.feed(LaunchGroup(list(task_group.get("tasks", []))))
+        self.feed(events.LaunchGroup(list(task_group.get("tasks", []))))
 
     async def kill(self, driver: ExecutorDriver, task_id: str, kill_policy: Json | None) -> None:
-        self.feed(KillTask(task_id, kill_policy))
+        self.feed(events.KillTask(task_id, kill_policy))
 
     async def acknowledged(self, driver: ExecutorDriver, task_id: str, uuid: str) -> None:
         self._acknowledged.set()
@@ -147,23 +124,23 @@ class DefaultExecutor(Executor):
                 checker.pause()
 
     async def shutdown(self, driver: ExecutorDriver) -> None:
-        self.feed(Shutdown())
+        self.feed(events.Shutdown())
 
     async def error(self, driver: ExecutorDriver, message: str) -> None:
         log.error("ERROR event from the agent: %s", message)
 
     # --- the machine ----------------------------------------------------------------------
 
-    def feed(self, event: Event) -> None:
+    def feed(self, event: events.Event) -> None:
         if self.machine is None:
             log.warning("Dropping %s received before SUBSCRIBED", type(event).__name__)
             return
         for instruction in self.machine.handle(event):
             self._execute(instruction)
 
-    def _execute(self, instruction: Instruction) -> None:
+    def _execute(self, instruction: events.Instruction) -> None:
         match instruction:
-            case SendUpdate():
+            case events.SendUpdate():
                 status = instruction.status
                 log.info(
                     "Task '%s' %s%s",
@@ -172,43 +149,43 @@ class DefaultExecutor(Executor):
                     f": {status['message']}" if status.get("message") else "",
                 )
                 self._updates.put_nowait(status)
-            case LaunchContainer():
+            case events.LaunchContainer():
                 self._tasks.spawn(self._launch(instruction), f"launch of task '{instruction.task_id}'")
-            case WaitContainer():
+            case events.WaitContainer():
                 self._tasks.spawn(self._wait(instruction), f"wait for task '{instruction.task_id}'")
-            case KillContainer():
+            case events.KillContainer():
                 self._tasks.spawn(self._kill(instruction), f"kill of task '{instruction.task_id}'")
-            case StartTimer():
+            case events.StartTimer():
                 self._cancel_timer(instruction.timer)
                 handle = asyncio.get_running_loop().call_later(
                     instruction.delay, self._fire, instruction.timer
                 )
                 self._timers[instruction.timer] = handle
-            case CancelTimer():
+            case events.CancelTimer():
                 self._cancel_timer(instruction.timer)
-            case LinkSandbox():
+            case events.LinkSandbox():
                 try:
                     link_task_sandbox(self.sandbox, instruction.task_id, instruction.container_id)
                 except OSError as exc:
                     log.warning("Could not link the sandbox of task '%s': %s", instruction.task_id, exc)
-            case StartChecks():
+            case events.StartChecks():
                 self._checked[instruction.task_id] = instruction
                 if self.driver is not None and self.driver.connected:
                     self._start_checks(instruction)
-            case StopChecks():
+            case events.StopChecks():
                 self._checked.pop(instruction.task_id, None)
                 self._stop_checks(instruction.task_id)
-            case Exit():
+            case events.Exit():
                 if self.machine is not None and self.machine.abandoned:
                     log.error("A task group launch got no answer from the agent: exiting without further "
                               "updates; the agent's recovery ends the tasks")
                 self._tasks.spawn(self._exit(), "exit")
 
-    def _fire(self, timer: Timer) -> None:
+    def _fire(self, timer: events.Timer) -> None:
         self._timers.pop(timer, None)
-        self.feed(TimerFired(timer))
+        self.feed(events.TimerFired(timer))
 
-    def _cancel_timer(self, timer: Timer) -> None:
+    def _cancel_timer(self, timer: events.Timer) -> None:
         handle = self._timers.pop(timer, None)
         if handle is not None:
             handle.cancel()
@@ -225,7 +202,7 @@ class DefaultExecutor(Executor):
             finally:
                 self._updates.task_done()
 
-    async def _launch(self, launch: LaunchContainer) -> None:
+    async def _launch(self, launch: events.LaunchContainer) -> None:
         if launch.reuse_sandbox_of is not None:
             hand_over_sandbox(self.sandbox, launch.reuse_sandbox_of, launch.container_id)
             try:
@@ -233,7 +210,7 @@ class DefaultExecutor(Executor):
             except (OSError, AgentCallError) as exc:
                 log.warning("Could not remove the previous container of task '%s': %s", launch.task_id, exc)
         if self._ip is None:
-            self._ip = container_ip(self.agent.host)
+            self._ip = container_ip(self.agent.endpoint.host)
         command, container, resources, limits = launch_container_body(launch.task, self._ip)
         error, agent_lost = None, False
         try:
@@ -244,9 +221,9 @@ class DefaultExecutor(Executor):
             error, agent_lost = f"the agent could not be reached: {exc}", True
         if error:
             log.error("Launching task '%s' failed: %s", launch.task_id, error)
-        self.feed(ContainerLaunched(launch.task_id, launch.container_id, error, agent_lost))
+        self.feed(events.ContainerLaunched(launch.task_id, launch.container_id, error, agent_lost))
 
-    async def _wait(self, wait: WaitContainer) -> None:
+    async def _wait(self, wait: events.WaitContainer) -> None:
         loop = asyncio.get_running_loop()
         started = loop.time()  # WAIT starts right after the launch answered
         try:
@@ -254,7 +231,7 @@ class DefaultExecutor(Executor):
         except AgentCallError as exc:
             result = {"message": str(exc)}
         self.feed(
-            ContainerExited(
+            events.ContainerExited(
                 wait.task_id,
                 wait.container_id,
                 exit_status=result.get("exit_status"),
@@ -266,7 +243,7 @@ class DefaultExecutor(Executor):
             )
         )
 
-    async def _kill(self, kill: KillContainer) -> None:
+    async def _kill(self, kill: events.KillContainer) -> None:
         try:
             await self.agent.kill_container(kill.container_id, kill.signal)
         except (OSError, AgentCallError) as exc:
@@ -277,7 +254,7 @@ class DefaultExecutor(Executor):
         for checker in self._checkers.pop(task_id, []):
             self._tasks.spawn(checker.stop(), f"stop of the checks of task '{task_id}'")
 
-    def _start_checks(self, start: StartChecks) -> None:
+    def _start_checks(self, start: events.StartChecks) -> None:
         # Imported on first use: most pods have no checks, and each pod's executor start counts.
         from mesilla.executor.checks import (
             Checker,
@@ -299,11 +276,11 @@ class DefaultExecutor(Executor):
                 continue
             if health:
                 checker = Checker(
-                    spec, probe, on_health=lambda ok, kill: self.feed(HealthUpdated(task_id, ok, kill))
+                    spec, probe, on_health=lambda ok, kill: self.feed(events.HealthUpdated(task_id, ok, kill))
                 )
             else:
                 checker = Checker(
-                    spec, probe, on_check=lambda status: self.feed(CheckUpdated(task_id, status))
+                    spec, probe, on_check=lambda status: self.feed(events.CheckUpdated(task_id, status))
                 )
             checker.start()
             checkers.append(checker)

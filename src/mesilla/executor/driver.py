@@ -34,7 +34,7 @@ import random
 import time
 import uuid
 from collections.abc import AsyncIterator, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from mesilla.common.durations import parse_duration
 from mesilla.common.recordio import Decoder
@@ -132,16 +132,26 @@ def split_endpoint(endpoint: str) -> tuple[str, int]:
     return host, int(port)
 
 
-async def _connect(
-    host: str, port: int, unix_socket: str | None
-) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
-    """To the agent: over its unix socket when given one (MESOS_DOMAIN_SOCKET), else TCP."""
-    if unix_socket:
-        return await asyncio.open_unix_connection(unix_socket, limit=_MAX_HEADER_BYTES)
-    context = _tls()
-    return await asyncio.open_connection(
-        host, port, limit=_MAX_HEADER_BYTES, ssl=context, server_hostname=host if context else None
-    )
+class AgentEndpoint(NamedTuple):
+    """Where the agent serves executors, and the headers (its token) every request carries."""
+
+    host: str
+    port: int
+    headers: Mapping[str, str] = {}
+    #: The agent's unix socket (MESOS_DOMAIN_SOCKET), used instead of TCP when given.
+    unix_socket: str | None = None
+
+    async def connect(self) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+        if self.unix_socket:
+            return await asyncio.open_unix_connection(self.unix_socket, limit=_MAX_HEADER_BYTES)
+        context = _tls()
+        return await asyncio.open_connection(
+            self.host,
+            self.port,
+            limit=_MAX_HEADER_BYTES,
+            ssl=context,
+            server_hostname=self.host if context else None,
+        )
 
 
 @functools.cache
@@ -162,13 +172,8 @@ class HttpConnection:
     per concurrent stream of calls.
     """
 
-    def __init__(
-        self, host: str, port: int, headers: Mapping[str, str] | None = None,
-        unix_socket: str | None = None,
-    ) -> None:  # fmt: skip
-        self.host, self.port = host, port
-        self.unix_socket = unix_socket
-        self._headers = dict(headers or {})
+    def __init__(self, endpoint: AgentEndpoint) -> None:
+        self.endpoint = endpoint
         self._reader: asyncio.StreamReader | None = None
         self._writer: asyncio.StreamWriter | None = None
         self._lock = asyncio.Lock()
@@ -177,9 +182,10 @@ class HttpConnection:
         self, path: str, body: bytes, headers: Mapping[str, str] | None = None
     ) -> HttpResponse:
         all_headers = {"Content-Type": "application/json", "Accept": "application/json"}
-        all_headers.update(self._headers)
+        all_headers.update(self.endpoint.headers)
         all_headers.update(headers or {})
-        request = _request_bytes(f"{self.host}:{self.port}", path, body, all_headers)
+        host, port = self.endpoint.host, self.endpoint.port
+        request = _request_bytes(f"{host}:{port}", path, body, all_headers)
         async with self._lock:
             # A kept-alive connection may have been closed by the server meanwhile:
             # retry once on a fresh one.
@@ -190,12 +196,12 @@ class HttpConnection:
                 except (HttpError, OSError) as exc:
                     self._close()
                     if fresh or attempt:
-                        raise HttpError(f"POST {path} to {self.host}:{self.port}: {exc}") from None
+                        raise HttpError(f"POST {path} to {host}:{port}: {exc}") from None
             raise AssertionError("unreachable")
 
     async def _exchange(self, request: bytes) -> HttpResponse:
         if self._writer is None:
-            self._reader, self._writer = await _connect(self.host, self.port, self.unix_socket)
+            self._reader, self._writer = await self.endpoint.connect()
         assert self._reader is not None
         self._writer.write(request)
         await self._writer.drain()
@@ -215,12 +221,12 @@ class HttpConnection:
 
 
 async def open_stream(
-    host: str, port: int, path: str, body: bytes, headers: Mapping[str, str],
-    unix_socket: str | None = None,
-) -> tuple[HttpResponse, AsyncIterator[bytes], asyncio.StreamWriter]:  # fmt: skip
+    endpoint: AgentEndpoint, path: str, body: bytes, headers: Mapping[str, str]
+) -> tuple[HttpResponse, AsyncIterator[bytes], asyncio.StreamWriter]:
     """POSTs on a new connection and returns the response head and its body stream."""
-    reader, writer = await _connect(host, port, unix_socket)
-    writer.write(_request_bytes(f"{host}:{port}", path, body, headers))
+    reader, writer = await endpoint.connect()
+    all_headers = {**headers, **endpoint.headers}
+    writer.write(_request_bytes(f"{endpoint.host}:{endpoint.port}", path, body, all_headers))
     await writer.drain()
     status, reason, response_headers = await _read_head(reader)
     return (
@@ -289,7 +295,7 @@ class ExecutorDriver:
             self.auth_headers["Authorization"] = f"Basic {basic}"
 
         self._executor = executor
-        self._calls = HttpConnection(self.host, self.port, self.auth_headers, self.unix_socket)
+        self._calls = HttpConnection(AgentEndpoint(self.host, self.port, self.auth_headers, self.unix_socket))
         # Kept until acknowledged, in the order sent: uuid -> TaskStatus JSON.
         self._unacknowledged_updates: dict[str, dict[str, Any]] = {}
         self._unacknowledged_tasks: dict[str, dict[str, Any]] = {}
@@ -422,14 +428,8 @@ class ExecutorDriver:
                 ],
             },
         )
-        headers = {
-            "Content-Type": "application/json",
-            "Accept": "application/json",
-            **self.auth_headers,
-        }
-        response, chunks, writer = await open_stream(
-            self.host, self.port, EXECUTOR_API, body, headers, self.unix_socket
-        )
+        headers = {"Content-Type": "application/json", "Accept": "application/json"}
+        response, chunks, writer = await open_stream(self._calls.endpoint, EXECUTOR_API, body, headers)
         try:
             if response.status != 200:
                 text = b"".join([c async for c in chunks]).decode(errors="replace")

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 from aiohttp import web
 
 from mesilla.common.authentication import MASTER_AGENT
-from mesilla.common.errors import BadRequest, Forbidden, ServiceUnavailable
+from mesilla.common.errors import BadRequest, Forbidden
 from mesilla.common.http import EventStream, Router, read_message
 from mesilla.common.resources import Resources, ResourcesError
 from mesilla.common.validation import validate_ids
@@ -57,8 +57,7 @@ def _validate(call: internal.AgentCall) -> None:
 
 
 async def agent_call(request: web.Request, master: Master) -> web.StreamResponse:
-    if not master.recovered:
-        raise ServiceUnavailable("Master has not finished recovery")
+    master.check_serving()
     call: internal.AgentCall = await read_message(request, internal.AgentCall)
     _validate(call)
     if call.type is internal.AgentCallType.REGISTER:

@@ -14,30 +14,23 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections import Counter
-from collections.abc import Callable
 
 import msgspec
 
 from mesilla.common.http import EventStream
-from mesilla.common.tasks import TaskOwner
 from mesilla.master.agent import Agent
 from mesilla.master.agent_health import AgentHealth, forgive
-from mesilla.master.allocator import HierarchicalDRFAllocator
-from mesilla.master.book import Book
 from mesilla.master.framework import Framework
 from mesilla.master.frameworks import FrameworkStreams
 from mesilla.master.offers import Offerer
-from mesilla.master.outbox import Outbox
-from mesilla.master.registry import Registry
-from mesilla.master.tasks import Tasks, master_status
+from mesilla.master.parts import Parts
+from mesilla.master.tasks import Tasks, task_status
 from mesilla.v1 import internal
 from mesilla.v1.mesos import (
     AgentID,
     AgentInfo,
     FrameworkID,
     FrameworkInfo,
-    MasterInfo,
     Reason,
     TaskState,
     TaskStatus,
@@ -49,57 +42,45 @@ log = logging.getLogger(__name__)
 class AgentLinks:
     def __init__(
         self,
-        book: Book,
-        registry: Registry,
-        allocator: HierarchicalDRFAllocator,
+        parts: Parts,
         offerer: Offerer,
         tasks: Tasks,
         frameworks: FrameworkStreams,
-        outbox: Outbox,
-        counters: Counter[str],
-        owner: TaskOwner,
-        master_info: Callable[[], MasterInfo],
         *,
         ping_timeout: float,
         max_ping_timeouts: int,
         reregister_timeout: float,
     ) -> None:
-        self._book = book
-        self._registry = registry
-        self._allocator = allocator
+        self._parts = parts
         self._offerer = offerer
         self._tasks = tasks
         self._frameworks = frameworks
-        self._outbox = outbox
-        self._counters = counters
-        self._owner = owner
-        self._master_info = master_info
         self.health = AgentHealth(
-            outbox,
-            counters,
+            parts.outbox,
+            parts.counters,
             ping_timeout=ping_timeout,
             max_ping_timeouts=max_ping_timeouts,
-            registered=lambda agent: book.agents.get(agent.id) is agent,
+            registered=lambda agent: self._parts.book.agents.get(agent.id) is agent,
             unreachable=self.mark_unreachable,
         )
         self._reregister_timeout = reregister_timeout
         self._reregister_timer: asyncio.TimerHandle | None = None
-        self._stopping = False
 
     def start(self) -> None:
         """Agents recovered from the registry have ``--agent_reregister_timeout`` to come back."""
-        if self._book.recovered_agents:
+        if self._parts.book.recovered_agents:
             self._reregister_timer = asyncio.get_running_loop().call_later(
                 self._reregister_timeout,
-                lambda: self._owner.spawn(self._expire_recovered_agents(), "expiry of recovered agents"),
+                lambda: self._parts.owner.spawn(
+                    self._expire_recovered_agents(), "expiry of recovered agents"
+                ),
             )
 
     def stop(self) -> None:
-        """Closes every agent's stream; from now on a closing stream is the master's doing."""
-        self._stopping = True
+        """Closes every agent's stream (the master is `stopping`: a closing stream is its own doing)."""
         if self._reregister_timer is not None:
             self._reregister_timer.cancel()
-        for agent in self._book.agents.values():
+        for agent in self._parts.book.agents.values():
             self._close_stream(agent)
 
     # --- registration -------------------------------------------------------------------
@@ -113,14 +94,14 @@ class AgentLinks:
         reconcile: list[internal.ReconcileTasks] = []
         if info.id is None:
             agent = await self._register_new(info, pid, call)
-        elif info.id.value in self._book.gone_agents:
-            await self._outbox.shutdown(stream, f"Agent {info.id.value} has been marked gone")
+        elif info.id.value in self._parts.book.gone_agents:
+            await self._parts.outbox.shutdown(stream, f"Agent {info.id.value} has been marked gone")
             stream.close()
             return None
         else:
-            self._counters["master/messages_reregister_slave"] += 1
-            self._counters["master/slave_reregistrations"] += 1
-            known = self._book.agents.get(info.id.value)
+            self._parts.counters["master/messages_reregister_slave"] += 1
+            self._parts.counters["master/slave_reregistrations"] += 1
+            known = self._parts.book.agents.get(info.id.value)
             if known is not None:
                 reconcile = self._unknown_to_agent(known, call)
                 agent = await self._reregister_known(known, info, pid, call)
@@ -129,28 +110,30 @@ class AgentLinks:
                 reconcile = self._unreported_unreachable(agent)
         agent.stream, agent.stream_id = stream, stream_id
         agent.connected = agent.active = True
-        await self._outbox.registered(agent, self._master_info(), self.health.total_ping_timeout)
-        await self._outbox.reconcile_tasks(agent, reconcile)
+        await self._parts.outbox.registered(agent, self._parts.master_info(), self.health.total_ping_timeout)
+        await self._parts.outbox.reconcile_tasks(agent, reconcile)
         await self._shutdown_completed_frameworks(agent, call)
         if agent.observer is None:  # a known agent that re-registers keeps its observer
-            agent.observer = self._owner.spawn(self.health.observe(agent), f"health of agent {agent.id}")
+            agent.observer = self._parts.owner.spawn(
+                self.health.observe(agent), f"health of agent {agent.id}"
+            )
         log.info("agent %s (%s) registered at %s", agent.id, agent.hostname, pid)
         return agent
 
     async def _register_new(self, info: AgentInfo, pid: str, call: internal.Register) -> Agent:
-        info = msgspec.structs.replace(info, id=AgentID(value=self._book.new_agent_id()))
-        await self._registry.admit_agent(info)
+        info = msgspec.structs.replace(info, id=AgentID(value=self._parts.book.new_agent_id()))
+        await self._parts.registry.admit_agent(info)
         agent = self._add(info, pid, call)
-        self._counters["master/slave_registrations"] += 1
-        self._counters["master/messages_register_slave"] += 1
+        self._parts.counters["master/slave_registrations"] += 1
+        self._parts.counters["master/messages_register_slave"] += 1
         return agent
 
     async def _reregister_unknown(self, info: AgentInfo, pid: str, call: internal.Register) -> Agent:
         """An agent the master does not hold: recovered from the registry, unreachable, or unknown."""
         assert info.id is not None
-        await self._registry.readmit_agent(info)
-        recovered = info.id.value in self._book.recovered_agents
-        unreachable = info.id.value in self._book.unreachable_agents
+        await self._parts.registry.readmit_agent(info)
+        recovered = info.id.value in self._parts.book.recovered_agents
+        unreachable = info.id.value in self._parts.book.unreachable_agents
         agent = self._add(info, pid, call)
         agent.reregistered_time = time.time()
         if not recovered:
@@ -158,14 +141,14 @@ class AgentLinks:
         return agent
 
     def _add(self, info: AgentInfo, pid: str, call: internal.Register) -> Agent:
-        agent = self._book.add_agent(
+        agent = self._parts.book.add_agent(
             info, pid, version=call.version, capabilities=list(call.capabilities), now=time.time()
         )
         self._adopt_reported(agent, call)
-        self._allocator.add_agent(
+        self._parts.allocator.add_agent(
             agent.id, agent.hostname, agent.total_resources, used=agent.used_resources()
         )
-        self._outbox.notify("AGENT_ADDED", agent)
+        self._parts.outbox.notify("AGENT_ADDED", agent)
         return agent
 
     def _adopt_reported(self, agent: Agent, call: internal.Register) -> None:
@@ -174,14 +157,14 @@ class AgentLinks:
         frameworks = {f.id.value: f for f in call.frameworks if f.id is not None}
         for executor in call.executor_infos:
             framework_id = executor.framework_id.value if executor.framework_id else None
-            if framework_id is None or self._book.is_completed_framework(framework_id):
+            if framework_id is None or self._parts.book.is_completed_framework(framework_id):
                 continue
             if not agent.has_executor(framework_id, executor.executor_id.value):
                 framework = self._framework_for(framework_id, frameworks)
                 self._tasks.add_executor(framework.id, agent.id, executor)
         for task in call.tasks:
             framework_id = task.framework_id.value
-            if task.state.terminal or self._book.is_completed_framework(framework_id):
+            if task.state.terminal or self._parts.book.is_completed_framework(framework_id):
                 continue
             if task.task_id.value in agent.tasks.get(framework_id, {}):
                 continue
@@ -198,18 +181,11 @@ class AgentLinks:
         (REASON_AGENT_REREGISTERED). Not after a master failover: frameworks reconcile then."""
         message = "Unreachable agent re-reregistered" if unreachable else "Unknown agent reregistered"
         for framework_id, tasks in agent.tasks.items():
-            framework = self._book.frameworks.get(framework_id)
+            framework = self._parts.book.frameworks.get(framework_id)
             if framework is None:
                 continue
             for task in tasks.values():
-                status = master_status(
-                    task.task_id.value,
-                    task.state,
-                    Reason.REASON_AGENT_REREGISTERED,
-                    message,
-                    agent_id=agent.id,
-                    executor_id=task.executor_id,
-                )
+                status = task_status(task, task.state, Reason.REASON_AGENT_REREGISTERED, message)
                 if task.statuses:  # what the task's last update said of it, as Mesos keeps
                     last = task.statuses[-1]
                     status = msgspec.structs.replace(
@@ -218,7 +194,7 @@ class AgentLinks:
                         check_status=last.check_status,
                         container_status=last.container_status,
                     )
-                await self._outbox.update(framework, status)
+                await self._parts.outbox.update(framework, status)
 
     async def _shutdown_completed_frameworks(self, agent: Agent, call: internal.Register) -> None:
         """Frameworks removed while the agent was away must not keep running there."""
@@ -226,8 +202,8 @@ class AgentLinks:
             e.framework_id.value for e in call.executor_infos if e.framework_id is not None
         }
         for framework_id in sorted(reported):
-            if self._book.is_completed_framework(framework_id):
-                await self._outbox.shutdown_framework(agent, framework_id)
+            if self._parts.book.is_completed_framework(framework_id):
+                await self._parts.outbox.shutdown_framework(agent, framework_id)
 
     def _unknown_to_agent(self, agent: Agent, call: internal.Register) -> list[internal.ReconcileTasks]:
         """Live tasks the master places on a re-registering agent that it does not report (the
@@ -237,7 +213,7 @@ class AgentLinks:
         reported = {(t.framework_id.value, t.task_id.value) for t in call.tasks}
         asks = []
         for framework_id, tasks in agent.tasks.items():
-            framework = self._book.frameworks.get(framework_id)
+            framework = self._parts.book.frameworks.get(framework_id)
             if framework is None:
                 continue
             missing = [
@@ -266,8 +242,8 @@ class AgentLinks:
         received (launched while it hung), their framework told TASK_UNREACHABLE and no
         end, are asked of the agent, which ends them with a TASK_DROPPED of its own."""
         asks = []
-        for framework_id, left in self._book.drop_unreachable_tasks(agent.id).items():
-            framework = self._book.frameworks[framework_id]
+        for framework_id, left in self._parts.book.drop_unreachable_tasks(agent.id).items():
+            framework = self._parts.book.frameworks[framework_id]
             unheard = [
                 t.task_id for t in left
                 if t.status_update_state is None or not t.status_update_state.terminal
@@ -293,9 +269,9 @@ class AgentLinks:
         forgive(agent)  # pings that found no stream while it was away do not count against it
         self._close_stream(agent)
         if info != agent.info:
-            await self._registry.readmit_agent(info)
+            await self._parts.registry.readmit_agent(info)
             agent.info = info
-            self._allocator.update_agent(agent.id, agent.total_resources)
+            self._parts.allocator.update_agent(agent.id, agent.total_resources)
         agent.pid = pid
         agent.version = call.version
         agent.reregistered_time = time.time()
@@ -306,11 +282,11 @@ class AgentLinks:
             # Resources of adopted tasks are in use: re-add the agent with them
             # (its offers go, as the allocator forgets what it had offered).
             self._offerer.remove_all(agent.offers, rescind=True, recover=False)
-            self._allocator.remove_agent(agent.id)
-            self._allocator.add_agent(
+            self._parts.allocator.remove_agent(agent.id)
+            self._parts.allocator.add_agent(
                 agent.id, agent.hostname, agent.total_resources, used=agent.used_resources()
             )
-        self._allocator.activate_agent(agent.id)
+        self._parts.allocator.activate_agent(agent.id)
         return agent
 
     def _remove_unreported_executors(self, agent: Agent, call: internal.Register) -> None:
@@ -342,17 +318,23 @@ class AgentLinks:
         forgive(agent)
 
     def disconnected(self, agent: Agent, stream_id: str) -> None:
-        if agent.stream_id != stream_id or self._book.agents.get(agent.id) is not agent or self._stopping:
+        if (
+            agent.stream_id != stream_id
+            or self._parts.book.agents.get(agent.id) is not agent
+            or self._parts.stopping()
+        ):
             return
         self._close_stream(agent)
         agent.connected = agent.active = False
-        self._allocator.deactivate_agent(agent.id)
+        self._parts.allocator.deactivate_agent(agent.id)
         self._offerer.remove_all(agent.offers, rescind=True)
         for framework_id in sorted(set(agent.tasks) | set(agent.executors)):
-            framework = self._book.frameworks.get(framework_id)
+            framework = self._parts.book.frameworks.get(framework_id)
             if framework is not None and not framework.info.checkpoint:
                 lost = self._remove_framework_from(agent, framework)
-                self._owner.spawn(self._outbox.updates(framework, lost), f"updates to {framework.id}")
+                self._parts.owner.spawn(
+                    self._parts.outbox.updates(framework, lost), f"updates to {framework.id}"
+                )
         log.info(
             "agent %s disconnected; unreachable after %d missed pings unless it comes back",
             agent.id,
@@ -365,13 +347,9 @@ class AgentLinks:
         statuses = []
         for task in list(agent.tasks.get(framework.id, {}).values()):
             if not task.state.terminal:
-                status = master_status(
-                    task.task_id.value,
-                    TaskState.TASK_LOST,
-                    Reason.REASON_AGENT_DISCONNECTED,
-                    f"Agent {agent.hostname} disconnected",
-                    agent_id=agent.id,
-                    executor_id=task.executor_id,
+                disconnected = f"Agent {agent.hostname} disconnected"
+                status = task_status(
+                    task, TaskState.TASK_LOST, Reason.REASON_AGENT_DISCONNECTED, disconnected
                 )
                 self._tasks.update(task, status)
                 statuses.append(status)
@@ -383,10 +361,10 @@ class AgentLinks:
     async def mark_unreachable(self, agent: Agent) -> None:
         """Its health check failed: the agent leaves the cluster until it re-registers."""
         now = time.time()
-        await self._registry.mark_agent_unreachable(agent.id, now)
-        self._counters["master/slave_unreachable_completed"] += 1
-        self._counters["master/slave_removals"] += 1
-        self._book.mark_unreachable(agent.id, now)
+        await self._parts.registry.mark_agent_unreachable(agent.id, now)
+        self._parts.counters["master/slave_unreachable_completed"] += 1
+        self._parts.counters["master/slave_removals"] += 1
+        self._parts.book.mark_unreachable(agent.id, now)
         await self._remove(
             agent,
             TaskState.TASK_UNREACHABLE,
@@ -405,53 +383,53 @@ class AgentLinks:
     ) -> None:
         """Takes an agent out of the cluster; its tasks go `state` (TASK_LOST for frameworks
         not PARTITION_AWARE)."""
-        self._allocator.remove_agent(agent.id)
+        self._parts.allocator.remove_agent(agent.id)
         self._offerer.remove_all(agent.offers, rescind=True, recover=False)
         for framework_id, tasks in list(agent.tasks.items()):
-            framework = self._book.frameworks.get(framework_id)
+            framework = self._parts.book.frameworks.get(framework_id)
             if framework is None:
                 continue
             for task in list(tasks.values()):
                 await self._tasks.lose(framework, task, state, reason, message, unreachable_time)
-        self._book.remove_agent(agent)
+        self._parts.book.remove_agent(agent)
         self._close_stream(agent)
-        self._outbox.notify("AGENT_REMOVED", agent.id)
+        self._parts.outbox.notify("AGENT_REMOVED", AgentID(value=agent.id))
 
     async def _expire_recovered_agents(self) -> None:
         """Agents from the registry that did not re-register in ``--agent_reregister_timeout``."""
-        for agent_id in list(self._book.recovered_agents):
+        for agent_id in list(self._parts.book.recovered_agents):
             now = time.time()
-            await self._registry.mark_agent_unreachable(agent_id, now)
-            self._book.mark_unreachable(agent_id, now)
-            self._counters["master/recovery_slave_removals"] += 1
+            await self._parts.registry.mark_agent_unreachable(agent_id, now)
+            self._parts.book.mark_unreachable(agent_id, now)
+            self._parts.counters["master/recovery_slave_removals"] += 1
             log.info("agent %s did not re-register after master failover: unreachable", agent_id)
 
     async def unregister(self, agent: Agent) -> None:
         """UNREGISTER: the agent is leaving for good (its tasks are lost)."""
-        await self._registry.remove_agent(agent.id)
-        self._counters["master/slave_removals"] += 1
+        await self._parts.registry.remove_agent(agent.id)
+        self._parts.counters["master/slave_removals"] += 1
         await self._remove(
             agent, TaskState.TASK_LOST, Reason.REASON_AGENT_REMOVED, f"Agent {agent.hostname} removed"
         )
 
     async def mark_gone(self, agent_id: str) -> None:
         """The operator's MARK_AGENT_GONE: the agent never comes back; its tasks are gone."""
-        if agent_id in self._book.gone_agents:
+        if agent_id in self._parts.book.gone_agents:
             return
         now = time.time()
-        await self._registry.mark_agent_gone(agent_id, now)
-        self._book.mark_gone(agent_id, now)
-        agent = self._book.agents.get(agent_id)
+        await self._parts.registry.mark_agent_gone(agent_id, now)
+        self._parts.book.mark_gone(agent_id, now)
+        agent = self._parts.book.agents.get(agent_id)
         if agent is not None:
             if agent.stream is not None:
-                await self._outbox.shutdown(agent.stream, "Agent marked gone by the operator")
+                await self._parts.outbox.shutdown(agent.stream, "Agent marked gone by the operator")
             await self._remove(
                 agent,
                 TaskState.TASK_GONE_BY_OPERATOR,
                 Reason.REASON_AGENT_REMOVED_BY_OPERATOR,
                 f"Agent {agent.hostname} marked gone by the operator",
             )
-        for framework in self._book.frameworks.values():
+        for framework in self._parts.book.frameworks.values():
             for task in [t for t in framework.unreachable_tasks.values() if t.agent_id.value == agent_id]:
                 await self._tasks.lose(
                     framework,

@@ -28,10 +28,9 @@ import random
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 from mesilla.common.resources import UNRESERVED, Resources, to_fixed
-from mesilla.common.tasks import TaskOwner
+from mesilla.common.tasks import Loop, TaskOwner
 from mesilla.master.metrics import Timer
 from mesilla.master.offer_filters import RefuseFilters
 
@@ -126,23 +125,16 @@ class HierarchicalDRFAllocator:
         self._latency_timer = Timer(_METRIC_PREFIX + "allocation_run_latency_ms")
         self._requested_at: float | None = None
         self._wakeup = asyncio.Event()
-        self._task: asyncio.Task[Any] | None = None
+        self._loop = Loop("allocator", self._run)
 
     # --- the allocation loop -------------------------------------------------------
 
     def start(self, owner: TaskOwner) -> None:
         """Runs the allocation loop, as a task of `owner`, until `stop`."""
-        if self._task is None:
-            self._task = owner.spawn(self._run(), "allocator")
+        self._loop.start(owner)
 
     async def stop(self) -> None:
-        task, self._task = self._task, None
-        if task is not None:
-            task.cancel()
-            try:
-                await task
-            except asyncio.CancelledError:
-                pass
+        await self._loop.stop()
 
     async def _run(self) -> None:
         while True:

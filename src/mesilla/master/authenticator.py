@@ -26,7 +26,7 @@ from typing import Any
 from mesilla.common import libprocess
 from mesilla.common.authentication import read_credentials
 from mesilla.common.cram_md5 import MECHANISM, CramMD5Server
-from mesilla.common.errors import BadRequest
+from mesilla.common.errors import BadRequest, Forbidden, Unauthorized
 from mesilla.master.master import Master
 from mesilla.v1.proto import v0
 
@@ -88,27 +88,28 @@ class V0Authenticator:
             # Mesos queues the registration until then; the driver's retry comes after it.
             log.info("dropping the registration of %s: its authentication is in progress", pid)
             return None
-        refusal = self._refusal(pid, info)
-        if refusal is not None:
-            log.info("refusing the framework at %s: %s", pid, refusal)
+        try:
+            self._validate_authentication(pid, info)
+        except (Unauthorized, Forbidden) as exc:
+            log.info("refusing the framework at %s: %s", pid, exc.reason)
             link = self._link(pid)
-            _send(link, "FrameworkErrorMessage", {"message": refusal})
+            _send(link, "FrameworkErrorMessage", {"message": exc.reason})
             link.close()
             return None
         principal = self.authenticated.get(pid)
         return info if principal is None else {**info, "principal": principal}
 
-    def _refusal(self, pid: libprocess.UPID, info: dict[str, Any]) -> str | None:
-        """Mesos's `validateFrameworkAuthentication`."""
+    def _validate_authentication(self, pid: libprocess.UPID, info: dict[str, Any]) -> None:
+        """Mesos's `validateFrameworkAuthentication`: Unauthorized when the framework must
+        authenticate and has not, Forbidden when it claims another principal than its own."""
         principal = self.authenticated.get(pid)
         if principal is None and self.master.flags.get("authenticate_frameworks"):
-            return f"Framework at {pid} is not authenticated"
+            raise Unauthorized(f"Framework at {pid} is not authenticated")
         if principal is not None and info.get("principal") not in (None, principal):
-            return (
+            raise Forbidden(
                 f"Framework principal '{info['principal']}' does not match "
                 f"authenticated principal '{principal}'"
             )
-        return None
 
     def _start(self, sender: libprocess.UPID, message: dict[str, Any]) -> None:
         framework = libprocess.UPID.parse(message["pid"])

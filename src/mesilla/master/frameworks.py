@@ -11,24 +11,18 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections import Counter
-from collections.abc import Callable
 
 import msgspec
 
 from mesilla.common.errors import BadRequest
 from mesilla.common.http import EventStream
-from mesilla.common.tasks import TaskOwner
-from mesilla.master.allocator import HierarchicalDRFAllocator
-from mesilla.master.book import Book
 from mesilla.master.framework import Framework
 from mesilla.master.offers import Offerer
-from mesilla.master.outbox import Outbox
-from mesilla.master.registry import Registry
-from mesilla.master.tasks import Tasks, master_status
+from mesilla.master.parts import Parts
+from mesilla.master.tasks import Tasks, task_status
 from mesilla.master.validation import validate_framework_info, validate_framework_update
 from mesilla.v1 import scheduler as sched
-from mesilla.v1.mesos import FrameworkID, FrameworkInfo, MasterInfo, Reason, TaskState
+from mesilla.v1.mesos import FrameworkID, FrameworkInfo, Reason, TaskState
 
 log = logging.getLogger(__name__)
 
@@ -60,36 +54,22 @@ def _check_roles(framework: Framework, roles: set[str]) -> None:
 class FrameworkStreams:
     def __init__(
         self,
-        book: Book,
-        registry: Registry,
-        allocator: HierarchicalDRFAllocator,
+        parts: Parts,
         offerer: Offerer,
         tasks: Tasks,
-        outbox: Outbox,
-        counters: Counter[str],
-        owner: TaskOwner,
-        master_info: Callable[[], MasterInfo],
         *,
         heartbeat_interval: float,
         allowed_roles: str | None,
     ) -> None:
-        self._book = book
-        self._registry = registry
-        self._allocator = allocator
+        self._parts = parts
         self._offerer = offerer
         self._tasks = tasks
-        self._outbox = outbox
-        self._counters = counters
-        self._owner = owner
-        self._master_info = master_info
         self.heartbeat_interval = heartbeat_interval
         self._allowed_roles = allowed_roles
-        self._stopping = False
 
     def stop(self) -> None:
-        """Closes every framework's stream; from now on a closing stream is the master's doing."""
-        self._stopping = True
-        for framework in self._book.frameworks.values():
+        """Closes every framework's stream (the master is `stopping`: a closing stream is its own doing)."""
+        for framework in self._parts.book.frameworks.values():
             if framework.failover_timer is not None:
                 framework.failover_timer.cancel()
             stream = framework.disconnect()
@@ -98,11 +78,11 @@ class FrameworkStreams:
 
     def recover(self, framework_id: str, info: FrameworkInfo) -> Framework:
         """A framework known from the registry or an agent, until it subscribes again."""
-        framework = self._book.frameworks.get(framework_id)
+        framework = self._parts.book.frameworks.get(framework_id)
         if framework is None:
-            framework = self._book.add_framework(framework_id, info, recovered=True)
-            self._allocator.add_framework(framework_id, framework.roles, active=False)
-            self._outbox.notify("FRAMEWORK_ADDED", framework)
+            framework = self._parts.book.add_framework(framework_id, info, recovered=True)
+            self._parts.allocator.add_framework(framework_id, framework.roles, active=False)
+            self._parts.outbox.notify("FRAMEWORK_ADDED", framework)
         return framework
 
     async def subscribe(self, stream: EventStream, stream_id: str, call: sched.Subscribe) -> Framework | None:
@@ -115,31 +95,33 @@ class FrameworkStreams:
             validate_framework_info(info, call.suppressed_roles)
             check_allowed_roles(info, self._allowed_roles)
         except BadRequest as exc:
-            await self._outbox.error(stream, exc.reason)
+            await self._parts.outbox.error(stream, exc.reason)
             return None
-        if info.id is not None and self._book.is_completed_framework(info.id.value):
-            await self._outbox.error(stream, "Framework has been removed")
+        if info.id is not None and self._parts.book.is_completed_framework(info.id.value):
+            await self._parts.outbox.error(stream, "Framework has been removed")
             return None
-        framework = self._book.frameworks.get(info.id.value) if info.id is not None else None
+        framework = self._parts.book.frameworks.get(info.id.value) if info.id is not None else None
         added = framework is None
         if framework is None:
-            framework_id = info.id.value if info.id is not None else self._book.new_framework_id()
+            framework_id = info.id.value if info.id is not None else self._parts.book.new_framework_id()
             info = msgspec.structs.replace(info, id=FrameworkID(value=framework_id))
-            await self._registry.add_framework(info)
-            framework = self._book.add_framework(framework_id, info)
-            self._allocator.add_framework(
+            await self._parts.registry.add_framework(info)
+            framework = self._parts.book.add_framework(framework_id, info)
+            self._parts.allocator.add_framework(
                 framework_id, framework.roles, suppressed_roles=set(call.suppressed_roles)
             )
         else:
             await self._failover(framework, info, call.suppressed_roles)
         framework.suppressed_roles = set(call.suppressed_roles)
         framework.connect(stream, stream_id)
-        await self._outbox.subscribed(framework, self.heartbeat_interval, self._master_info())
-        framework.heartbeat_task = self._owner.spawn(self._heartbeat(stream), f"heartbeats to {framework.id}")
-        self._counters[
+        await self._parts.outbox.subscribed(framework, self.heartbeat_interval, self._parts.master_info())
+        framework.heartbeat_task = self._parts.owner.spawn(
+            self._heartbeat(stream), f"heartbeats to {framework.id}"
+        )
+        self._parts.counters[
             "master/messages_register_framework" if added else "master/messages_reregister_framework"
         ] += 1
-        self._outbox.notify("FRAMEWORK_ADDED" if added else "FRAMEWORK_UPDATED", framework)
+        self._parts.outbox.notify("FRAMEWORK_ADDED" if added else "FRAMEWORK_UPDATED", framework)
         log.info("framework %s (%s) subscribed", framework.id, framework.info.name)
         return framework
 
@@ -147,16 +129,16 @@ class FrameworkStreams:
         """A re-SUBSCRIBE with a known id: the old stream, if any, gets ERROR and is closed."""
         old = framework.disconnect()
         if old is not None:
-            await self._outbox.error(old, "Framework failed over")
+            await self._parts.outbox.error(old, "Framework failed over")
         if framework.failover_timer is not None:
             framework.failover_timer.cancel()
             framework.failover_timer = None
         self._offerer.remove_all(framework.offers, rescind=False)
         if framework.info != info:
             framework.info = info
-            await self._registry.add_framework(info)
-        self._allocator.update_framework(framework.id, framework.roles, set(suppressed))
-        self._allocator.activate_framework(framework.id)
+            await self._parts.registry.add_framework(info)
+        self._parts.allocator.update_framework(framework.id, framework.roles, set(suppressed))
+        self._parts.allocator.activate_framework(framework.id)
 
     async def _heartbeat(self, stream: EventStream) -> None:
         event = sched.Event(type=sched.EventType.HEARTBEAT)
@@ -165,33 +147,33 @@ class FrameworkStreams:
 
     def disconnected(self, framework: Framework, stream_id: str) -> None:
         """The framework's stream closed: stop offers and start its failover timeout."""
-        if framework.stream_id != stream_id or self._stopping:
+        if framework.stream_id != stream_id or self._parts.stopping():
             return  # an old stream of a framework that failed over, or the master stopping
         framework.disconnect()
-        self._allocator.deactivate_framework(framework.id)
+        self._parts.allocator.deactivate_framework(framework.id)
         self._offerer.remove_all(framework.offers, rescind=False)
         timeout = framework.info.failover_timeout
         log.info("framework %s disconnected; failover timeout %ss", framework.id, timeout)
         framework.failover_timer = asyncio.get_running_loop().call_later(
             min(max(timeout, 0.0), _MAX_FAILOVER_TIMEOUT),
-            lambda: self._owner.spawn(
+            lambda: self._parts.owner.spawn(
                 self._failover_expired(framework), f"failover timeout of {framework.id}"
             ),
         )
-        self._outbox.notify("FRAMEWORK_UPDATED", framework)
+        self._parts.outbox.notify("FRAMEWORK_UPDATED", framework)
 
     async def _failover_expired(self, framework: Framework) -> None:
-        if self._book.frameworks.get(framework.id) is framework and not framework.connected:
+        if self._parts.book.frameworks.get(framework.id) is framework and not framework.connected:
             log.info("framework %s did not fail over in time: removing it", framework.id)
             await self.remove(framework)
 
     async def teardown(self, framework: Framework) -> None:
-        self._counters["master/messages_unregister_framework"] += 1
+        self._parts.counters["master/messages_unregister_framework"] += 1
         await self.remove(framework)
 
     async def remove(self, framework: Framework) -> None:
         """Removes a framework for good: its tasks are killed and it becomes completed."""
-        if self._book.frameworks.get(framework.id) is not framework:
+        if self._parts.book.frameworks.get(framework.id) is not framework:
             return
         if framework.failover_timer is not None:
             framework.failover_timer.cancel()
@@ -202,23 +184,17 @@ class FrameworkStreams:
         self._offerer.remove_all(framework.offers, rescind=False, recover=False)
         for task in list(framework.tasks.values()):
             if not task.state.terminal:
-                status = master_status(
-                    task.task_id.value,
-                    TaskState.TASK_KILLED,
-                    Reason.REASON_FRAMEWORK_REMOVED,
-                    f"Framework {framework.id} removed",
-                    agent_id=task.agent_id.value,
-                    executor_id=task.executor_id,
-                )
+                removed = f"Framework {framework.id} removed"
+                status = task_status(task, TaskState.TASK_KILLED, Reason.REASON_FRAMEWORK_REMOVED, removed)
                 self._tasks.update(task, status, recover=False)
-        self._book.remove_framework(framework, time.time())
+        self._parts.book.remove_framework(framework, time.time())
         # Every agent, as Mesos: one may run an executor the master never heard of (launched
         # just before the agent restarted, its task lost), which nothing else would end.
-        for agent in list(self._book.agents.values()):
-            await self._outbox.shutdown_framework(agent, framework.id)
-        self._allocator.remove_framework(framework.id)
-        await self._registry.remove_framework(framework.id)
-        self._outbox.notify("FRAMEWORK_REMOVED", framework)
+        for agent in list(self._parts.book.agents.values()):
+            await self._parts.outbox.shutdown_framework(agent, framework.id)
+        self._parts.allocator.remove_framework(framework.id)
+        await self._parts.registry.remove_framework(framework.id)
+        self._parts.outbox.notify("FRAMEWORK_REMOVED", framework)
         log.info("framework %s removed", framework.id)
 
     async def update(self, framework: Framework, call: sched.UpdateFramework) -> None:
@@ -232,27 +208,27 @@ class FrameworkStreams:
         changed = info != framework.info
         framework.info = info
         framework.suppressed_roles = set(call.suppressed_roles)
-        self._allocator.update_framework(framework.id, framework.roles, framework.suppressed_roles)
+        self._parts.allocator.update_framework(framework.id, framework.roles, framework.suppressed_roles)
         if not changed:
             return
-        await self._registry.add_framework(info)
+        await self._parts.registry.add_framework(info)
         agent_ids = {t.agent_id.value for t in framework.tasks.values()} | set(framework.executors)
         for agent_id in agent_ids:
-            agent = self._book.agents.get(agent_id)
+            agent = self._parts.book.agents.get(agent_id)
             if agent is not None:
-                await self._outbox.update_framework(agent, info)
-        self._outbox.notify("FRAMEWORK_UPDATED", framework)
+                await self._parts.outbox.update_framework(agent, info)
+        self._parts.outbox.notify("FRAMEWORK_UPDATED", framework)
 
     def suppress(self, framework: Framework, roles: list[str]) -> None:
-        self._counters["master/messages_suppress_offers"] += 1
+        self._parts.counters["master/messages_suppress_offers"] += 1
         chosen = set(roles) if roles else set(framework.roles)
         _check_roles(framework, chosen)
         framework.suppressed_roles |= chosen
-        self._allocator.suppress_offers(framework.id, chosen)
+        self._parts.allocator.suppress_offers(framework.id, chosen)
 
     def revive(self, framework: Framework, roles: list[str]) -> None:
-        self._counters["master/messages_revive_offers"] += 1
+        self._parts.counters["master/messages_revive_offers"] += 1
         chosen = set(roles) if roles else set(framework.roles)
         _check_roles(framework, chosen)
         framework.suppressed_roles -= chosen
-        self._allocator.revive_offers(framework.id, chosen)
+        self._parts.allocator.revive_offers(framework.id, chosen)

@@ -25,7 +25,7 @@ import logging
 import time
 from typing import Any
 
-from mesilla.common.tasks import TaskOwner
+from mesilla.common.tasks import Loop, TaskOwner
 
 log = logging.getLogger(__name__)
 
@@ -42,22 +42,17 @@ def _freeze_survivors(phase: str, info: dict[str, Any]) -> None:
 class HeapKeeper:
     def __init__(self, thaw_interval: float = THAW_INTERVAL) -> None:
         self.thaw_interval = thaw_interval
-        self._task: asyncio.Task[Any] | None = None
+        self._loop = Loop("heap keeper", self._thaw)
 
     def start(self, owner: TaskOwner) -> None:
         """Called once the registry is recovered: what exists then is long-lived. The
         periodic thaw runs as a task of `owner`, until `stop`."""
-        if self._task is None:
+        if self._loop.start(owner):
             gc.freeze()
             gc.callbacks.append(_freeze_survivors)
-            self._task = owner.spawn(self._thaw(), "heap keeper")
 
     async def stop(self) -> None:
-        task, self._task = self._task, None
-        if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        if await self._loop.stop():
             with contextlib.suppress(ValueError):
                 gc.callbacks.remove(_freeze_survivors)
             gc.unfreeze()

@@ -13,21 +13,18 @@ call's refuse filter.
 from __future__ import annotations
 
 import logging
-from collections import Counter
 
 import msgspec
 
 from mesilla.common.authentication import Principal
 from mesilla.common.authorization import Authorizer
-from mesilla.common.errors import BadRequest
+from mesilla.common.errors import BadRequest, Forbidden
 from mesilla.common.resources import with_default_executor_resources
 from mesilla.master.agent import Agent
-from mesilla.master.allocator import HierarchicalDRFAllocator
 from mesilla.master.authorize import task_user
-from mesilla.master.book import Book
 from mesilla.master.framework import Framework
 from mesilla.master.offers import Offerer
-from mesilla.master.outbox import Outbox
+from mesilla.master.parts import Parts
 from mesilla.master.tasks import Tasks, master_status, new_task_record, task_state_metric
 from mesilla.master.validation import (
     InvalidOffers,
@@ -84,35 +81,23 @@ def _with_executor(task: TaskInfo, executor: ExecutorInfo) -> TaskInfo:
 
 
 class Launcher:
-    def __init__(
-        self,
-        book: Book,
-        offerer: Offerer,
-        tasks: Tasks,
-        allocator: HierarchicalDRFAllocator,
-        outbox: Outbox,
-        counters: Counter[str],
-        authorizer: Authorizer | None,
-    ) -> None:
-        self._book = book
+    def __init__(self, parts: Parts, offerer: Offerer, tasks: Tasks, authorizer: Authorizer | None) -> None:
+        self._parts = parts
         self._offerer = offerer
         self._tasks = tasks
-        self._allocator = allocator
-        self._outbox = outbox
-        self._counters = counters
         self._authorizer = authorizer
 
     async def accept(self, framework: Framework, call: sched.Accept) -> None:
         check_operations(call.operations)
-        self._counters["master/messages_accept"] += 1
+        self._parts.counters["master/messages_accept"] += 1
         offer_ids = [o.value for o in call.offer_ids]
         try:
-            validate_offers(offer_ids, self._book.offers, framework.id, self._agent_connected)
+            validate_offers(offer_ids, self._parts.book.offers, framework.id, self._agent_connected)
         except InvalidOffers as exc:
             await self._reject_invalid_offers(framework, offer_ids, call.operations, exc.reason)
             return
         offers, available = self._offerer.take(offer_ids)
-        agent = self._book.agents[offers[0].agent_id.value]
+        agent = self._parts.book.agents[offers[0].agent_id.value]
         ctx = LaunchContext(
             framework_id=framework.id,
             agent_id=agent.id,
@@ -123,13 +108,13 @@ class Launcher:
         )
         for op in call.operations:
             if op.launch is not None:
-                self._counters["master/messages_launch_tasks"] += 1
+                self._parts.counters["master/messages_launch_tasks"] += 1
                 for task in op.launch.task_infos:
                     await self._launch_task(framework, agent, task, ctx)
             elif op.launch_group is not None:
                 await self._launch_group(framework, agent, op.launch_group, ctx)
         if ctx.available:
-            self._allocator.recover_resources(
+            self._parts.allocator.recover_resources(
                 framework.id,
                 agent.id,
                 ctx.available,
@@ -137,20 +122,20 @@ class Launcher:
             )
 
     def _agent_connected(self, agent_id: str) -> bool:
-        agent = self._book.agents.get(agent_id)
+        agent = self._parts.book.agents.get(agent_id)
         return agent is not None and agent.connected
 
     async def _reject_invalid_offers(
         self, framework: Framework, offer_ids: list[str], operations: list[Operation], error: str
     ) -> None:
         for offer_id in offer_ids:
-            offer = self._book.offers.get(offer_id)
+            offer = self._parts.book.offers.get(offer_id)
             if offer is not None and offer.framework_id.value == framework.id:
                 self._offerer.remove(offer, rescind=False)
         state = TaskState.TASK_DROPPED if framework.partition_aware else TaskState.TASK_LOST
         for task in _tasks_of(operations):
-            self._counters[task_state_metric(state)] += 1
-            await self._outbox.update(
+            self._parts.counters[task_state_metric(state)] += 1
+            await self._parts.outbox.update(
                 framework,
                 master_status(
                     task.task_id.value,
@@ -162,25 +147,25 @@ class Launcher:
             )
 
     async def _task_error(self, framework: Framework, task: TaskInfo, reason: Reason, error: str) -> None:
-        self._counters[task_state_metric(TaskState.TASK_ERROR)] += 1
+        self._parts.counters[task_state_metric(TaskState.TASK_ERROR)] += 1
         status = master_status(
             task.task_id.value, TaskState.TASK_ERROR, reason, error, agent_id=task.agent_id.value
         )
-        await self._outbox.update(framework, status)
+        await self._parts.outbox.update(framework, status)
 
-    def _unauthorized(self, framework: Framework, task: TaskInfo) -> str | None:
-        """Why the run_tasks ACL refuses the task, for the user it would run as (None: it may run)."""
+    def _authorize(self, framework: Framework, task: TaskInfo) -> None:
+        """Raises Forbidden, saying why, when the run_tasks ACL refuses the task for the user
+        it would run as."""
         if self._authorizer is None:
-            return None
+            return
         info = framework.info
         principal = Principal(info.principal) if info.principal else None
         user = task_user(task, info)
-        if self._authorizer.authorized(principal, "run_tasks", user):
-            return None
-        return (
-            f"Task {task.task_id.value} is not authorized to launch: principal "
-            f"'{info.principal or ''}' may not run tasks as user '{user}'"
-        )
+        if not self._authorizer.authorized(principal, "run_tasks", user):
+            raise Forbidden(
+                f"Task {task.task_id.value} is not authorized to launch: principal "
+                f"'{info.principal or ''}' may not run tasks as user '{user}'"
+            )
 
     def _add(self, framework: Framework, agent: Agent, task: TaskInfo, ctx: LaunchContext) -> None:
         """Books a valid task (and its executor, if new on the agent) of this ACCEPT."""
@@ -196,9 +181,10 @@ class Launcher:
         if task.executor is not None:
             executor = msgspec.structs.replace(task.executor, framework_id=FrameworkID(value=framework.id))
             task = _with_executor(task, executor)
-        refusal = self._unauthorized(framework, task)
-        if refusal is not None:
-            await self._task_error(framework, task, Reason.REASON_TASK_UNAUTHORIZED, refusal)
+        try:
+            self._authorize(framework, task)
+        except Forbidden as exc:
+            await self._task_error(framework, task, Reason.REASON_TASK_UNAUTHORIZED, exc.reason)
             return
         try:
             needed = check_task(task, ctx)
@@ -208,7 +194,7 @@ class Launcher:
             return
         ctx.available = ctx.available - needed
         self._add(framework, agent, task, ctx)
-        await self._outbox.run_task(agent, framework.info, task)
+        await self._parts.outbox.run_task(agent, framework.info, task)
 
     async def _launch_group(
         self, framework: Framework, agent: Agent, op: LaunchGroup, ctx: LaunchContext
@@ -216,16 +202,12 @@ class Launcher:
         executor = msgspec.structs.replace(op.executor, framework_id=FrameworkID(value=framework.id))
         if executor.type == "DEFAULT":
             executor.resources = with_default_executor_resources(executor.resources, ctx.role)
-        refusal = next(
-            filter(
-                None,
-                (self._unauthorized(framework, _with_executor(t, executor)) for t in op.task_group.tasks),
-            ),
-            None,
-        )
-        if refusal is not None:
+        try:
             for task in op.task_group.tasks:
-                await self._task_error(framework, task, Reason.REASON_TASK_GROUP_UNAUTHORIZED, refusal)
+                self._authorize(framework, _with_executor(task, executor))
+        except Forbidden as exc:
+            for task in op.task_group.tasks:
+                await self._task_error(framework, task, Reason.REASON_TASK_GROUP_UNAUTHORIZED, exc.reason)
             return
         try:
             needed = check_task_group(executor, op.task_group, ctx)
@@ -238,4 +220,4 @@ class Launcher:
         ctx.available = ctx.available - needed
         for task in tasks:
             self._add(framework, agent, task, ctx)
-        await self._outbox.run_task_group(agent, framework.info, executor, tasks)
+        await self._parts.outbox.run_task_group(agent, framework.info, executor, tasks)

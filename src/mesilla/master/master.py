@@ -1,7 +1,8 @@
 """The master: frameworks, agents, tasks and offers (Mesos's `src/master/master.cpp`).
 
-`Master` builds its parts and owns them; each part gets what it needs in its
-constructor and nothing else:
+`Master` builds its parts and owns them; each part gets, in its constructor,
+the `Parts` bundle (`mesilla.master.parts`: the book, allocator, outbox,
+metrics, registry and task owner they share) and the other parts it calls:
 
 * `book` (`Book`): every index of the cluster's state, pure; the parts below
   are the only callers of its writers;
@@ -37,9 +38,11 @@ import socket
 import time
 import uuid
 from collections import Counter, deque
+from typing import Generic, TypeVar, cast
 
 from mesilla import MESOS_VERSION
 from mesilla.common.authorization import Authorizer
+from mesilla.common.errors import ServiceUnavailable
 from mesilla.common.flags import Flags
 from mesilla.common.tasks import TaskOwner
 from mesilla.master.agent import Agent
@@ -53,6 +56,7 @@ from mesilla.master.launch import Launcher
 from mesilla.master.messages import Relay
 from mesilla.master.offers import Offerer
 from mesilla.master.outbox import Observer, Outbox
+from mesilla.master.parts import Parts
 from mesilla.master.registry import Registry
 from mesilla.master.status_updates import StatusUpdates
 from mesilla.master.streams import StreamWatch
@@ -61,6 +65,8 @@ from mesilla.v1.mesos import Address, AgentInfo, MasterInfo, Offer
 
 log = logging.getLogger(__name__)
 
+T = TypeVar("T")
+
 
 def ip_as_int(ip: str) -> int:
     """MasterInfo.ip: the IPv4 address in network byte order read as a host integer, as Mesos does."""
@@ -68,6 +74,19 @@ def ip_as_int(ip: str) -> int:
         return int.from_bytes(socket.inet_aton(ip), "little")
     except OSError:
         return 0
+
+
+class _FromBook(Generic[T]):
+    """A read-only attribute of the master that is the book's attribute of the same name."""
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self._name = name
+
+    def __get__(self, master: Master, owner: type | None = None) -> T:
+        return cast(T, getattr(master.book, self._name))
+
+    def __set__(self, master: Master, value: T) -> None:
+        raise AttributeError(f"Master.{self._name} is the book's: the master's parts change it")
 
 
 class Master:
@@ -82,6 +101,8 @@ class Master:
         #: This master is always the leader once recovered (no ZooKeeper).
         self.elected_time: float | None = None
         self.recovered = False
+        #: Set when `stop` begins; the HTTP server may still answer until it is cleaned up.
+        self.stopping = False
         #: Mesos metric name -> count, e.g. ``master/valid_status_updates``,
         #: ``master/messages_launch_tasks``, ``master/slave_registrations``,
         #: ``master/tasks_finished``; absent keys read 0.
@@ -99,43 +120,37 @@ class Master:
             offer_callback=lambda allocations: self.offerer.allocated(allocations),
             weights=parse_weights(flags.get("weights")),
         )
-        self.offerer = Offerer(
-            self.book, self.allocator, self.outbox, self.counters, offer_timeout=flags.get("offer_timeout")
+        parts = Parts(
+            book=self.book,
+            allocator=self.allocator,
+            outbox=self.outbox,
+            counters=self.counters,
+            registry=registry,
+            owner=self.owner,
+            master_info=lambda: self.master_info,
+            stopping=lambda: self.stopping,
         )
-        self.tasks = Tasks(self.book, self.allocator, self.outbox, self.counters)
-        self.launcher = Launcher(
-            self.book, self.offerer, self.tasks, self.allocator, self.outbox, self.counters, authorizer
-        )
+        self.offerer = Offerer(parts, offer_timeout=flags.get("offer_timeout"))
+        self.tasks = Tasks(parts)
+        self.launcher = Launcher(parts, self.offerer, self.tasks, authorizer)
         self.framework_streams = FrameworkStreams(
-            self.book,
-            registry,
-            self.allocator,
+            parts,
             self.offerer,
             self.tasks,
-            self.outbox,
-            self.counters,
-            self.owner,
-            lambda: self.master_info,
             heartbeat_interval=flags.heartbeat_interval,
             allowed_roles=flags.get("roles"),
         )
         self.agent_links = AgentLinks(
-            self.book,
-            registry,
-            self.allocator,
+            parts,
             self.offerer,
             self.tasks,
             self.framework_streams,
-            self.outbox,
-            self.counters,
-            self.owner,
-            lambda: self.master_info,
             ping_timeout=flags.agent_ping_timeout,
             max_ping_timeouts=flags.max_agent_ping_timeouts,
             reregister_timeout=flags.agent_reregister_timeout,
         )
-        self.status_updates = StatusUpdates(self.book, self.tasks, self.outbox, self.counters)
-        self.relay = Relay(self.book, self.tasks, self.outbox, self.counters)
+        self.status_updates = StatusUpdates(parts, self.tasks)
+        self.relay = Relay(parts, self.tasks)
         #: Holds the SUBSCRIBE / REGISTER streams open and notices departed peers.
         self.streams = StreamWatch()
         self.heap = HeapKeeper()
@@ -174,7 +189,11 @@ class Master:
         )
 
     async def stop(self) -> None:
-        """Closes every stream and stops background work; the registry keeps the state."""
+        """Closes every stream and stops background work; the registry keeps the state.
+        Once: a second call (the server's cleanup after an earlier stop) does nothing."""
+        if self.stopping:
+            return
+        self.stopping = True
         # First, at once: from here on a closing stream is the master's doing, not a failure.
         self.offerer.stop()
         self.framework_streams.stop()
@@ -185,35 +204,23 @@ class Master:
         await self.owner.close()
         await self.registry.close()
 
+    def check_serving(self) -> None:
+        """Raises ServiceUnavailable (503) before the registry is recovered and once `stop` has
+        begun, as Mesos's master answers when it is not (or no longer) the leader."""
+        if self.stopping:
+            raise ServiceUnavailable("Master is shutting down")
+        if not self.recovered:
+            raise ServiceUnavailable("Master has not finished recovery")
+
     # --- what the operator surfaces read ------------------------------------------------
 
-    @property
-    def frameworks(self) -> dict[str, Framework]:
-        return self.book.frameworks
-
-    @property
-    def completed_frameworks(self) -> deque[Framework]:
-        return self.book.completed_frameworks
-
-    @property
-    def agents(self) -> dict[str, Agent]:
-        return self.book.agents
-
-    @property
-    def recovered_agents(self) -> dict[str, AgentInfo]:
-        return self.book.recovered_agents
-
-    @property
-    def unreachable_agents(self) -> dict[str, float]:
-        return self.book.unreachable_agents
-
-    @property
-    def gone_agents(self) -> dict[str, float]:
-        return self.book.gone_agents
-
-    @property
-    def offers(self) -> dict[str, Offer]:
-        return self.book.offers
+    frameworks: _FromBook[dict[str, Framework]] = _FromBook()
+    completed_frameworks: _FromBook[deque[Framework]] = _FromBook()
+    agents: _FromBook[dict[str, Agent]] = _FromBook()
+    recovered_agents: _FromBook[dict[str, AgentInfo]] = _FromBook()
+    unreachable_agents: _FromBook[dict[str, float]] = _FromBook()
+    gone_agents: _FromBook[dict[str, float]] = _FromBook()
+    offers: _FromBook[dict[str, Offer]] = _FromBook()
 
     def add_observer(self, callback: Observer) -> None:
         self.outbox.add_observer(callback)

@@ -11,14 +11,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections import Counter
 
 from mesilla.common.resources import Resources
 from mesilla.master.agent import Agent
-from mesilla.master.allocator import Allocations, HierarchicalDRFAllocator
-from mesilla.master.book import Book
+from mesilla.master.allocator import Allocations
 from mesilla.master.framework import Framework
-from mesilla.master.outbox import Outbox
+from mesilla.master.parts import Parts
 from mesilla.v1 import scheduler as sched
 from mesilla.v1.mesos import (
     URL,
@@ -36,19 +34,11 @@ log = logging.getLogger(__name__)
 
 
 class Offerer:
-    def __init__(
-        self,
-        book: Book,
-        allocator: HierarchicalDRFAllocator,
-        outbox: Outbox,
-        counters: Counter[str],
-        *,
-        offer_timeout: float | None,
-    ) -> None:
-        self._book = book
-        self._allocator = allocator
-        self._outbox = outbox
-        self._counters = counters
+    def __init__(self, parts: Parts, *, offer_timeout: float | None) -> None:
+        self._book = parts.book
+        self._allocator = parts.allocator
+        self._outbox = parts.outbox
+        self._counters = parts.counters
         self._offer_timeout = offer_timeout
         self._timers: dict[str, asyncio.TimerHandle] = {}
         self._stopping = False

@@ -24,7 +24,7 @@ from aiohttp import web
 from mesilla import MESOS_VERSION
 from mesilla.common import secrets
 from mesilla.common.authorization import require
-from mesilla.common.errors import BadRequest, NotFound, ServiceUnavailable
+from mesilla.common.errors import BadRequest, NotFound
 from mesilla.common.http import (
     EventStream,
     Router,
@@ -40,6 +40,7 @@ from mesilla.master import authorize, metrics
 from mesilla.master.agent import Agent
 from mesilla.master.endpoints import known_roles, rendered, version_info
 from mesilla.master.framework import Framework
+from mesilla.master.outbox import ObserverEvent, ObserverKind, TaskUpdated
 from mesilla.master.validation import validate_role
 from mesilla.v1 import codec
 from mesilla.v1 import master as m
@@ -234,40 +235,30 @@ _READ_ONLY: dict[m.CallType, Callable[[Master], Any]] = {
 _BEFORE_RECOVERY = {m.CallType.GET_HEALTH, m.CallType.GET_FLAGS, m.CallType.GET_VERSION}
 
 
-def event_for(kind: str, payload: Any) -> m.Event | None:
+def event_for(kind: ObserverKind, event: ObserverEvent) -> m.Event:
     """The operator event for one of the master's observer notifications."""
-    if kind == "TASK_ADDED":
-        return m.Event(type=m.EventType.TASK_ADDED, task_added=m.TaskAdded(task=payload))
-    if kind == "TASK_UPDATED":
-        framework_id, status, state = payload
-        if isinstance(framework_id, str):
-            framework_id = FrameworkID(value=framework_id)
-        return m.Event(
-            type=m.EventType.TASK_UPDATED,
-            task_updated=m.TaskUpdated(framework_id=framework_id, status=status, state=state),
-        )
-    if kind == "AGENT_ADDED":
-        return m.Event(type=m.EventType.AGENT_ADDED, agent_added=m.AgentAdded(agent=agent_response(payload)))
-    if kind == "AGENT_REMOVED":
-        return m.Event(
-            type=m.EventType.AGENT_REMOVED, agent_removed=m.AgentRemoved(agent_id=AgentID(value=payload))
-        )
-    if kind == "FRAMEWORK_ADDED":
-        return m.Event(
-            type=m.EventType.FRAMEWORK_ADDED,
-            framework_added=m.FrameworkAdded(framework=framework_response(payload)),
-        )
-    if kind == "FRAMEWORK_UPDATED":
-        return m.Event(
-            type=m.EventType.FRAMEWORK_UPDATED,
-            framework_updated=m.FrameworkUpdated(framework=framework_response(payload)),
-        )
+    if isinstance(event, Task):
+        return m.Event(type=m.EventType.TASK_ADDED, task_added=m.TaskAdded(task=event))
+    if isinstance(event, TaskUpdated):
+        updated = m.TaskUpdated(framework_id=event.framework_id, status=event.status, state=event.state)
+        return m.Event(type=m.EventType.TASK_UPDATED, task_updated=updated)
+    if isinstance(event, Agent):
+        return m.Event(type=m.EventType.AGENT_ADDED, agent_added=m.AgentAdded(agent=agent_response(event)))
+    if isinstance(event, AgentID):
+        return m.Event(type=m.EventType.AGENT_REMOVED, agent_removed=m.AgentRemoved(agent_id=event))
     if kind == "FRAMEWORK_REMOVED":
         return m.Event(
             type=m.EventType.FRAMEWORK_REMOVED,
-            framework_removed=m.FrameworkRemoved(framework_info=payload.info),
+            framework_removed=m.FrameworkRemoved(framework_info=event.info),
         )
-    return None
+    framework = framework_response(event)
+    if kind == "FRAMEWORK_ADDED":
+        return m.Event(
+            type=m.EventType.FRAMEWORK_ADDED, framework_added=m.FrameworkAdded(framework=framework)
+        )
+    return m.Event(
+        type=m.EventType.FRAMEWORK_UPDATED, framework_updated=m.FrameworkUpdated(framework=framework)
+    )
 
 
 # --- the endpoint --------------------------------------------------------------------------------
@@ -284,8 +275,8 @@ class OperatorApi:
             validate_ids(call)
         except BadRequest as exc:
             raise BadRequest(f"Failed to validate master::Call: {exc.reason}", field=exc.field) from exc
-        if not self.master.recovered and call.type not in _BEFORE_RECOVERY:
-            raise ServiceUnavailable("Master has not finished recovery")
+        if call.type not in _BEFORE_RECOVERY:
+            self.master.check_serving()
         if call.type is m.CallType.SUBSCRIBE:
             return await self._subscribe(request)
         encoding = check_accept(request, m.Response)
@@ -382,12 +373,9 @@ class OperatorApi:
 
         seen = authorize.viewer(master, request)
 
-        def observe(kind: str, payload: Any) -> None:
-            event = event_for(kind, payload)
-            if event is None:
-                return
+        def observe(kind: ObserverKind, observed: ObserverEvent) -> None:
             # Encoded now: the objects change after the notification.
-            encoded = codec.encode(event)
+            encoded = codec.encode(event_for(kind, observed))
             if seen is not None:
                 document = msgspec.json.decode(encoded)
                 if not seen.event(document):

@@ -7,43 +7,48 @@ callback, send in the background (children of the master's `TaskOwner`).
 Sending to a framework or agent without a stream does nothing: the peer
 catches up when it reconnects (reconciliation, re-registration).
 
-Observers (`add_observer`) receive the operator API's events, synchronously:
-("TASK_ADDED", Task), ("TASK_UPDATED", (framework_id, TaskStatus, TaskState)),
-("AGENT_ADDED", Agent), ("AGENT_REMOVED", agent_id), ("FRAMEWORK_ADDED",
-Framework), ("FRAMEWORK_UPDATED", Framework), ("FRAMEWORK_REMOVED", Framework).
+Observers (`add_observer`) receive the operator API's events, synchronously,
+as a kind and what it is about: TASK_ADDED a `Task`, TASK_UPDATED a
+`TaskUpdated`, AGENT_ADDED an `Agent`, AGENT_REMOVED its `AgentID`, and
+FRAMEWORK_ADDED, FRAMEWORK_UPDATED, FRAMEWORK_REMOVED a `Framework`.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Literal, NamedTuple
 
 from mesilla.common.http import EventStream
 from mesilla.common.tasks import TaskOwner
 from mesilla.master.agent import Agent
 from mesilla.master.framework import Framework
-from mesilla.v1 import internal
+from mesilla.v1 import internal, mesos
 from mesilla.v1 import scheduler as sched
-from mesilla.v1.mesos import (
-    AgentID,
-    ExecutorID,
-    ExecutorInfo,
-    FrameworkID,
-    FrameworkInfo,
-    KillPolicy,
-    MasterInfo,
-    Offer,
-    OfferID,
-    TaskGroupInfo,
-    TaskID,
-    TaskInfo,
-    TaskStatus,
-)
 
 log = logging.getLogger(__name__)
 
-Observer = Callable[[str, Any], None]
+
+
+class TaskUpdated(NamedTuple):
+    """TASK_UPDATED: the update, and the state of the task now (the agent's latest when ahead)."""
+
+    framework_id: mesos.FrameworkID
+    status: mesos.TaskStatus
+    state: mesos.TaskState
+
+
+ObserverKind = Literal[
+    "TASK_ADDED",
+    "TASK_UPDATED",
+    "AGENT_ADDED",
+    "AGENT_REMOVED",
+    "FRAMEWORK_ADDED",
+    "FRAMEWORK_UPDATED",
+    "FRAMEWORK_REMOVED",
+]
+ObserverEvent = mesos.Task | TaskUpdated | Agent | mesos.AgentID | Framework
+Observer = Callable[[ObserverKind, ObserverEvent], None]
 
 
 def _agent_event(kind: internal.AgentEventType, **fields: Any) -> internal.AgentEvent:
@@ -64,10 +69,10 @@ class Outbox:
         if callback in self._observers:
             self._observers.remove(callback)
 
-    def notify(self, kind: str, payload: Any) -> None:
+    def notify(self, kind: ObserverKind, event: ObserverEvent) -> None:
         for callback in list(self._observers):
             try:
-                callback(kind, payload)
+                callback(kind, event)
             except Exception:
                 log.exception("observer failed on %s", kind)
 
@@ -78,10 +83,10 @@ class Outbox:
             await framework.stream.send(event)
 
     async def subscribed(
-        self, framework: Framework, heartbeat_interval: float, master_info: MasterInfo
+        self, framework: Framework, heartbeat_interval: float, master_info: mesos.MasterInfo
     ) -> None:
         subscribed = sched.Subscribed(
-            framework_id=FrameworkID(value=framework.id),
+            framework_id=mesos.FrameworkID(value=framework.id),
             heartbeat_interval_seconds=heartbeat_interval,
             master_info=master_info,
         )
@@ -94,39 +99,43 @@ class Outbox:
         await stream.send(sched.Event(type=sched.EventType.ERROR, error=sched.Error(message=message)))
         stream.close()
 
-    async def update(self, framework: Framework, status: TaskStatus) -> None:
+    async def update(self, framework: Framework, status: mesos.TaskStatus) -> None:
         """A task's status, to its framework if connected (one that is not reconciles later)."""
         if framework.connected:
             await self.to_framework(
                 framework, sched.Event(type=sched.EventType.UPDATE, update=sched.Update(status=status))
             )
 
-    async def updates(self, framework: Framework, statuses: list[TaskStatus]) -> None:
+    async def updates(self, framework: Framework, statuses: list[mesos.TaskStatus]) -> None:
         for status in statuses:
             await self.update(framework, status)
 
-    def offers(self, framework: Framework, offers: list[Offer]) -> None:
+    def offers(self, framework: Framework, offers: list[mesos.Offer]) -> None:
         event = sched.Event(type=sched.EventType.OFFERS, offers=sched.Offers(offers=offers))
         self._owner.spawn(self.to_framework(framework, event), f"OFFERS to {framework.id}")
 
-    def rescind(self, framework: Framework, offer_id: OfferID) -> None:
+    def rescind(self, framework: Framework, offer_id: mesos.OfferID) -> None:
         if framework.connected:
             event = sched.Event(type=sched.EventType.RESCIND, rescind=sched.Rescind(offer_id=offer_id))
             self._owner.spawn(self.to_framework(framework, event), f"RESCIND to {framework.id}")
 
     async def executor_message(
-        self, framework: Framework, agent_id: str, executor_id: ExecutorID, data: bytes
+        self, framework: Framework, agent_id: str, executor_id: mesos.ExecutorID, data: bytes
     ) -> None:
-        message = sched.FrameworkMessage(agent_id=AgentID(value=agent_id), executor_id=executor_id, data=data)
+        message = sched.FrameworkMessage(
+            agent_id=mesos.AgentID(value=agent_id), executor_id=executor_id, data=data
+        )
         await self.to_framework(framework, sched.Event(type=sched.EventType.MESSAGE, message=message))
 
     async def failure(
-        self, framework: Framework, agent_id: str, executor_id: ExecutorID, status: int | None
+        self, framework: Framework, agent_id: str, executor_id: mesos.ExecutorID, status: int | None
     ) -> None:
         """An executor exited. `status` is always there, as in Mesos (-1 when unknown): clients
         such as pymesos read it unconditionally."""
         failure = sched.Failure(
-            agent_id=AgentID(value=agent_id), executor_id=executor_id, status=-1 if status is None else status
+            agent_id=mesos.AgentID(value=agent_id),
+            executor_id=executor_id,
+            status=-1 if status is None else status,
         )
         await self.to_framework(framework, sched.Event(type=sched.EventType.FAILURE, failure=failure))
 
@@ -137,9 +146,11 @@ class Outbox:
             return False
         return await agent.stream.send(event)
 
-    async def registered(self, agent: Agent, master_info: MasterInfo, total_ping_timeout: float) -> None:
+    async def registered(
+        self, agent: Agent, master_info: mesos.MasterInfo, total_ping_timeout: float
+    ) -> None:
         registered = internal.Registered(
-            agent_id=AgentID(value=agent.id),
+            agent_id=mesos.AgentID(value=agent.id),
             master_info=master_info,
             connection=internal.MasterAgentConnection(total_ping_timeout_seconds=total_ping_timeout),
         )
@@ -159,46 +170,54 @@ class Outbox:
         shutdown = internal.Shutdown(message=message)
         await stream.send(_agent_event(internal.AgentEventType.SHUTDOWN, shutdown=shutdown))
 
-    async def run_task(self, agent: Agent, framework_info: FrameworkInfo, task: TaskInfo) -> None:
+    async def run_task(self, agent: Agent, framework_info: mesos.FrameworkInfo, task: mesos.TaskInfo) -> None:
         run_task = internal.RunTask(framework_info=framework_info, task=task)
         await self.to_agent(agent, _agent_event(internal.AgentEventType.RUN_TASK, run_task=run_task))
 
     async def run_task_group(
-        self, agent: Agent, framework_info: FrameworkInfo, executor: ExecutorInfo, tasks: list[TaskInfo]
+        self,
+        agent: Agent,
+        framework_info: mesos.FrameworkInfo,
+        executor: mesos.ExecutorInfo,
+        tasks: list[mesos.TaskInfo],
     ) -> None:
         run = internal.RunTaskGroup(
-            framework_info=framework_info, executor_info=executor, task_group=TaskGroupInfo(tasks=tasks)
+            framework_info=framework_info, executor_info=executor, task_group=mesos.TaskGroupInfo(tasks=tasks)
         )
         await self.to_agent(agent, _agent_event(internal.AgentEventType.RUN_TASK_GROUP, run_task_group=run))
 
     async def kill_task(
-        self, agent: Agent, framework_id: str, task_id: TaskID, kill_policy: KillPolicy | None
+        self, agent: Agent, framework_id: str, task_id: mesos.TaskID, kill_policy: mesos.KillPolicy | None
     ) -> None:
         kill = internal.KillTask(
-            framework_id=FrameworkID(value=framework_id), task_id=task_id, kill_policy=kill_policy
+            framework_id=mesos.FrameworkID(value=framework_id), task_id=task_id, kill_policy=kill_policy
         )
         await self.to_agent(agent, _agent_event(internal.AgentEventType.KILL_TASK, kill_task=kill))
 
-    async def acknowledge(self, agent: Agent, framework_id: str, task_id: TaskID, uuid: bytes | None) -> None:
+    async def acknowledge(
+        self, agent: Agent, framework_id: str, task_id: mesos.TaskID, uuid: bytes | None
+    ) -> None:
         """Relays a framework's acknowledgement of a status update (none without a uuid)."""
         if uuid is None:
             return
-        ack = internal.Acknowledge(framework_id=FrameworkID(value=framework_id), task_id=task_id, uuid=uuid)
+        ack = internal.Acknowledge(
+            framework_id=mesos.FrameworkID(value=framework_id), task_id=task_id, uuid=uuid
+        )
         await self.to_agent(agent, _agent_event(internal.AgentEventType.ACKNOWLEDGE, acknowledge=ack))
 
     async def framework_message(
-        self, agent: Agent, framework_id: str, executor_id: ExecutorID, data: bytes
+        self, agent: Agent, framework_id: str, executor_id: mesos.ExecutorID, data: bytes
     ) -> None:
         message = internal.FrameworkToExecutor(
-            framework_id=FrameworkID(value=framework_id), executor_id=executor_id, data=data
+            framework_id=mesos.FrameworkID(value=framework_id), executor_id=executor_id, data=data
         )
         await self.to_agent(
             agent, _agent_event(internal.AgentEventType.FRAMEWORK_MESSAGE, framework_message=message)
         )
 
-    async def shutdown_executor(self, agent: Agent, framework_id: str, executor_id: ExecutorID) -> None:
+    async def shutdown_executor(self, agent: Agent, framework_id: str, executor_id: mesos.ExecutorID) -> None:
         shutdown = internal.ShutdownExecutor(
-            framework_id=FrameworkID(value=framework_id), executor_id=executor_id
+            framework_id=mesos.FrameworkID(value=framework_id), executor_id=executor_id
         )
         await self.to_agent(
             agent, _agent_event(internal.AgentEventType.SHUTDOWN_EXECUTOR, shutdown_executor=shutdown)
@@ -206,12 +225,12 @@ class Outbox:
 
     async def shutdown_framework(self, agent: Agent, framework_id: str) -> None:
         """Tells the agent to shut the framework's executors down (its tasks end killed)."""
-        shutdown = internal.ShutdownFramework(framework_id=FrameworkID(value=framework_id))
+        shutdown = internal.ShutdownFramework(framework_id=mesos.FrameworkID(value=framework_id))
         await self.to_agent(
             agent, _agent_event(internal.AgentEventType.SHUTDOWN_FRAMEWORK, shutdown_framework=shutdown)
         )
 
-    async def update_framework(self, agent: Agent, info: FrameworkInfo) -> None:
+    async def update_framework(self, agent: Agent, info: mesos.FrameworkInfo) -> None:
         update = internal.UpdateFramework(framework_info=info)
         await self.to_agent(
             agent, _agent_event(internal.AgentEventType.UPDATE_FRAMEWORK, update_framework=update)

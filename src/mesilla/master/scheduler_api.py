@@ -17,7 +17,7 @@ from aiohttp import web
 
 from mesilla.common.authentication import MASTER_SCHEDULER, principal_of
 from mesilla.common.authorization import require
-from mesilla.common.errors import BadRequest, Forbidden, ServiceUnavailable
+from mesilla.common.errors import BadRequest, Forbidden
 from mesilla.common.http import EventStream, Router, check_accept, read_message
 from mesilla.master.validation import validate_call
 from mesilla.v1 import scheduler as sched
@@ -41,8 +41,7 @@ def install(router: Router, master: Master) -> None:
 
 
 async def scheduler(request: web.Request, master: Master) -> web.StreamResponse:
-    if not master.recovered:
-        raise ServiceUnavailable("Master has not finished recovery")
+    master.check_serving()
     call: sched.Call = await read_message(request, sched.Call)
     try:
         checked_call(call)

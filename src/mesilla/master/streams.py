@@ -10,30 +10,25 @@ closes it or a write to it fails (`EventStream.closed`).
 from __future__ import annotations
 
 import asyncio
-from typing import Any
 
 from aiohttp import web
 
 from mesilla.common.http import EventStream
-from mesilla.common.tasks import TaskOwner
+from mesilla.common.tasks import Loop, TaskOwner
 
 
 class StreamWatch:
     def __init__(self, interval: float = 0.5) -> None:
         self.interval = interval
         self._held: dict[EventStream, web.Request] = {}
-        self._task: asyncio.Task[Any] | None = None
+        self._loop = Loop("stream watch", self._run)
 
     def start(self, owner: TaskOwner) -> None:
         """Runs the periodic check, as a task of `owner`, until `stop`."""
-        if self._task is None:
-            self._task = owner.spawn(self._run(), "stream watch")
+        self._loop.start(owner)
 
     async def stop(self) -> None:
-        task, self._task = self._task, None
-        if task is not None:
-            task.cancel()
-            await asyncio.gather(task, return_exceptions=True)
+        await self._loop.stop()
         for stream in list(self._held):
             stream.close()
 

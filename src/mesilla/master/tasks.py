@@ -16,14 +16,13 @@ agent's re-registration (`agents.AgentLinks`) both add tasks through `add`.
 from __future__ import annotations
 
 import time
-from collections import Counter
 
+from mesilla.common.protobuf_utils import create_task
 from mesilla.common.resources import Resources
 from mesilla.master.agent import Agent
-from mesilla.master.allocator import HierarchicalDRFAllocator
-from mesilla.master.book import Book
 from mesilla.master.framework import Framework
-from mesilla.master.outbox import Outbox
+from mesilla.master.outbox import TaskUpdated
+from mesilla.master.parts import Parts
 from mesilla.v1.mesos import (
     AgentID,
     ExecutorID,
@@ -64,6 +63,21 @@ def master_status(
     )
 
 
+def task_status(
+    task: Task, state: TaskState, reason: Reason, message: str, unreachable_time: float | None = None
+) -> TaskStatus:
+    """`master_status` for one of the master's task records, on its agent and executor."""
+    return master_status(
+        task.task_id.value,
+        state,
+        reason,
+        message,
+        agent_id=task.agent_id.value,
+        executor_id=task.executor_id,
+        unreachable_time=unreachable_time,
+    )
+
+
 def task_state_metric(state: TaskState) -> str:
     """Mesos's counter of tasks that reached `state`, e.g. ``master/tasks_finished``."""
     return "master/tasks_" + state.value.removeprefix("TASK_").lower()
@@ -71,46 +85,21 @@ def task_state_metric(state: TaskState) -> str:
 
 def new_task_record(framework: Framework, task: TaskInfo) -> Task:
     """The master's Task for a TaskInfo; TASK_STAGING, with no statuses yet."""
-    user = task.command.user if task.command is not None and task.command.user else None
-    return Task(
-        name=task.name,
-        task_id=task.task_id,
-        framework_id=FrameworkID(value=framework.id),
-        agent_id=task.agent_id,
-        state=TaskState.TASK_STAGING,
-        resources=list(task.resources),
-        executor_id=task.executor.executor_id if task.executor is not None else None,
-        labels=task.labels,
-        discovery=task.discovery,
-        container=task.container,
-        health_check=task.health_check,
-        check=task.check,
-        kill_policy=task.kill_policy,
-        user=user or framework.info.user or None,
-        limits=dict(task.limits),
-    )
+    user = (task.command.user if task.command is not None else None) or framework.info.user or None
+    return create_task(task, TaskState.TASK_STAGING, FrameworkID(value=framework.id), task.agent_id, user)
 
 
 class Tasks:
-    def __init__(
-        self,
-        book: Book,
-        allocator: HierarchicalDRFAllocator,
-        outbox: Outbox,
-        counters: Counter[str],
-    ) -> None:
-        self._book = book
-        self._allocator = allocator
-        self._outbox = outbox
-        self._counters = counters
+    def __init__(self, parts: Parts) -> None:
+        self._parts = parts
 
     def add(self, task: Task) -> None:
         """A live task on a registered agent: launched, or reported by its agent."""
-        self._book.add_task(task)
-        self._outbox.notify("TASK_ADDED", task)
+        self._parts.book.add_task(task)
+        self._parts.outbox.notify("TASK_ADDED", task)
 
     def add_executor(self, framework_id: str, agent_id: str, executor: ExecutorInfo) -> None:
-        self._book.add_executor(framework_id, agent_id, executor)
+        self._parts.book.add_executor(framework_id, agent_id, executor)
 
     def update(
         self,
@@ -123,17 +112,17 @@ class Tasks:
         """Applies `status` to `task`; `latest` is the agent's newest state when it is ahead.
         `recover`: a task that became terminal gives its resources back to the allocator
         (not when the allocator forgets them anyway: its agent or framework is removed)."""
-        if self._book.update_task(task, status, latest):
-            self._counters[task_state_metric(task.state)] += 1
+        if self._parts.book.update_task(task, status, latest):
+            self._parts.counters[task_state_metric(task.state)] += 1
             if recover:
-                self._allocator.recover_resources(
+                self._parts.allocator.recover_resources(
                     task.framework_id.value, task.agent_id.value, Resources.from_list(task.resources)
                 )
-        self._outbox.notify("TASK_UPDATED", (task.framework_id, status, task.state))
+        self._parts.outbox.notify("TASK_UPDATED", TaskUpdated(task.framework_id, status, task.state))
 
     def remove(self, task: Task, *, unreachable: bool = False) -> None:
         """Off its agent; into its framework's `unreachable_tasks` or `completed_tasks`."""
-        self._book.remove_task(task, unreachable=unreachable)
+        self._parts.book.remove_task(task, unreachable=unreachable)
 
     async def lose(
         self,
@@ -150,24 +139,16 @@ class Tasks:
         was_terminal = task.state.terminal
         if not was_terminal:
             sent = state if framework.partition_aware else TaskState.TASK_LOST
-            status = master_status(
-                task.task_id.value,
-                sent,
-                reason,
-                message,
-                agent_id=task.agent_id.value,
-                executor_id=task.executor_id,
-                unreachable_time=unreachable_time,
-            )
+            status = task_status(task, sent, reason, message, unreachable_time)
             self.update(task, status, state if unreachable else None, recover=False)
-            await self._outbox.update(framework, status)
+            await self._parts.outbox.update(framework, status)
         self.remove(task, unreachable=unreachable and not was_terminal)
 
     def recover_executor(self, agent: Agent, framework_id: str, executor_id: str) -> Resources:
         """The executor is gone from its agent: its resources go back to the allocator."""
-        executor = self._book.remove_executor(agent, framework_id, executor_id)
+        executor = self._parts.book.remove_executor(agent, framework_id, executor_id)
         if executor is None:
             return Resources()
         resources = Resources.from_list(executor.resources)
-        self._allocator.recover_resources(framework_id, agent.id, resources)
+        self._parts.allocator.recover_resources(framework_id, agent.id, resources)
         return resources

@@ -73,6 +73,14 @@ def _revised(doc: Doc, changes: Doc) -> Doc:
     return {**doc, **changes, "updated_at": _now(), "revision_number": doc["revision_number"] + 1}
 
 
+def _found(table: dict[str, Doc], key: str, missing: Callable[[str], Exception]) -> Doc:
+    """The document `key` of `table`; raises `missing(key)` (a 404) when there is none."""
+    doc = table.get(key)
+    if doc is None:
+        raise missing(key)
+    return doc
+
+
 def _pooled(port: Doc) -> bool:
     return bool(port["device_owner"] == SUBPORT_OWNER and port["name"] == POOLED_PORT_NAME)
 
@@ -242,28 +250,16 @@ class Book:
     # --- reads -----------------------------------------------------------------------
 
     def network(self, net_id: str) -> Doc:
-        doc = self.networks.get(net_id)
-        if doc is None:
-            raise errors.NetworkNotFound(net_id)
-        return doc
+        return _found(self.networks, net_id, errors.NetworkNotFound)
 
     def subnet(self, subnet_id: str) -> Doc:
-        doc = self.subnets.get(subnet_id)
-        if doc is None:
-            raise errors.SubnetNotFound(subnet_id)
-        return doc
+        return _found(self.subnets, subnet_id, errors.SubnetNotFound)
 
     def port(self, port_id: str) -> Doc:
-        doc = self.ports.get(port_id)
-        if doc is None:
-            raise errors.PortNotFound(port_id)
-        return doc
+        return _found(self.ports, port_id, errors.PortNotFound)
 
     def trunk(self, trunk_id: str) -> Doc:
-        doc = self.trunks.get(trunk_id)
-        if doc is None:
-            raise errors.TrunkNotFound(trunk_id)
-        return doc
+        return _found(self.trunks, trunk_id, errors.TrunkNotFound)
 
     def trunk_of_subport(self, port_id: str) -> str | None:
         return self._trunk_of_subport.get(port_id)

@@ -8,15 +8,13 @@ reverse. `resolve_isolation` applies Mesos's rules to the `--isolation` value.
 
 from __future__ import annotations
 
-import importlib
 import inspect
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from mesilla.common.errors import ConfigurationError
-
-if TYPE_CHECKING:
-    from mesilla.containerizer.isolator import Isolator
+from mesilla.common.plugins import load_class
+from mesilla.containerizer.isolator import Isolator
 
 ISOLATORS: dict[str, str] = {
     "filesystem/posix": "mesilla.containerizer.isolators.filesystem.posix:PosixFilesystemIsolator",
@@ -141,9 +139,7 @@ def resolve_isolation(names: str | Iterable[str]) -> list[str]:
 
 
 def load_isolator_class(name: str) -> type[Isolator]:
-    module, _, attr = ISOLATORS[name].partition(":")
-    cls: type[Isolator] = getattr(importlib.import_module(module), attr)
-    return cls
+    return load_class(ISOLATORS[name], Isolator)
 
 
 async def load_isolators(names: str | Iterable[str], flags: Any) -> list[Isolator]:
@@ -155,7 +151,7 @@ async def load_isolators(names: str | Iterable[str], flags: Any) -> list[Isolato
         if create is not None and inspect.iscoroutinefunction(create):
             isolator = await create(flags)
         else:
-            isolator = cls(flags)  # type: ignore[call-arg]  # isolators take the flags
+            isolator = cls(flags)
         if not isolator.name:
             isolator.name = name
         isolators.append(isolator)

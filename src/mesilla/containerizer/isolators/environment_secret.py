@@ -21,7 +21,6 @@ from mesilla.v1.mesos import ContainerID
 class EnvironmentSecretIsolator(Isolator):
     name = "environment_secret"
     supports_nesting = True
-    supports_standalone = True
 
     def __init__(self, flags: object = None) -> None:
         pass

@@ -7,13 +7,9 @@ the linux launcher's dependencies.
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING
-
 from mesilla.common.errors import ConfigurationError
-
-if TYPE_CHECKING:
-    from mesilla.containerizer.launcher.base import Launcher
+from mesilla.common.plugins import load_class
+from mesilla.containerizer.launcher.base import Launcher
 
 LAUNCHERS: dict[str, str] = {
     "posix": "mesilla.containerizer.launcher.posix:PosixLauncher",
@@ -34,6 +30,4 @@ def load_launcher(name: str) -> type[Launcher]:
         raise UnknownLauncher(
             f"Unknown launcher '{name}' in --launcher: use one of {known}"
         ) from None
-    module, _, attr = target.partition(":")
-    cls: type[Launcher] = getattr(importlib.import_module(module), attr)
-    return cls
+    return load_class(target, Launcher)

@@ -56,7 +56,6 @@ class CgroupState:
 class CgroupsIsolator(Isolator):
     controller: str = ""  # the v2 name (`cpu`, `memory`, `pids`)
     supports_nesting = True
-    supports_standalone = True
 
     def __init__(self, flags: Any, hierarchy: Hierarchy | None = None) -> None:
         self.flags = flags

@@ -86,7 +86,6 @@ class _Sandbox:
 class DiskDuIsolator(Isolator):
     name = "disk/du"
     supports_nesting = True
-    supports_standalone = True
 
     def __init__(self, flags: Any) -> None:
         self.interval = float(flags.container_disk_watch_interval)

@@ -41,7 +41,6 @@ class ImageCommandError(ValueError):
 class DockerRuntimeIsolator(Isolator):
     name = "docker/runtime"
     supports_nesting = True
-    supports_standalone = True
 
     def __init__(self, flags: Flags | None = None) -> None:
         self.flags = flags

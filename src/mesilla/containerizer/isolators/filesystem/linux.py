@@ -33,7 +33,6 @@ class LinuxFilesystemError(Exception):
 class LinuxFilesystemIsolator(Isolator):
     name = "filesystem/linux"
     supports_nesting = True
-    supports_standalone = True
 
     def __init__(self, flags: Any) -> None:
         self._sandbox_directory: str = flags.sandbox_directory

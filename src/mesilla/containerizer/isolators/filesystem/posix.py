@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 import pwd
-from typing import Any
 
 from mesilla.containerizer.isolator import Isolator
 from mesilla.containerizer.types import ContainerConfig, ContainerLaunchInfo
@@ -24,10 +23,6 @@ class FilesystemIsolatorError(Exception):
 class PosixFilesystemIsolator(Isolator):
     name = "filesystem/posix"
     supports_nesting = True
-    supports_standalone = True
-
-    def __init__(self, flags: Any = None) -> None:
-        self._flags = flags
 
     async def prepare(
         self, container_id: ContainerID, config: ContainerConfig

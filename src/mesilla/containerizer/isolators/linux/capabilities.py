@@ -92,16 +92,12 @@ def capability_names(info: Any, field: str) -> set[str] | None:
 class LinuxCapabilitiesIsolator(Isolator):
     name = "linux/capabilities"
     supports_nesting = True
-    supports_standalone = True
     supports_debug = True
-
-    def __init__(self, flags: Any = None) -> None:
-        self.flags = flags
 
     async def prepare(
         self, container_id: ContainerID, config: ContainerConfig
     ) -> ContainerLaunchInfo | None:
-        linux = config.container_info.linux_info if config.container_info else None
+        linux = config.info.linux_info
         if linux is None:
             return None
         effective = capability_names(

@@ -11,13 +11,12 @@ import os
 from typing import Any, ClassVar
 
 from mesilla.containerizer.isolator import Isolator
-from mesilla.containerizer.types import ContainerLaunchInfo
-from mesilla.v1.mesos import ContainerID
+from mesilla.containerizer.types import ContainerConfig, ContainerLaunchInfo
+from mesilla.v1.mesos import ContainerID, LinuxInfo
 
 
 class NamespaceIsolator(Isolator):
     supports_nesting = True
-    supports_standalone = True
     namespace: ClassVar[str]  # as in /proc/<pid>/ns/
     label: ClassVar[str]  # the namespace as messages name it
     error: ClassVar[type[Exception]]
@@ -29,6 +28,17 @@ class NamespaceIsolator(Isolator):
             flags is not None
             and flags.get(f"disallow_sharing_agent_{self.namespace}_namespace")
         )
+
+    async def prepare(
+        self, container_id: ContainerID, config: ContainerConfig
+    ) -> ContainerLaunchInfo | None:
+        linux = config.info.linux_info
+        return self.own() if self.wants_own(container_id, linux) else self.shared(container_id)
+
+    def wants_own(self, container_id: ContainerID, linux: LinuxInfo | None) -> bool:
+        """Whether the container gets a namespace of its own, else it shares one; raises
+        `error` for what it asks that cannot be."""
+        raise NotImplementedError
 
     def own(self) -> ContainerLaunchInfo:
         return ContainerLaunchInfo(clone_namespaces={self.namespace})

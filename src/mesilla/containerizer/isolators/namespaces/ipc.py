@@ -13,8 +13,7 @@ parent's, or the host's), so this isolator only decides the namespace.
 from __future__ import annotations
 
 from mesilla.containerizer.isolators.namespaces.base import NamespaceIsolator
-from mesilla.containerizer.types import ContainerConfig, ContainerLaunchInfo
-from mesilla.v1.mesos import ContainerID
+from mesilla.v1.mesos import ContainerID, LinuxInfo
 
 PRIVATE = "PRIVATE"
 SHARE_PARENT = "SHARE_PARENT"
@@ -31,10 +30,7 @@ class IpcNamespaceIsolator(NamespaceIsolator):
     error = IpcNamespaceError
     own_namespace_hint = "use ipc_mode PRIVATE"
 
-    async def prepare(
-        self, container_id: ContainerID, config: ContainerConfig
-    ) -> ContainerLaunchInfo | None:
-        linux = config.container_info.linux_info if config.container_info else None
+    def wants_own(self, container_id: ContainerID, linux: LinuxInfo | None) -> bool:
         mode = linux.ipc_mode if linux is not None else None
         shm_size = linux.shm_size if linux is not None else None
         if mode not in (None, PRIVATE, SHARE_PARENT):
@@ -47,5 +43,4 @@ class IpcNamespaceIsolator(NamespaceIsolator):
                 f"Container {container_id} sets shm_size without ipc_mode PRIVATE: only a "
                 "private /dev/shm can be sized"
             )
-        private = mode == PRIVATE or (mode is None and container_id.parent is None)
-        return self.own() if private else self.shared(container_id)
+        return mode == PRIVATE or (mode is None and container_id.parent is None)

@@ -9,8 +9,7 @@ shares its parent's only when asked (the launcher joins it), else gets its own.
 from __future__ import annotations
 
 from mesilla.containerizer.isolators.namespaces.base import NamespaceIsolator
-from mesilla.containerizer.types import ContainerConfig, ContainerLaunchInfo
-from mesilla.v1.mesos import ContainerID
+from mesilla.v1.mesos import ContainerID, LinuxInfo
 
 
 class PidNamespaceError(Exception):
@@ -24,9 +23,5 @@ class PidNamespaceIsolator(NamespaceIsolator):
     error = PidNamespaceError
     own_namespace_hint = "unset share_pid_namespace"
 
-    async def prepare(
-        self, container_id: ContainerID, config: ContainerConfig
-    ) -> ContainerLaunchInfo | None:
-        linux = config.container_info.linux_info if config.container_info else None
-        share = bool(linux is not None and linux.share_pid_namespace)
-        return self.shared(container_id) if share else self.own()
+    def wants_own(self, container_id: ContainerID, linux: LinuxInfo | None) -> bool:
+        return not (linux is not None and linux.share_pid_namespace)

@@ -110,7 +110,6 @@ def default_network(flags: Any) -> str | None:
 class NetworkCniIsolator(Isolator):
     name = "network/cni"
     supports_nesting = True
-    supports_standalone = True
 
     def __init__(self, flags: Any) -> None:
         self._config_dir: str | None = flags.get("network_cni_config_dir")
@@ -177,9 +176,7 @@ class NetworkCniIsolator(Isolator):
             attached = _Network(network.name, f"eth{index}", network_info)
             info.networks.append(attached)
             await self._attach(container_id, info, attached, network)
-        hostname = (config.container_info.hostname if config.container_info else None) or (
-            container_id.value
-        )
+        hostname = config.info.hostname or container_id.value
         _write_etc_files(info, hostname)
         launch = ContainerLaunchInfo(
             enter_namespaces={"network": info.ns},

@@ -13,7 +13,6 @@ class PosixUsageIsolator(Isolator):
     """Remembers each container's first pid (its session id); enforces nothing."""
 
     supports_nesting = True
-    supports_standalone = True
 
     def __init__(self, flags: Any = None) -> None:
         self._pids: dict[ContainerID, int] = {}
@@ -28,3 +27,11 @@ class PosixUsageIsolator(Isolator):
 
     async def cleanup(self, container_id: ContainerID) -> None:
         self._pids.pop(container_id, None)
+
+    async def usage(self, container_id: ContainerID) -> dict[str, Any]:
+        pid = self._pids.get(container_id)
+        return {} if pid is None else self.sample(pid)
+
+    def sample(self, pid: int) -> dict[str, Any]:
+        """The statistics of the session `pid` leads, from /proc."""
+        return {}

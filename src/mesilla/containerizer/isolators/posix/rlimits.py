@@ -9,8 +9,6 @@ each type appears once.
 
 from __future__ import annotations
 
-from typing import Any
-
 from mesilla.containerizer.isolator import Isolator
 from mesilla.containerizer.types import ContainerConfig, ContainerLaunchInfo
 from mesilla.v1.mesos import ContainerID, RLimit
@@ -63,15 +61,11 @@ def posix_rlimit(rlimit: RLimit) -> tuple[str, int | None, int | None]:
 class PosixRLimitsIsolator(Isolator):
     name = "posix/rlimits"
     supports_nesting = True
-    supports_standalone = True
-
-    def __init__(self, flags: Any = None) -> None:
-        self.flags = flags
 
     async def prepare(
         self, container_id: ContainerID, config: ContainerConfig
     ) -> ContainerLaunchInfo | None:
-        info = config.container_info.rlimit_info if config.container_info else None
+        info = config.info.rlimit_info
         if info is None:
             return None
         limits = [posix_rlimit(r) for r in info.rlimits]

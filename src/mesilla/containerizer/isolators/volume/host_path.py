@@ -39,7 +39,6 @@ def host_path_of(volume: Volume) -> tuple[str, str | None] | None:
 class VolumeHostPathIsolator(Isolator):
     name = "volume/host_path"
     supports_nesting = True
-    supports_standalone = True
 
     def __init__(self, flags: Any) -> None:
         self.flags = flags
@@ -47,7 +46,7 @@ class VolumeHostPathIsolator(Isolator):
     async def prepare(
         self, container_id: ContainerID, config: ContainerConfig
     ) -> ContainerLaunchInfo | None:
-        volumes = config.container_info.volumes if config.container_info else []
+        volumes = config.info.volumes
         mounts: list[Mount] = []
         for volume in volumes:
             found = host_path_of(volume)

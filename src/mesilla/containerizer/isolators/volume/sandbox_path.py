@@ -33,7 +33,6 @@ from mesilla.v1.mesos import ContainerID
 class VolumeSandboxPathIsolator(Isolator):
     name = "volume/sandbox_path"
     supports_nesting = True
-    supports_standalone = True
 
     def __init__(self, flags: Any) -> None:
         self.flags = flags
@@ -60,7 +59,7 @@ class VolumeSandboxPathIsolator(Isolator):
         self, container_id: ContainerID, config: ContainerConfig
     ) -> ContainerLaunchInfo | None:
         self.sandboxes[container_id] = config.sandbox
-        volumes = config.container_info.volumes if config.container_info else []
+        volumes = config.info.volumes
         mounts: list[Mount] = []
         for volume in volumes:
             if volume.source is None or volume.source.type != "SANDBOX_PATH":

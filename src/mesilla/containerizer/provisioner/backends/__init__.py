@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-import importlib
 import logging
 
+from mesilla.common.plugins import load_class
 from mesilla.containerizer.provisioner.backends.base import Backend
 from mesilla.containerizer.provisioner.errors import BackendError, UnusableBackend
 
@@ -24,9 +24,7 @@ def load_backend(name: str) -> type[Backend]:
         raise UnusableBackend(
             f"Unknown --image_provisioner_backend '{name}' (known: {', '.join(BACKENDS)})"
         ) from None
-    module, _, attribute = target.partition(":")
-    backend: type[Backend] = getattr(importlib.import_module(module), attribute)
-    return backend
+    return load_class(target, Backend)
 
 
 def choose_backend(name: str | None, store_dir: str) -> Backend:

@@ -53,6 +53,9 @@ log = logging.getLogger(__name__)
 
 LAYER_FORMS = ("rootfs", "rootfs.overlay")
 
+# Downloads a layer (a registry's blob or an archive's member) to a path.
+FetchLayer = Callable[[Descriptor, str], Awaitable[None]]
+
 
 @dataclass
 class StoredImage:
@@ -227,7 +230,7 @@ class DockerStore:
             self._active_pulls += 1
         try:
             log.info("Pulling image '%s'", key)
-            fetch: Callable[[Descriptor, str], Awaitable[None]]
+            fetch: FetchLayer
             if self._uses_archive(reference):
                 assert self._local_dir is not None
                 source = ArchiveSource(self._local_dir, name, reference)
@@ -269,13 +272,7 @@ class DockerStore:
                 self._active_pulls -= 1
                 self._gate.notify_all()
 
-    async def _ensure_layer(
-        self,
-        image: str,
-        layer: Descriptor,
-        form: str,
-        fetch: Callable[[Descriptor, str], Awaitable[None]],
-    ) -> None:
+    async def _ensure_layer(self, image: str, layer: Descriptor, form: str, fetch: FetchLayer) -> None:
         if os.path.isdir(self.layer_path(layer.digest, form)):
             return
         task = self._layer_pulls.get((layer.digest, form))
@@ -291,13 +288,7 @@ class DockerStore:
             )
         await asyncio.shield(task)
 
-    async def _pull_layer(
-        self,
-        image: str,
-        layer: Descriptor,
-        form: str,
-        fetch: Callable[[Descriptor, str], Awaitable[None]],
-    ) -> None:
+    async def _pull_layer(self, image: str, layer: Descriptor, form: str, fetch: FetchLayer) -> None:
         staging = tempfile.mkdtemp(
             prefix="layer-", dir=os.path.join(self.store_dir, "staging")
         )

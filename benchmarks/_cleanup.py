@@ -16,7 +16,10 @@ import os
 import shutil
 import signal
 import subprocess
+import sys
 from pathlib import Path
+
+from _machine import load_average
 
 CGROUP_MOUNT = "/sys/fs/cgroup"
 RUNTIMES = ("runc", "crun")
@@ -98,3 +101,11 @@ def sweep(
                 left.append(f"cgroup {cgroup} (still busy)")
     shutil.rmtree(directory, ignore_errors=True)
     return left
+
+
+def finish(directory: Path, cgroups_roots: list[str], runtime_dirs: list[Path]) -> None:
+    """A run's last words: the load average, then `sweep`, saying what it had to remove."""
+    print(f"Load average at the end: {load_average()}")
+    left = sweep(directory, cgroups_roots, runtime_dirs)
+    if left:
+        print(f"cleanup removed {len(left)} leftovers, e.g. {left[:3]}", file=sys.stderr)

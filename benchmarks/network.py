@@ -33,9 +33,9 @@ from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from _cleanup import sweep
+from _cleanup import finish
 from _framework import TERMINAL, Framework, FrameworkError, scalar
-from _machine import Stats, interrupt_on_sigterm, load_average, machine_report
+from _machine import Stats, interrupt_on_sigterm, machine_report
 
 from mesilla.containerizer.isolators.network import netns
 from mesilla.containerizer.isolators.network.cni import NetworkCniIsolator
@@ -192,10 +192,7 @@ def main() -> int:
         print("\ninterrupted: cleaning up", file=sys.stderr)
         code = 130
     finally:
-        print(f"Load average at the end: {load_average()}")
-        left = sweep(root, [cgroups_root], [root / "cluster" / "agent-0" / "run"])
-        if left:
-            print(f"cleanup removed {len(left)} leftovers, e.g. {left[:3]}", file=sys.stderr)
+        finish(root, [cgroups_root], [root / "cluster" / "agent-0" / "run"])
     return code
 
 

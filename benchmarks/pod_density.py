@@ -31,9 +31,9 @@ from pathlib import Path
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from _cleanup import monitor_pids, sweep
+from _cleanup import finish, monitor_pids
 from _framework import Framework
-from _machine import Stats, interrupt_on_sigterm, load_average, machine_report, verdict
+from _machine import Stats, interrupt_on_sigterm, machine_report, verdict
 from pods import MesillaPods, RunningPod
 
 from mesilla.testing.cluster import LocalCluster
@@ -174,10 +174,7 @@ def main() -> int:
         print("\ninterrupted: cleaning up", file=sys.stderr)
         code = 130
     finally:
-        print(f"Load average at the end: {load_average()}")
-        left = sweep(root, [cgroups_root], [root / "cluster" / "agent-0" / "run"])
-        if left:
-            print(f"cleanup removed {len(left)} leftovers, e.g. {left[:3]}", file=sys.stderr)
+        finish(root, [cgroups_root], [root / "cluster" / "agent-0" / "run"])
     return code
 
 

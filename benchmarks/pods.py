@@ -59,12 +59,11 @@ import aiohttp
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from _cleanup import sweep
+from _cleanup import finish
 from _framework import TERMINAL, Framework, FrameworkError, scalar
 from _machine import (
     Stats,
     interrupt_on_sigterm,
-    load_average,
     machine_report,
     process_start_seconds,
     ratio,
@@ -535,11 +534,8 @@ def main() -> int:
     finally:
         for p in podman:
             p.cleanup()
-        print(f"Load average at the end: {load_average()}")
-        left = sweep(root, [cgroups_root, f"{cgroups_root}-compare"],
-                     [root / name / "agent-0" / "run" for name in ("cluster", "cluster-compare")])  # fmt: skip
-        if left:
-            print(f"cleanup removed {len(left)} leftovers, e.g. {left[:3]}", file=sys.stderr)
+        finish(root, [cgroups_root, f"{cgroups_root}-compare"],
+               [root / name / "agent-0" / "run" for name in ("cluster", "cluster-compare")])  # fmt: skip
     return code
 
 

@@ -42,8 +42,8 @@ import sys
 import tempfile
 import time
 import uuid
-from collections import deque
-from collections.abc import AsyncIterator, Coroutine
+from collections import Counter, deque
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -127,9 +127,22 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+def _cpu_seconds(pid: int) -> float:
+    """User + system CPU time a process has used so far (/proc/<pid>/stat)."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rpartition(")")[2].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+@dataclass
+class MasterProcess:
+    base: str
+    pid: int
+
+
 @contextlib.asynccontextmanager
-async def master_process(work_dir: str, registry: str) -> AsyncIterator[str]:
-    """A real master in its own process; yields its base URL, stops it with SIGTERM."""
+async def master_process(work_dir: str, registry: str) -> AsyncIterator[MasterProcess]:
+    """A real master in its own process; yields its base URL and pid, stops it with SIGTERM."""
     port = _free_port()
     # The master's log goes to the work_dir; it is shown only if the master fails.
     log_path = Path(work_dir, "master.log")
@@ -157,7 +170,7 @@ async def master_process(work_dir: str, registry: str) -> AsyncIterator[str]:
                 if time.monotonic() > deadline:
                     raise RuntimeError("the master did not come up")
                 await asyncio.sleep(0.2)
-        yield base
+        yield MasterProcess(base, process.pid)
     finally:
         if process.returncode is None:
             process.send_signal(signal.SIGTERM)
@@ -168,11 +181,148 @@ async def master_process(work_dir: str, registry: str) -> AsyncIterator[str]:
                 await process.wait()
 
 
-async def _events(response: aiohttp.ClientResponse) -> AsyncIterator[Json]:
-    decoder = Decoder()
-    async for chunk in response.content.iter_any():
-        for record in decoder.feed(chunk):
-            yield msgspec.json.decode(record)
+def _request(host: str, port: int, path: str, body: Json, stream_id: str | None = None) -> bytes:
+    data = msgspec.json.encode(body)
+    stream = f"Mesos-Stream-Id: {stream_id}\r\n" if stream_id else ""
+    head = (
+        f"POST {path} HTTP/1.1\r\nHost: {host}:{port}\r\nContent-Type: application/json\r\n"
+        f"{stream}Content-Length: {len(data)}\r\n\r\n"
+    )
+    return head.encode() + data
+
+
+def _head(buffer: bytearray) -> tuple[int, dict[bytes, bytes], int] | None:
+    """A complete response head at the start of `buffer`: (status, headers, its length)."""
+    end = buffer.find(b"\r\n\r\n")
+    if end < 0:
+        return None
+    lines = bytes(buffer[:end]).split(b"\r\n")
+    headers = {}
+    for line in lines[1:]:
+        name, _, value = line.partition(b":")
+        headers[name.strip().lower()] = value.strip()
+    return int(lines[0].split()[1]), headers, end + 4
+
+
+class EventStreamClient(asyncio.Protocol):
+    """One POST whose answer is a chunked RecordIO stream of JSON events (SUBSCRIBE,
+    REGISTER), read straight off the socket: the load generator holds thousands of
+    them, and a full HTTP client's cost per event would be counted against the master."""
+
+    def __init__(self, on_event: Callable[[EventStreamClient, Json], None]) -> None:
+        self.on_event = on_event
+        # Known before the first event is handed on: REGISTERED and the first PING come together.
+        self.stream_id = ""
+        self.opened: asyncio.Future[tuple[int, dict[bytes, bytes]]] = asyncio.get_running_loop().create_future()
+        self.ended = asyncio.get_running_loop().create_future()
+        self.transport: asyncio.Transport | None = None
+        self._buffer = bytearray()
+        self._head_done = False
+        self._records = Decoder()
+
+    @classmethod
+    async def open(
+        cls, host: str, port: int, path: str, body: Json, on_event: Callable[[EventStreamClient, Json], None]
+    ) -> EventStreamClient:
+        _, protocol = await asyncio.get_running_loop().create_connection(lambda: cls(on_event), host, port)
+        assert protocol.transport is not None
+        protocol.transport.write(_request(host, port, path, body))
+        return protocol
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
+
+    def data_received(self, data: bytes) -> None:
+        buffer = self._buffer
+        buffer += data
+        if not self._head_done:
+            head = _head(buffer)
+            if head is None:
+                return
+            status, headers, length = head
+            del buffer[:length]
+            self._head_done = True
+            self.stream_id = headers.get(b"mesos-stream-id", b"").decode()
+            self.opened.set_result((status, headers))
+            if status != 200:
+                return
+        records: list[bytes] = []
+        while True:
+            line_end = buffer.find(b"\r\n")
+            if line_end < 0:
+                break
+            size = int(bytes(buffer[:line_end]).split(b";")[0], 16)
+            if len(buffer) < line_end + 2 + size + 2:
+                break
+            records.extend(self._records.feed(bytes(buffer[line_end + 2 : line_end + 2 + size])))
+            del buffer[: line_end + 2 + size + 2]
+        for record in records:
+            self.on_event(self, msgspec.json.decode(record))
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if not self.opened.done():
+            self.opened.set_exception(ConnectionError("the master closed the connection"))
+        if not self.ended.done():
+            self.ended.set_result(None)
+
+    def close(self) -> None:
+        if self.transport is not None:
+            self.transport.close()
+
+
+# The first few bodies of refused calls, shown with the errors.
+REFUSALS: list[str] = []
+LOST_CONNECTIONS = 0
+
+
+class _CallConnection(asyncio.Protocol):
+    def __init__(self) -> None:
+        self.transport: asyncio.Transport | None = None
+        self.waiting: deque[asyncio.Future[int]] = deque()
+        self._buffer = bytearray()
+        self._out: list[bytes] = []
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
+
+    def send(self, request: bytes) -> None:
+        # The calls made in one turn of the loop go out in one write.
+        if not self._out:
+            asyncio.get_running_loop().call_soon(self._flush)
+        self._out.append(request)
+
+    def _flush(self) -> None:
+        out, self._out = self._out, []
+        if self.transport is None or self.transport.is_closing():
+            for future in self.waiting:
+                if not future.done():
+                    future.set_exception(ConnectionError("the connection to the master is closed"))
+            return
+        self.transport.write(b"".join(out))
+
+    def data_received(self, data: bytes) -> None:
+        buffer = self._buffer
+        buffer += data
+        while (head := _head(buffer)) is not None:
+            status, headers, length = head
+            total = length + int(headers.get(b"content-length", b"0"))
+            if len(buffer) < total:
+                break
+            if status >= 300 and len(REFUSALS) < 5:
+                REFUSALS.append(bytes(buffer[length:total][:200]).decode(errors="replace"))
+            del buffer[:total]
+            future = self.waiting.popleft()
+            if not future.done():
+                future.set_result(status)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        global LOST_CONNECTIONS
+        LOST_CONNECTIONS += 1
+        for future in self.waiting:
+            if not future.done():
+                future.set_exception(ConnectionError("the master closed the connection"))
 
 
 class Caller:
@@ -185,50 +335,45 @@ class Caller:
     def __init__(self, host: str, port: int, connections: int = 8) -> None:
         self.host, self.port = host, port
         self._size = connections
-        self._connections: list[tuple[asyncio.StreamWriter, deque[asyncio.Future[int]]]] = []
-        self._readers: list[asyncio.Task[None]] = []
+        self._connections: list[_CallConnection] = []
         self._next = 0
+        self.errors = 0
+        self.refused: Counter[str] = Counter()
+        self.closing = False
 
     async def open(self) -> None:
+        loop = asyncio.get_running_loop()
         for _ in range(self._size):
-            reader, writer = await asyncio.open_connection(self.host, self.port)
-            waiting: deque[asyncio.Future[int]] = deque()
-            self._connections.append((writer, waiting))
-            self._readers.append(asyncio.create_task(self._read(reader, waiting)))
+            _, connection = await loop.create_connection(_CallConnection, self.host, self.port)
+            self._connections.append(connection)
 
-    async def _read(self, reader: asyncio.StreamReader, waiting: deque[asyncio.Future[int]]) -> None:
-        with contextlib.suppress(asyncio.IncompleteReadError, ConnectionError):
-            while True:
-                status = int((await reader.readline()).split()[1])
-                length = 0
-                while (line := await reader.readline()) not in (b"\r\n", b""):
-                    name, _, value = line.partition(b":")
-                    if name.strip().lower() == b"content-length":
-                        length = int(value)
-                await reader.readexactly(length)
-                waiting.popleft().set_result(status)
-        for future in waiting:
-            future.set_exception(ConnectionError("the master closed the connection"))
-
-    async def post(self, path: str, body: Json, stream_id: str) -> int:
-        writer, waiting = self._connections[self._next]
+    def post(self, path: str, body: Json, stream_id: str) -> asyncio.Future[int]:
+        """The call's HTTP status, once answered."""
+        connection = self._connections[self._next]
         self._next = (self._next + 1) % len(self._connections)
-        data = msgspec.json.encode(body)
-        head = (
-            f"POST {path} HTTP/1.1\r\nHost: {self.host}:{self.port}\r\nContent-Type: application/json\r\n"
-            f"Mesos-Stream-Id: {stream_id}\r\nContent-Length: {len(data)}\r\n\r\n"
-        )
-        future = asyncio.get_running_loop().create_future()
-        waiting.append(future)
-        writer.write(head.encode() + data)
-        return await future
+        future: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+        connection.waiting.append(future)
+        connection.send(_request(self.host, self.port, path, body, stream_id))
+        return future
+
+    def post_expecting(self, path: str, body: Json, stream_id: str, status: int = 202) -> None:
+        """Fire and forget; an answer other than `status` counts in `errors`."""
+        kind = body["type"]
+        self.post(path, body, stream_id).add_done_callback(lambda done: self._check(done, status, kind))
+
+    def _check(self, done: asyncio.Future[int], status: int, kind: str) -> None:
+        if self.closing:
+            return  # calls cut short by the end of the run
+        if done.cancelled() or done.exception() is not None or done.result() != status:
+            self.errors += 1
+            got = "failed" if done.cancelled() or done.exception() is not None else done.result()
+            self.refused[f"{kind} {got}"] += 1
 
     async def close(self) -> None:
-        for writer, _ in self._connections:
-            writer.close()
-        for task in self._readers:
-            task.cancel()
-        await asyncio.gather(*self._readers, return_exceptions=True)
+        self.closing = True
+        for connection in self._connections:
+            if connection.transport is not None:
+                connection.transport.close()
 
 
 def _uuid() -> str:
@@ -241,13 +386,19 @@ class SimulatedAgents:
 
     PATH = "/internal/agent"
 
-    def __init__(self, base: str, streams: aiohttp.ClientSession, calls: Caller) -> None:
-        self.url = base + self.PATH
-        self.streams = streams
+    def __init__(self, host: str, port: int, calls: Caller, batch_updates: bool) -> None:
+        self.host, self.port = host, port
         self.calls = calls
+        self.batch_updates = batch_updates
+        self.streams: list[EventStreamClient] = []
         self.tasks: list[asyncio.Task[None]] = []
-        self.updates: set[asyncio.Task[None]] = set()
-        self.errors = 0
+        # Updates of this turn of the loop, per agent (stream id): with `batch_updates` each
+        # agent sends its own in one STATUS_UPDATE call (`status_updates`).
+        self._updates: dict[str, tuple[Json, list[Json]]] = {}
+
+    @property
+    def errors(self) -> int:
+        return self.calls.errors
 
     async def start(self, count: int) -> float:
         """Registers `count` agents; returns the seconds it took."""
@@ -269,37 +420,36 @@ class SimulatedAgents:
             "port": 5051,
             "resources": msgspec.to_builtins(Resources.parse(AGENT_RESOURCES).to_list()),
         }
-        async with gate:
-            response = await self.streams.post(self.url, json={"type": "REGISTER", "register": {"agent_info": info}})
-        if response.status != 200:
-            ready.set_exception(RuntimeError(f"REGISTER: {response.status} {await response.text()}"))
-            return
-        stream_id = response.headers["Mesos-Stream-Id"]
         agent_id: Json | None = None
+
+        def on_event(stream: EventStreamClient, event: Json) -> None:
+            nonlocal agent_id
+            kind = event["type"]
+            if kind == "RUN_TASK" and agent_id is not None:
+                self._running(agent_id, stream.stream_id, event["run_task"])
+            elif kind == "PING" and agent_id is not None:
+                self.calls.post_expecting(self.PATH, {"type": "PONG", "agent_id": agent_id}, stream.stream_id)
+            elif kind == "REGISTERED":
+                agent_id = event["registered"]["agent_id"]
+                gate.release()
+                ready.set_result(None)
+
+        await gate.acquire()
+        call = {"type": "REGISTER", "register": {"agent_info": info}}
         try:
-            async for event in _events(response):
-                if event["type"] == "REGISTERED":
-                    agent_id = event["registered"]["agent_id"]
-                    ready.set_result(None)
-                elif event["type"] == "RUN_TASK" and agent_id is not None:
-                    self._in_background(self._running(agent_id, stream_id, event["run_task"]))
-                elif event["type"] == "PING" and agent_id is not None:
-                    self._in_background(self._pong(agent_id, stream_id))
-        except (aiohttp.ClientError, asyncio.CancelledError):
-            pass
-        finally:
-            response.close()
+            stream = await EventStreamClient.open(self.host, self.port, self.PATH, call, on_event)
+            status, headers = await stream.opened
+        except ConnectionError as exc:
+            gate.release()
+            ready.set_exception(exc)
+            return
+        if status != 200:
+            gate.release()
+            ready.set_exception(RuntimeError(f"REGISTER: {status}"))
+            return
+        self.streams.append(stream)
 
-    def _in_background(self, call: Coroutine[Any, Any, None]) -> None:
-        task = asyncio.create_task(call)
-        self.updates.add(task)
-        task.add_done_callback(self.updates.discard)
-
-    async def _pong(self, agent_id: Json, stream_id: str) -> None:
-        if await self.calls.post(self.PATH, {"type": "PONG", "agent_id": agent_id}, stream_id) != 202:
-            self.errors += 1
-
-    async def _running(self, agent_id: Json, stream_id: str, run: Json) -> None:
+    def _running(self, agent_id: Json, stream_id: str, run: Json) -> None:
         status = {
             "task_id": run["task"]["task_id"],
             "state": "TASK_RUNNING",
@@ -308,19 +458,27 @@ class SimulatedAgents:
             "timestamp": time.time(),
             "uuid": _uuid(),
         }
-        call = {
-            "type": "STATUS_UPDATE",
-            "agent_id": agent_id,
-            "status_update": {"framework_id": run["framework_info"]["id"], "status": status},
-        }
-        if await self.calls.post(self.PATH, call, stream_id) != 202:
-            self.errors += 1
+        update = {"framework_id": run["framework_info"]["id"], "status": status}
+        if not self.batch_updates:
+            call = {"type": "STATUS_UPDATE", "agent_id": agent_id, "status_update": update}
+            self.calls.post_expecting(self.PATH, call, stream_id)
+            return
+        if not self._updates:
+            asyncio.get_running_loop().call_soon(self._send_updates)
+        self._updates.setdefault(stream_id, (agent_id, []))[1].append(update)
+
+    def _send_updates(self) -> None:
+        updates, self._updates = self._updates, {}
+        for stream_id, (agent_id, batch) in updates.items():
+            call = {"type": "STATUS_UPDATE", "agent_id": agent_id, "status_updates": batch}
+            self.calls.post_expecting(self.PATH, call, stream_id)
 
     async def stop(self) -> None:
-        tasks = [*self.tasks, *self.updates]
-        for task in tasks:
+        for task in self.tasks:
             task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        await asyncio.gather(*self.tasks, return_exceptions=True)
+        for stream in self.streams:
+            stream.close()
 
 
 @dataclass
@@ -328,8 +486,8 @@ class LaunchStats:
     accepted_at: dict[str, float] = field(default_factory=dict)
     latencies: list[float] = field(default_factory=list)
     first_accept: float | None = None
+    other_updates: Counter[str] = field(default_factory=Counter)
     last_running: float | None = None
-    errors: int = 0
 
 
 class SimulatedFramework:
@@ -337,70 +495,71 @@ class SimulatedFramework:
 
     PATH = "/api/v1/scheduler"
 
-    def __init__(self, name: str, base: str, calls: Caller, in_flight: int, stats: LaunchStats) -> None:
+    def __init__(self, name: str, calls: Caller, in_flight: int, stats: LaunchStats) -> None:
         self.name = name
-        self.url = base + self.PATH
         self.calls = calls
         self.stats = stats
         # Tasks launched but not yet running, and the most there may be.
         self.in_flight = 0
         self.max_in_flight = in_flight
-        self._room = asyncio.Event()
+        # Offers waiting for room, with the tasks each can hold.
+        self._waiting: deque[tuple[Json, int]] = deque()
         self.framework_id: Json | None = None
-        self.stream_id = ""
         self.launching = True
         self._next_task = 0
-        self._work: set[asyncio.Task[Any]] = set()
+        self.stream: EventStreamClient | None = None
 
-    async def run(self, streams: aiohttp.ClientSession, subscribed: asyncio.Future[None]) -> None:
+    async def run(self, subscribed: asyncio.Future[None]) -> None:
         call = {"type": "SUBSCRIBE", "subscribe": {"framework_info": {"user": "bench", "name": self.name}}}
-        response = await streams.post(self.url, json=call)
-        if response.status != 200:
-            subscribed.set_exception(RuntimeError(f"SUBSCRIBE: {response.status} {await response.text()}"))
+        self.stream = await EventStreamClient.open(
+            self.calls.host, self.calls.port, self.PATH, call, lambda _, event: self._event(event, subscribed)
+        )
+        status, headers = await self.stream.opened
+        if status != 200:
+            subscribed.set_exception(RuntimeError(f"SUBSCRIBE: {status}"))
             return
-        self.stream_id = response.headers["Mesos-Stream-Id"]
         try:
-            async for event in _events(response):
-                kind = event["type"]
-                if kind == "SUBSCRIBED":
-                    self.framework_id = event["subscribed"]["framework_id"]
-                    subscribed.set_result(None)
-                elif kind == "OFFERS":
-                    for offer in event["offers"]["offers"]:
-                        self._spawn(self._use(offer))
-                elif kind == "UPDATE":
-                    self._update(event["update"]["status"])
-        except (aiohttp.ClientError, asyncio.CancelledError):
-            pass
+            await self.stream.ended
         finally:
-            response.close()
-            for task in list(self._work):
-                task.cancel()
+            self.stream.close()
+
+    def _event(self, event: Json, subscribed: asyncio.Future[None]) -> None:
+        kind = event["type"]
+        if kind == "UPDATE":
+            self._update(event["update"]["status"])
+        elif kind == "OFFERS":
+            for offer in event["offers"]["offers"]:
+                self._use(offer)
+        elif kind == "SUBSCRIBED":
+            self.framework_id = event["subscribed"]["framework_id"]
+            subscribed.set_result(None)
 
     def stop_launching(self) -> None:
         """Offers from now on are declined, also those waiting for room."""
         self.launching = False
-        self._room.set()
+        while self._waiting:
+            self._decline(self._waiting.popleft()[0])
 
-    def _spawn(self, work: Any) -> None:
-        task = asyncio.create_task(work)
-        self._work.add(task)
-        task.add_done_callback(self._work.discard)
+    def _post(self, call: Json) -> None:
+        assert self.stream is not None
+        self.calls.post_expecting(self.PATH, call, self.stream.stream_id)
 
-    async def _post(self, call: Json) -> int:
-        return await self.calls.post(self.PATH, call, self.stream_id)
+    def _decline(self, offer: Json) -> None:
+        self._post({"type": "DECLINE", "framework_id": self.framework_id, "decline": {"offer_ids": [offer["id"]]}})
 
-    async def _use(self, offer: Json) -> None:
+    def _use(self, offer: Json) -> None:
         scalars = {r["name"]: r["scalar"]["value"] for r in offer["resources"] if r.get("scalar")}
         count = int(min(scalars.get("cpus", 0) / TASK_CPUS, scalars.get("mem", 0) / TASK_MEM, 10))
-        # All of an offer's tasks at once: taking slots one by one would spread
-        # them over the waiting offers until none can launch.
-        while self.launching and count and self.in_flight + count > self.max_in_flight:
-            self._room.clear()
-            await self._room.wait()
         if not self.launching or count == 0:
-            await self._post({"type": "DECLINE", "framework_id": self.framework_id, "decline": {"offer_ids": [offer["id"]]}})
-            return
+            self._decline(offer)
+        elif self.in_flight + count > self.max_in_flight or self._waiting:
+            # All of an offer's tasks at once: taking slots one by one would spread
+            # them over the waiting offers until none can launch.
+            self._waiting.append((offer, count))
+        else:
+            self._launch(offer, count)
+
+    def _launch(self, offer: Json, count: int) -> None:
         self.in_flight += count
         tasks = []
         now = time.perf_counter()
@@ -431,11 +590,12 @@ class SimulatedFramework:
                 "filters": {"refuse_seconds": 0},
             },
         }
-        if await self._post(call) != 202:
-            self.stats.errors += 1
+        self._post(call)
 
     def _update(self, status: Json) -> None:
         task_id = status["task_id"]["value"]
+        if status["state"] != "TASK_RUNNING":
+            self.stats.other_updates[f"{status['state']} {status.get('reason', '')} {status.get('message', '')}"[:160]] += 1
         if status["state"] == "TASK_RUNNING":
             accepted = self.stats.accepted_at.pop(task_id, None)
             if accepted is not None:
@@ -443,24 +603,51 @@ class SimulatedFramework:
                 self.stats.latencies.append((now - accepted) * 1000)
                 self.stats.last_running = now
                 self.in_flight -= 1
-                self._room.set()
+                while self._waiting and self.in_flight + self._waiting[0][1] <= self.max_in_flight:
+                    self._launch(*self._waiting.popleft())
         if "uuid" in status:
             ack = {
                 "type": "ACKNOWLEDGE",
                 "framework_id": self.framework_id,
                 "acknowledge": {"agent_id": status["agent_id"], "task_id": status["task_id"], "uuid": status["uuid"]},
             }
-            self._spawn(self._post(ack))
+            self._post(ack)
 
 
-async def bench_cluster(agents: int, frameworks: int, duration: float, in_flight: int, registry: str) -> dict[str, float]:
+@contextlib.asynccontextmanager
+async def py_spy(pid: int, into: str | None) -> AsyncIterator[None]:
+    """`py-spy record` of the master while the block runs, into `into` (speedscope), if asked."""
+    if not into:
+        yield
+        return
+    spy = await asyncio.create_subprocess_exec(
+        "py-spy", "record", "-p", str(pid), "-r", "50", "--format", "speedscope", "-o", into, "--nonblocking",
+        stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL,
+    )
+    try:
+        yield
+    finally:
+        spy.send_signal(signal.SIGINT)  # py-spy writes its profile and exits
+        await spy.wait()
+
+
+async def bench_cluster(
+    agents: int,
+    frameworks: int,
+    duration: float,
+    in_flight: int,
+    registry: str,
+    batch_updates: bool,
+    profile: str | None = None,
+) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="mesilla-bench-") as work_dir:
-        async with master_process(work_dir, registry) as base, aiohttp.ClientSession(
+        async with master_process(work_dir, registry) as master, aiohttp.ClientSession(
             connector=aiohttp.TCPConnector(limit=0), timeout=aiohttp.ClientTimeout(total=None)
         ) as streams:
+            base = master.base
             port = int(base.rsplit(":", 1)[1])
             calls = Caller("127.0.0.1", port)
-            sim = SimulatedAgents(base, streams, calls)
+            sim = SimulatedAgents("127.0.0.1", port, calls, batch_updates)
             stats = LaunchStats()
             runners: list[asyncio.Task[None]] = []
             try:
@@ -471,13 +658,22 @@ async def bench_cluster(agents: int, frameworks: int, duration: float, in_flight
                 # time and count against the master.
                 gc.freeze()
                 fws = [
-                    SimulatedFramework(f"bench-{i}", base, calls, max(1, in_flight // frameworks), stats)
+                    SimulatedFramework(f"bench-{i}", calls, max(1, in_flight // frameworks), stats)
                     for i in range(frameworks)
                 ]
                 subscribed = [asyncio.get_running_loop().create_future() for _ in fws]
-                runners = [asyncio.create_task(fw.run(streams, done)) for fw, done in zip(fws, subscribed, strict=True)]
+                runners = [asyncio.create_task(fw.run(done)) for fw, done in zip(fws, subscribed, strict=True)]
                 await asyncio.gather(*subscribed)
-                await asyncio.sleep(duration)
+                # CPU used by the master and by this load generator while launching: the
+                # generator's share says how much of the machine it took from the master.
+                wall0, master0, generator0 = time.perf_counter(), _cpu_seconds(master.pid), time.process_time()
+                running0 = len(stats.latencies)
+                async with py_spy(master.pid, profile and f"{profile}-launch.speedscope.json"):
+                    await asyncio.sleep(duration)
+                wall = time.perf_counter() - wall0
+                master_cpu = (_cpu_seconds(master.pid) - master0) / wall
+                generator_cpu = (time.process_time() - generator0) / wall
+                window_tasks = max(1, len(stats.latencies) - running0)
                 for fw in fws:
                     fw.stop_launching()
                 # Let what was accepted reach TASK_RUNNING (bounded).
@@ -486,8 +682,11 @@ async def bench_cluster(agents: int, frameworks: int, duration: float, in_flight
                     await asyncio.sleep(0.2)
                 async with streams.get(base + "/metrics/snapshot") as response:
                     metrics = await response.json()
-                reads = await _time_reads(streams, base)
+                async with py_spy(master.pid, profile and f"{profile}-reads.speedscope.json"):
+                    reads = await _time_reads(streams, base)
+                unanswered = sum(len([f for f in c.waiting if not f.done()]) for c in calls._connections)
             finally:
+                calls.closing = True
                 # Agents first, so no update arrives for a framework already gone.
                 await sim.stop()
                 for task in runners:
@@ -507,7 +706,14 @@ async def bench_cluster(agents: int, frameworks: int, duration: float, in_flight
         "master_cycle_p50": metrics.get("allocator/mesos/allocation_run_ms/p50", float("nan")),
         "master_cycle_p99": metrics.get("allocator/mesos/allocation_run_ms/p99", float("nan")),
         "master_cycles": metrics.get("allocator/mesos/allocation_runs", 0.0),
-        "errors": float(stats.errors + sim.errors),
+        "errors": float(sim.errors),
+        "refused": dict(calls.refused),
+        "other_updates": stats.other_updates,
+        "unanswered": unanswered,
+        "master_cpu": master_cpu,
+        "generator_cpu": generator_cpu,
+        "master_us_per_task": master_cpu * wall / window_tasks * 1e6,
+        "generator_us_per_task": generator_cpu * wall / window_tasks * 1e6,
         **reads,
     }
 
@@ -558,6 +764,15 @@ def main() -> int:
     parser.add_argument("--cycles", type=int, default=30, help="direct allocation cycles per agent count")
     parser.add_argument("--max_in_flight", type=int, default=1000, help="tasks launched but not running, at most")
     parser.add_argument("--registry", default="sqlite", choices=("sqlite", "in_memory"))
+    parser.add_argument(
+        "--batch_updates",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="each simulated agent sends the updates of one turn of its loop in one STATUS_UPDATE call",
+    )
+    parser.add_argument(
+        "--profile", default="", help="py-spy the master while launching: speedscope files with this prefix"
+    )
     args = parser.parse_args()
     counts = [int(x) for x in args.agents.split(",") if x.strip()]
 
@@ -568,7 +783,10 @@ def main() -> int:
 
     print("Mesilla master scale benchmark")
     print(machine_report())
-    print(f"  frameworks {args.frameworks}, agents {counts}, {args.duration:g}s of launching each\n")
+    print(
+        f"  frameworks {args.frameworks}, agents {counts}, {args.duration:g}s of launching each, "
+        f"status updates {'batched per agent' if args.batch_updates else 'one call each'}\n"
+    )
 
     for count in counts:
         alloc = bench_allocator(count, args.frameworks, args.cycles)
@@ -582,7 +800,12 @@ def main() -> int:
             f"  allocation cycle, direct, worst case (all agents free): p50 {alloc['full_p50']:7.1f} ms  "
             f"max {alloc['full_max']:7.1f} ms"
         )
-        live = asyncio.run(bench_cluster(count, args.frameworks, args.duration, args.max_in_flight, args.registry))
+        profile = f"{args.profile}-{count}" if args.profile else None
+        live = asyncio.run(
+            bench_cluster(
+                count, args.frameworks, args.duration, args.max_in_flight, args.registry, args.batch_updates, profile
+            )
+        )
         print(f"  agent registration: {live['registration_s']:.1f} s ({count / live['registration_s']:.0f} agents/s)")
         print(
             f"  live master allocation cycle: p50 {live['master_cycle_p50']:7.1f} ms  "
@@ -593,6 +816,11 @@ def main() -> int:
             f"({live['tasks_running']:.0f} tasks; latency p50 {live['latency_p50']:.0f} ms, "
             f"p99 {live['latency_p99']:.0f} ms)   target >= {LAUNCH_TARGET_PER_S:g}/s: "
             f"{verdict(live['launch_rate'], LAUNCH_TARGET_PER_S, lower_is_better=False)}"
+        )
+        print(
+            f"  CPU while launching (cores busy): master {live['master_cpu']:.2f}, "
+            f"load generator {live['generator_cpu']:.2f} of {os.cpu_count()}; CPU per task running: "
+            f"master {live['master_us_per_task']:.0f} us, generator {live['generator_us_per_task']:.0f} us"
         )
         print(
             "  operator reads with the cluster in place: "
@@ -610,7 +838,16 @@ def main() -> int:
         )
         print(f"  host load average after the run: {load_average()}")
         if live["errors"] or live["tasks_lost_in_flight"]:
-            print(f"  errors: {live['errors']:.0f} calls refused, {live['tasks_lost_in_flight']:.0f} tasks never running")
+            print(
+                f"  errors: {live['errors']:.0f} calls refused ({live['refused']}), "
+                f"{live['tasks_lost_in_flight']:.0f} tasks never running"
+            )
+            print(
+                f"    call connections lost: {LOST_CONNECTIONS}; calls unanswered: {live['unanswered']}; "
+                f"other updates: {dict(live['other_updates'])}"
+            )
+            for body in REFUSALS:
+                print(f"    refused: {body}")
         print()
     return 0
 

@@ -18,6 +18,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from mesilla.common import mesos_flags
 from mesilla.common.errors import ConfigurationError
 from mesilla.common.flags import Flag, FlagError, Flags, parse, usage
+from mesilla.common.log_file import LOG_FORMAT
 
 USAGE = """Usage: mesilla <command> [--flag=value ...]
 
@@ -44,7 +45,7 @@ LOCAL_FLAGS = [
 def _setup_logging(level: str | None) -> None:
     logging.basicConfig(
         level=getattr(logging, (level or "INFO").upper(), logging.INFO),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        format=LOG_FORMAT,
         stream=sys.stderr,
     )
 

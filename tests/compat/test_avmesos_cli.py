@@ -1,12 +1,15 @@
 """avmesos-cli 1.3.0 (PyPI, the maintained Mesos CLI, unmodified) against `mesilla local`:
-`mesos task list`, `mesos task inspect` and `mesos task exec`."""
+`mesos task list`, `mesos task inspect` and `mesos task exec` (also `-t`, on a terminal)."""
 
 from __future__ import annotations
 
 import asyncio
 import json
 import os
+import pty
+import select
 import subprocess
+import time
 from collections.abc import Callable
 
 import pytest
@@ -30,16 +33,53 @@ def mesos(cluster: LocalCluster, tmp_path_factory: pytest.TempPathFactory) -> Ca
     env = {**os.environ, "MESOS_CLI_CONFIG": str(config), "PATH": f"{script.parent}:{os.environ['PATH']}"}
     asyncio.run(launch(cluster))
 
-    def run(*args: str, stdin: str = "", status: int = 0) -> str:
-        result = subprocess.run([str(script), *args], env=env, input=stdin,
-                                capture_output=True, text=True, timeout=120)  # fmt: skip
-        assert result.returncode == status, (
-            f"mesos {' '.join(args)} failed ({result.returncode}):\n{result.stdout}\n{result.stderr}\n"
+    def run(*args: str, stdin: str = "", status: int = 0, terminal: bool = False) -> str:
+        if terminal:
+            code, out, err = on_terminal([str(script), *args], env)
+        else:
+            result = subprocess.run([str(script), *args], env=env, input=stdin,
+                                    capture_output=True, text=True, timeout=120)  # fmt: skip
+            code, out, err = result.returncode, result.stdout, result.stderr
+        assert code == status, (
+            f"mesos {' '.join(args)} failed ({code}):\n{out}\n{err}\n"
             f"--- cluster log ---\n{cluster.log_tail()}"
         )
-        return result.stdout
+        return out
 
     return run
+
+
+def on_terminal(argv: list[str], env: dict[str, str], timeout: float = 120) -> tuple[int, str, str]:
+    """Runs `argv` with a pseudo-terminal as its stdin, stdout and stderr, as a user's shell
+    would (`task exec -t` insists on one); (exit status, what it wrote, "")."""
+    master, slave = pty.openpty()
+    try:
+        proc = subprocess.Popen(
+            argv, env=env, stdin=slave, stdout=slave, stderr=slave, start_new_session=True
+        )
+    finally:
+        os.close(slave)
+    out = b""
+    deadline = time.monotonic() + timeout
+    try:
+        while time.monotonic() < deadline:
+            ready, _, _ = select.select([master], [], [], 1.0)
+            if ready:
+                try:
+                    chunk = os.read(master, 4096)
+                except OSError:  # EIO: every writer closed the terminal
+                    break
+                if not chunk:
+                    break
+                out += chunk
+            elif proc.poll() is not None:
+                break
+        return proc.wait(timeout=10), out.decode(errors="replace"), ""
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        os.close(master)
 
 
 async def launch(cluster: LocalCluster) -> None:
@@ -85,3 +125,13 @@ def test_task_exec(mesos: Callable[..., str]) -> None:
 def test_task_exec_interactive_and_its_exit_status(mesos: Callable[..., str]) -> None:
     assert mesos("task", "exec", "-i", "sleeper", "cat", stdin="typed in\n") == "typed in\n"
     mesos("task", "exec", "sleeper", "sh", "-c", "exit 3", status=3)
+
+
+@pytest.mark.root
+def test_task_exec_on_a_terminal(mesos: Callable[..., str]) -> None:
+    # The session's terminal is a device of the task's filesystem: `tty` names it (ttyname).
+    out = mesos(
+        "task", "exec", "-t", "sleeper", "sh", "-c", "tty; test -t 0 && echo on-a-tty", terminal=True
+    )
+    lines = [line.strip() for line in out.replace("\r", "").splitlines() if line.strip()]
+    assert lines[0].startswith("/dev/pts/") and "on-a-tty" in lines, out

@@ -12,6 +12,7 @@ import asyncio
 import uuid
 from collections.abc import Callable
 
+import msgspec
 from aiohttp import web
 
 from mesilla.agent import main as agent_main
@@ -79,9 +80,19 @@ class FakeMaster:
             return await self._register(request, call)
         if request.headers.get("Mesos-Stream-Id") != self.stream_id:
             return web.Response(status=403, text="wrong stream id")
+        # A call carrying several updates is kept as one call per update, as the tests read them.
+        singles = [
+            msgspec.structs.replace(call, status_update=update, status_updates=[])
+            for update in ([call.status_update] if call.status_update else []) + call.status_updates
+        ] or [call]
         async with self._changed:
-            self.calls.append(call)
+            self.calls.extend(singles)
             self._changed.notify_all()
+        for single in singles:
+            await self._auto_acknowledge(single)
+        return web.Response(status=202)
+
+    async def _auto_acknowledge(self, call: AgentCall) -> None:
         if self.auto_ack and call.type is AgentCallType.STATUS_UPDATE and call.status_update:
             update = call.status_update
             await self.send(
@@ -94,7 +105,6 @@ class FakeMaster:
                     ),
                 )
             )
-        return web.Response(status=202)
 
     async def _register(self, request: web.Request, call: AgentCall) -> web.StreamResponse:
         assert call.register is not None

@@ -1,6 +1,6 @@
 """The local authorizer (--acls) on the agent: the nested container ACLs (and the seed's
-manage_nested_containers), access_sandboxes, view_flags, and the view ACLs filtering /state,
-GET_STATE, GET_TASKS and GET_CONTAINERS."""
+manage_nested_containers), access_sandboxes, access_mesos_logs, view_flags, and the view
+ACLs filtering /state, GET_STATE, GET_TASKS and GET_CONTAINERS."""
 
 from __future__ import annotations
 
@@ -34,6 +34,8 @@ ACLS = {
     "view_containers": [{"principals": BLIND, "users": NONE}],
     "access_sandboxes": [{"principals": BLIND, "users": NONE}],
     "view_flags": [{"principals": BLIND, "flags": NONE}],
+    # The opposite of access_sandboxes: the log is guarded by its own ACL.
+    "access_mesos_logs": [{"principals": {"values": ["ops"]}, "logs": NONE}],
 }
 
 
@@ -51,7 +53,7 @@ async def agent(tmp_path: Path) -> AsyncIterator[tuple[AgentProcess, str, str]]:
     proc = AgentProcess(
         master, str(tmp_path / "work"), str(tmp_path / "run"),
         "--authenticate_http_readonly", "--authenticate_http_readwrite", f"--http_credentials={creds}",
-        f"--acls={json.dumps(ACLS)}",
+        f"--acls={json.dumps(ACLS)}", f"--log_dir={tmp_path / 'logs'}",
     )
     try:
         agent = await proc.start()
@@ -146,4 +148,12 @@ async def test_views_sandboxes_and_flags(agent: tuple[AgentProcess, str, str]) -
                     assert "in-sandbox" in (await r.json())["data"]
             async with s.get(base + "/flags", headers=auth(who)) as r:
                 assert r.status == (200 if sees else 403)
+            status, body = await _call(
+                s, proc, {"type": "READ_FILE", "read_file": {"path": "/slave/log", "offset": 0}}, who
+            )
+            assert status == (403 if sees else 200), body
+            async with s.get(
+                base + "/files/read", params={"path": "/slave/log", "offset": "0"}, headers=auth(who)
+            ) as r:
+                assert r.status == (403 if sees else 200)
             assert (await _call(s, proc, {"type": "GET_FLAGS"}, who))[0] == (200 if sees else 403)

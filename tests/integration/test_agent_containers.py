@@ -565,7 +565,7 @@ async def test_tty_session(any_parent: tuple[AgentProcess, dict[str, Any]]) -> N
     child = {"value": "session-tty", "parent": parent_id}
     call = _session(
         child,
-        "test -t 0 && test -t 1 && echo tty; stty size; echo to-err >&2",
+        "test -t 0 && test -t 1 && echo tty; stty size; echo to-err >&2; tty",
         container={"type": "MESOS", "tty_info": {"window_size": {"rows": 31, "columns": 97}}},
     )
     async with aiohttp.ClientSession() as s:
@@ -575,6 +575,8 @@ async def test_tty_session(any_parent: tuple[AgentProcess, dict[str, Any]]) -> N
         assert {k for k, _ in records} == {"STDOUT"}  # a terminal merges stderr
         lines = b"".join(d for _, d in records).decode().split("\r\n")
         assert lines[0:3] == ["tty", "31 97", "to-err"]
+        # The terminal is one of the filesystem the session runs in: `tty` names it.
+        assert lines[3].startswith("/dev/pts/"), lines
         status, result = await _call(
             s, proc, {"type": "WAIT_CONTAINER", "wait_container": {"container_id": child}}
         )

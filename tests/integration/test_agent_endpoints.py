@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import base64
+import json
+import logging
+import os
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -31,7 +34,8 @@ async def running(tmp_path: Any) -> AsyncIterator[tuple[FakeMaster, AgentProcess
     master = FakeMaster()
     await master.start()
     proc = AgentProcess(
-        master, str(tmp_path / "work"), str(tmp_path / "run"), "--attributes=rack:r1"
+        master, str(tmp_path / "work"), str(tmp_path / "run"), "--attributes=rack:r1",
+        f"--log_dir={tmp_path / 'logs'}",
     )
     try:
         await proc.start()
@@ -159,6 +163,25 @@ async def test_v0_containers_and_monitor_statistics(running: tuple[FakeMaster, A
             assert "container_id" not in usage and "status" not in usage
 
 
+async def test_log_dir_serves_the_agent_log_as_slave_log(running: tuple[FakeMaster, AgentProcess]) -> None:
+    _, proc = running
+    assert proc.agent is not None
+    log_dir = proc.agent.flags.parsed.log_dir
+    log = os.path.join(log_dir, "mesos-agent.INFO")
+    logging.getLogger("mesilla.test").warning("a line the test logs into the agent's log")
+    async with aiohttp.ClientSession() as s:
+        async with s.get(proc.url + "/files/debug") as r:
+            assert (await r.json())["/slave/log"] == log
+        async with s.get(proc.url + "/files/read", params={"path": "/slave/log", "offset": "0"}) as r:
+            assert "a line the test logs into the agent's log" in (await r.json())["data"]
+        read = await _v1(s, proc.url, {"type": "READ_FILE", "read_file": {"path": "/slave/log", "offset": 0}})
+        assert b"the agent's log" in base64.b64decode(read["read_file"]["data"])
+        async with s.get(proc.url + "/files/read", params={"path": "/slave/log/x", "offset": "0"}) as r:
+            assert r.status == 404
+        async with s.get(proc.url + "/state") as r:
+            assert (await r.json())["log_dir"] == log_dir
+
+
 async def test_files_endpoints(running: tuple[FakeMaster, AgentProcess]) -> None:
     _, proc = running
     base = "/frameworks/fw-ep/executors/t-ep/runs/latest"
@@ -191,3 +214,58 @@ async def test_files_endpoints(running: tuple[FakeMaster, AgentProcess]) -> None
         ]:
             async with s.get(proc.url + "/files/read", params=params) as r:
                 assert r.status == status, (params, await r.text())
+
+
+# The agent's v0 endpoints' query parameters as Mesos 1.11 reads them (`src/slave/http.cpp`,
+# `src/files/files.cpp`, libprocess's `/metrics/snapshot`).
+@pytest.mark.parametrize(
+    "path, params, status, reason",
+    [
+        ("/metrics/snapshot", {"timeout": "soon"}, 400, "Invalid timeout 'soon'"),
+        ("/metrics/snapshot", {"timeout": "1secs"}, 200, "slave/uptime_secs"),
+        ("/files/read", {"path": "/slave/log", "offset": "1.5"}, 400, "Failed to parse offset"),
+        ("/files/read", {"path": "/slave/log", "offset": " 1"}, 400, "Failed to parse offset"),
+        ("/files/read", {"path": "/slave/log", "offset": "0", "length": "x"}, 400, "Failed to parse length"),
+        ("/files/read", {"path": "/slave/log", "offset": "0x0", "length": "0x4"}, 200, '"offset":0'),
+        ("/files/read", {"path": "/slave/log", "offset": "-2"}, 400, "Negative offset provided: -2."),
+        ("/files/browse", {}, 400, "Expecting 'path=value' in query."),
+        ("/containers", {"container_id": "no-such-container"}, 200, "[]"),
+    ],
+)
+async def test_query_parameters_are_parsed_as_mesos(
+    running: tuple[FakeMaster, AgentProcess], path: str, params: dict[str, str], status: int, reason: str
+) -> None:
+    _, proc = running
+    async with aiohttp.ClientSession() as s, s.get(proc.url + path, params=params) as r:
+        assert r.status == status
+        assert reason in await r.text()
+
+
+async def test_containers_selects_by_container_id(running: tuple[FakeMaster, AgentProcess]) -> None:
+    _, proc = running
+    async with aiohttp.ClientSession() as s:
+        async with s.get(proc.url + "/containers") as r:
+            [container] = await r.json()
+        async with s.get(proc.url + "/containers", params={"container_id": container["container_id"]}) as r:
+            [selected] = await r.json()
+        # The same container (its statistics are read again).
+        assert {k: v for k, v in selected.items() if k != "statistics"} == {
+            k: v for k, v in container.items() if k != "statistics"
+        }
+
+
+@pytest.mark.parametrize(
+    "path, params",
+    [("/state", {}), ("/flags", {}), ("/containers", {}), ("/monitor/statistics", {}),
+     ("/metrics/snapshot", {}), ("/files/debug", {}), ("/files/browse", {"path": "/slave/log"}),
+     ("/files/read", {"path": "/slave/log"})],
+)  # fmt: skip
+async def test_every_v0_endpoint_takes_jsonp(
+    running: tuple[FakeMaster, AgentProcess], path: str, params: dict[str, str]
+) -> None:
+    _, proc = running
+    async with aiohttp.ClientSession() as s, s.get(proc.url + path, params={**params, "jsonp": "cb"}) as r:
+        assert r.status == 200 and r.content_type == "text/javascript"
+        body = await r.text()
+    assert body.startswith("cb(") and body.endswith(");")
+    json.loads(body[len("cb(") : -len(");")])

@@ -33,6 +33,8 @@ ACLS = {
     "view_tasks": [{"principals": {"values": ["blind"]}, "users": NONE}],
     "view_executors": [{"principals": {"values": ["blind"]}, "users": NONE}],
     "view_flags": [{"principals": {"values": ["blind"]}, "flags": NONE}],
+    "access_mesos_logs": [{"principals": {"values": ["blind"]}, "logs": NONE}],
+    "get_endpoints": [{"principals": {"values": ["blind"]}, "paths": NONE}],
     "update_weights": [{"principals": {"values": ["ops"]}, "roles": ANY}, {"principals": ANY, "roles": NONE}],
     "teardown_frameworks": [
         {"principals": {"values": ["ops"]}, "framework_principals": ANY},
@@ -55,7 +57,7 @@ async def master(tmp_path: Path) -> AsyncIterator[MasterServer]:
     async with running_master(
         tmp_path / "m", "--offer_timeout=1hrs",
         "--authenticate_http_readonly", "--authenticate_http_readwrite", "--authenticate_http_frameworks",
-        f"--credentials={creds}", f"--acls=file://{acls}",
+        f"--credentials={creds}", f"--acls=file://{acls}", f"--log_dir={tmp_path / 'logs'}",
     ) as server:
         yield server
 
@@ -189,3 +191,22 @@ def test_bad_acls_refuse_to_start(tmp_path: Path) -> None:
     for text in ("[]", '{"run_tasks": {}}', '{"nope": []}', '{"run_tasks": [{"users": {"type": "SOME"}}]}'):
         with pytest.raises(FlagError, match="Invalid --acls"):
             Authorizer.parse(text)
+
+
+async def test_access_mesos_logs_guards_the_master_log(master: MasterServer) -> None:
+    read = {"type": "READ_FILE", "read_file": {"path": "/master/log", "offset": 0}}
+    listing = {"type": "LIST_FILES", "list_files": {"path": "/master/log"}}
+    params = {"path": "/master/log", "offset": "0"}
+    async with aiohttp.ClientSession() as session:
+        for who, expected in (("ops", 200), ("blind", 403)):
+            for call in (read, listing):
+                status, _ = await _operator(session, master, call, who)
+                assert status == expected, (who, call["type"])
+            for endpoint in ("/files/read", "/files/browse", "/files/download"):
+                async with session.get(base_url(master) + endpoint, params=params, headers=auth(who)) as r:
+                    assert r.status == expected, (who, endpoint)
+            # /files/debug is an endpoint as any other: get_endpoints.
+            async with session.get(base_url(master) + "/files/debug", headers=auth(who)) as r:
+                assert r.status == expected, (who, "/files/debug")
+        async with session.get(base_url(master) + "/files/debug") as r:
+            assert r.status == 401  # --authenticate_http_readonly

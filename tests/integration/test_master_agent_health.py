@@ -72,6 +72,10 @@ async def test_a_hung_agent_becomes_unreachable_and_comes_back(
         assert unreachable["reason"] == "REASON_AGENT_REMOVED"
         assert unreachable["source"] == "SOURCE_MASTER"
         assert (await plain.update("plain-task"))["state"] == "TASK_LOST"
+        # After the tasks' updates, every framework hears the agent is lost (slaveLost), as Mesos.
+        for scheduler in (aware, plain):
+            failure = await scheduler.next_event("FAILURE", skip=("HEARTBEAT", "OFFERS", "RESCIND"))
+            assert failure["failure"] == {"agent_id": {"value": agent_id}}
         assert agent.stream is not None and await agent.stream.ended()
         # At least: a PONG that comes late (a loaded machine) also covers the next ping.
         assert agent.pings - agent.pongs >= MAX_PINGS

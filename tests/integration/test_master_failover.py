@@ -15,6 +15,7 @@ from tests.integration.master_harness import (
     agent_and_scheduler,
     base_url,
     command_task,
+    new_uuid,
     reported_task,
     running_master,
     running_task,
@@ -123,6 +124,8 @@ async def test_disconnected_agent_becomes_unreachable_and_comes_back(
         lost = await plain.update("plain-task")
         assert lost["state"] == "TASK_LOST"
         agent_id = agent.agent_id["value"]  # type: ignore[index]
+        lost_agent = await aware.next_event("FAILURE", skip=("HEARTBEAT", "OFFERS", "RESCIND"))
+        assert lost_agent["failure"] == {"agent_id": {"value": agent_id}}
         assert (
             agent_id in server.master.unreachable_agents
             and agent_id not in server.master.agents
@@ -196,6 +199,55 @@ async def test_reregistering_agent_reconciles_tasks_it_does_not_know(
         lambda: "t" not in server.master.frameworks[scheduler.framework_id or ""].tasks,
         "the task gone from the master",
     )
+    await scheduler.close()
+    await agent.disconnect()
+
+
+async def test_one_status_update_call_carries_many_updates_in_order(
+    session: aiohttp.ClientSession, server: MasterServer
+) -> None:
+    agent, scheduler = await agent_and_scheduler(session, server)
+    assert agent.stream is not None
+    offer = await scheduler.offer()
+    tasks = [command_task(f"t{i}", offer["agent_id"]) for i in range(3)]
+    assert (await scheduler.launch(offer, *tasks)).status == 202
+    for _ in tasks:
+        await agent.next_event("RUN_TASK")
+    framework_id = {"value": scheduler.framework_id}
+    updates = [
+        {
+            "framework_id": framework_id,
+            "status": {
+                "task_id": {"value": task_id},
+                "state": state,
+                "uuid": new_uuid(),
+                "source": "SOURCE_EXECUTOR",
+                "agent_id": agent.agent_id,
+            },
+        }
+        for task_id, state in [("t0", "TASK_RUNNING"), ("t1", "TASK_RUNNING"), ("t0", "TASK_FINISHED")]
+    ]
+    url, headers = f"{base_url(server)}/internal/agent", {"Mesos-Stream-Id": agent.stream.stream_id or ""}
+    # One update in `status_update`, the rest in `status_updates`: all applied, in order.
+    call = {
+        "type": "STATUS_UPDATE",
+        "agent_id": agent.agent_id,
+        "status_update": updates[0],
+        "status_updates": updates[1:],
+    }
+    async with session.post(url, json=call, headers=headers) as r:
+        assert r.status == 202, await r.text()
+    statuses = [await scheduler.update(task_id) for task_id in ("t0", "t1", "t0")]
+    seen = [(status["task_id"]["value"], status["state"]) for status in statuses]
+    assert seen == [("t0", "TASK_RUNNING"), ("t1", "TASK_RUNNING"), ("t0", "TASK_FINISHED")]
+    tasks_now = server.master.frameworks[scheduler.framework_id or ""].tasks
+    assert tasks_now["t0"].state.value == "TASK_FINISHED" and tasks_now["t1"].state.value == "TASK_RUNNING"
+    assert tasks_now["t2"].state.value == "TASK_STAGING"
+    # A batched update without a uuid is refused whole, naming it.
+    del updates[1]["status"]["uuid"]
+    call = {"type": "STATUS_UPDATE", "agent_id": agent.agent_id, "status_updates": updates[1:2]}
+    async with session.post(url, json=call, headers=headers) as r:
+        assert r.status == 400 and "status_updates[0].status.uuid" in await r.text()
     await scheduler.close()
     await agent.disconnect()
 

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import re
+from typing import Any
 
 import pytest
 from tests.integration import operator_cluster
@@ -73,6 +75,39 @@ async def test_frameworks_shape(cluster: Cluster) -> None:
     assert task["slave_id"] == framework["tasks"][0]["slave_id"]
     assert task["resources"]["mem"] == 128.0
     assert task["statuses"] == [{"state": "TASK_RUNNING", "timestamp": 1000.0}]
+    assert task["role"] == "*"  # the allocation role of a framework without roles, as Mesos
+
+
+@pytest.mark.parametrize(
+    "framework_info", [{"role": "web"}, {"roles": ["web"], "capabilities": [{"type": "MULTI_ROLE"}]}]
+)
+async def test_a_task_has_the_role_it_was_launched_under(
+    cluster: Cluster, framework_info: dict[str, Any]
+) -> None:
+    """Mesos injects the offer's allocation_info into the launched task's resources (the
+    scheduler's TaskInfo has none here): the task's `role` everywhere is that role."""
+    agent = cluster.agent()
+    await agent.register()
+    events, _ = await cluster.subscribe()
+    scheduler = cluster.scheduler()
+    await scheduler.subscribe(framework_info)
+    offer = await scheduler.offer()
+    await scheduler.launch(offer, command_task("t1", offer["agent_id"], cpus=1, mem=128))
+    run_task = (await agent.next_event("RUN_TASK"))["run_task"]
+    # The agent is sent the task so: its own /state and GET_TASKS show the same role.
+    task_resources = run_task["task"]["resources"]
+    assert {r["allocation_info"]["role"] for r in task_resources} == {"web"}
+
+    [v0] = (await cluster.get("/tasks"))["tasks"]
+    assert v0["role"] == "web"
+    [framework] = (await cluster.get("/state"))["frameworks"]
+    assert [t["role"] for t in framework["tasks"]] == ["web"]
+    [task] = (await cluster.call("GET_TASKS"))["get_tasks"]["tasks"]
+    assert {r["allocation_info"]["role"] for r in task["resources"]} == {"web"}
+    [task] = (await cluster.call("GET_STATE"))["get_state"]["get_tasks"]["tasks"]
+    assert {r["allocation_info"]["role"] for r in task["resources"]} == {"web"}
+    added = (await events.next_of("TASK_ADDED"))["task_added"]["task"]
+    assert {r["allocation_info"]["role"] for r in added["resources"]} == {"web"}
 
 
 async def test_tasks_paging_order_and_filter(cluster: Cluster) -> None:
@@ -103,11 +138,70 @@ async def test_tasks_paging_order_and_filter(cluster: Cluster) -> None:
     assert await ids("?offset=-1") == []
 
 
-@pytest.mark.parametrize("query", ["?limit=abc", "?offset=x", "?limit=1.5"])
-async def test_tasks_rejects_bad_numbers(cluster: Cluster, query: str) -> None:
-    async with cluster.session.get(cluster.base + "/tasks" + query) as response:
-        assert response.status == 400
-        assert ("limit" if "limit" in query else "offset") in await response.text()
+# Every v0 endpoint's query parameters as Mesos 1.11 reads them (`src/master/readonly_handler.cpp`,
+# libprocess's `/metrics/snapshot`): what each accepts, its default, how a bad value is answered.
+# Mesos takes the default for an unparsable number; Mesilla answers 400 naming it.
+@pytest.mark.parametrize(
+    "path, params, status, reason",
+    [
+        ("/tasks", {"limit": "abc"}, 400, "limit"),
+        ("/tasks", {"offset": "x"}, 400, "offset"),
+        ("/tasks", {"limit": "1.5"}, 400, "limit"),
+        ("/tasks", {"limit": " 5"}, 400, "limit"),
+        ("/tasks", {"limit": "1_0"}, 400, "limit"),
+        ("/tasks", {"limit": "0x"}, 400, "limit"),
+        ("/tasks", {"offset": "99999999999"}, 400, "out of range"),  # numify<int>
+        ("/tasks", {"limit": ""}, 400, "limit"),
+        ("/metrics/snapshot", {"timeout": "soon"}, 400, "Invalid timeout 'soon'"),
+        ("/metrics/snapshot", {"timeout": "5"}, 400, "Invalid timeout '5'"),
+        ("/metrics/snapshot", {"timeout": "5secs"}, 200, "master/uptime_secs"),
+        ("/tasks", {"limit": "0x10", "offset": "+0", "order": "whatever"}, 200, "t1"),
+    ],
+)
+async def test_query_parameters_are_parsed_as_mesos(
+    cluster: Cluster, path: str, params: dict[str, str], status: int, reason: str
+) -> None:
+    await running_task(cluster)
+    async with cluster.session.get(cluster.base + path, params=params) as response:
+        assert response.status == status
+        assert reason in await response.text()
+
+
+@pytest.mark.parametrize(
+    "path, params, key, expected",
+    [
+        ("/tasks", {"task_id": ""}, "tasks", []),  # an empty id matches no task, as IDAcceptor
+        ("/tasks", {"framework_id": ""}, "tasks", []),
+        ("/tasks", {"limit": "0"}, "tasks", []),
+        ("/tasks", {"limit": "-0x1"}, "tasks", ["t1"]),  # negative (hex too): no limit
+        ("/tasks", {"offset": "1"}, "tasks", []),
+        ("/tasks", {"task_id": "t1", "order": "asc"}, "tasks", ["t1"]),
+        ("/frameworks", {"framework_id": "other"}, "frameworks", []),
+        ("/frameworks", {"framework_id": ""}, "frameworks", []),
+        ("/slaves", {"slave_id": "other"}, "slaves", []),
+        ("/slaves", {"slave_id": ""}, "slaves", []),
+    ],
+)
+async def test_filters_select_as_mesos(
+    cluster: Cluster, path: str, params: dict[str, str], key: str, expected: list[str]
+) -> None:
+    await running_task(cluster)
+    body = await cluster.get(path + "?" + "&".join(f"{k}={v}" for k, v in params.items()))
+    assert [item["id"] for item in body[key]] == expected
+
+
+@pytest.mark.parametrize(
+    "path",
+    ["/state", "/state.json", "/slaves", "/frameworks", "/tasks", "/state-summary", "/roles", "/flags",
+     "/version", "/metrics/snapshot", "/files/debug"],
+)  # fmt: skip
+async def test_every_v0_endpoint_takes_jsonp(cluster: Cluster, path: str) -> None:
+    async with cluster.session.get(cluster.base + path, params={"jsonp": "cb"}) as response:
+        assert response.status == 200
+        assert response.content_type == "text/javascript"
+        body = await response.text()
+    assert body.startswith("cb(") and body.endswith(");")
+    json.loads(body[len("cb(") : -len(");")])
 
 
 async def test_version_is_purely_numeric(cluster: Cluster) -> None:

@@ -157,6 +157,29 @@ async def test_a_v0_framework_runs_a_task_beside_a_v1_framework(cluster: Cluster
     await removed(cluster, framework_id)
 
 
+async def test_a_removed_agent_is_lost_to_every_framework(cluster: Cluster, driver: V0Driver) -> None:
+    """Mesos's `sendSlaveLost`: LostSlaveMessage to v0 drivers, FAILURE with the agent alone to
+    v1 schedulers (their `slaveLost`), whether or not they had tasks there."""
+    agent = cluster.agent()
+    await agent.register()
+    v1 = cluster.scheduler()
+    await v1.subscribe({"name": "v1-fw"})
+    offer = await v1.offer()
+    await v1.launch(offer, command_task("v1-t1", offer["agent_id"], cpus=1, mem=128))
+    await agent.next_event("RUN_TASK")
+    assert await driver.send("RegisterFrameworkMessage", {"framework": INFO}) == 202
+    await driver.next("FrameworkRegisteredMessage")
+
+    gone = {"type": "MARK_AGENT_GONE", "mark_agent_gone": {"agent_id": agent.agent_id}}
+    assert (await cluster.post("/api/v1", gone)).status == 200
+
+    lost = await driver.next("LostSlaveMessage")
+    assert lost == {"agent_id": agent.agent_id}
+    assert (await v1.update("v1-t1"))["state"] == "TASK_LOST"  # not PARTITION_AWARE
+    failure = await v1.next_event("FAILURE", skip=("HEARTBEAT", "OFFERS", "RESCIND"))
+    assert failure["failure"] == {"agent_id": agent.agent_id}
+
+
 async def test_malformed_or_stray_messages_are_dropped_and_the_master_stays_healthy(
     cluster: Cluster, driver: V0Driver
 ) -> None:

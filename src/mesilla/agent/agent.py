@@ -29,14 +29,14 @@ from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
-from mesilla.agent import paths
+from mesilla.agent import authorize, paths
 from mesilla.agent.checkpointer import Checkpointer, Run
 from mesilla.agent.executor_auth import ExecutorTokens
-from mesilla.agent.files import Files
 from mesilla.agent.flags import AgentFlags
 from mesilla.agent.gc import GarbageCollector
 from mesilla.agent.state import MAX_COMPLETED_FRAMEWORKS, Executor, ExecutorState, Framework
 from mesilla.agent.status_update_manager import RETRY_INTERVAL_MIN, StatusUpdateManager
+from mesilla.common.attached_files import Files
 from mesilla.common.authorization import Authorizer
 from mesilla.common.tasks import TaskOwner
 from mesilla.common.tls import TlsConfig
@@ -101,7 +101,8 @@ class Agent:
         status_update_interval: float = RETRY_INTERVAL_MIN,
     ) -> None:
         self.flags = flags
-        self.files = Files()
+        # A sandbox's files are for whom may access its executor's (access_sandboxes).
+        self.files = Files(lambda request, path: authorize.check_sandbox(self, request, path))
         self.containerizer = containerizer
         self.master: MasterChannel = master if master is not None else NoMaster()
         self.checkpointer = Checkpointer(flags.work_dir)

@@ -18,9 +18,9 @@ from aiohttp import web
 
 from mesilla import MESOS_VERSION
 from mesilla.agent import authorize, executor_auth
-from mesilla.agent import files as files_mod
 from mesilla.agent.agent import Agent, AgentStatus
 from mesilla.agent.state import Executor, ExecutorState
+from mesilla.common import attached_files
 from mesilla.common.errors import BadRequest, ContainerError, HttpError, ServiceUnavailable
 from mesilla.common.http import (
     Router,
@@ -219,7 +219,7 @@ def metrics(agent: Agent) -> dict[str, float]:
 
 
 class AgentApi:
-    def __init__(self, agent: Agent, files: files_mod.Files) -> None:
+    def __init__(self, agent: Agent, files: attached_files.Files) -> None:
         self.agent = agent
         self.files = files
         self._handlers: dict[api.CallType, CallHandler] = {}
@@ -330,35 +330,21 @@ class AgentApi:
             self.register(call_type, handler)
 
     def _install_file_calls(self) -> None:
-        """The sandboxes' files, as /files does."""
+        """The attached files (sandboxes, the agent's log), as /files serves them."""
         t = api.CallType
 
         async def list_files(call: api.Call, request: web.Request) -> web.StreamResponse:
             if call.list_files is None:
                 raise BadRequest("Expecting 'list_files' to be present")
-            listing = files_mod.entries(self.files, call.list_files.path)
-            infos = [
-                api.FileInfo(
-                    path=path,
-                    nlink=st.st_nlink,
-                    size=st.st_size,
-                    mtime={"nanoseconds": int(st.st_mtime * 1e9)},
-                    mode=st.st_mode,
-                    uid=files_mod.user_name(st.st_uid),
-                    gid=files_mod.group_name(st.st_gid),
-                )
-                for path, st in listing
-            ]
-            return self.respond(request, list_files=api.ListFiles(file_infos=infos))
+            listing = attached_files.list_files(self.files, request, call.list_files.path)
+            return self.respond(request, list_files=listing)
 
         async def read_file(call: api.Call, request: web.Request) -> web.StreamResponse:
             if call.read_file is None:
                 raise BadRequest("Expecting 'read_file' to be present")
-            rf = call.read_file
-            if rf.offset < 0 or (rf.length is not None and rf.length < 0):
-                raise BadRequest("'read_file.offset' and 'read_file.length' may not be negative")
-            size, data = files_mod.read(self.files, rf.path, rf.offset, rf.length)
-            return self.respond(request, read_file=api.ReadFile(size=size, data=data))
+            return self.respond(
+                request, read_file=attached_files.read_file(self.files, request, call.read_file)
+            )
 
         self.register(t.LIST_FILES, list_files)
         self.register(t.READ_FILE, read_file)
@@ -460,7 +446,7 @@ class NotImplementedCall(HttpError):
     status = 501
 
 
-def install(router: Router, agent: Agent, files: files_mod.Files) -> AgentApi:
+def install(router: Router, agent: Agent, files: attached_files.Files) -> AgentApi:
     """`POST /api/v1` and `/files`; the v0 JSON endpoints are `agent.endpoints`."""
     agent_api = AgentApi(agent, files)
 
@@ -468,5 +454,5 @@ def install(router: Router, agent: Agent, files: files_mod.Files) -> AgentApi:
         return await agent_api.handle(request)
 
     router.add("/api/v1", v1, methods=("POST",), realm="mesos-agent-readwrite")
-    files_mod.install(router, files, lambda request, path: authorize.check_sandbox(agent, request, path))
+    attached_files.install(router, files, "mesos-agent-readonly", agent.authorizer)
     return agent_api

@@ -97,7 +97,7 @@ def sandbox_user(agent: Agent, real_path: str) -> str | None:
 
 
 def check_sandbox(agent: Agent, request: web.Request, path: str) -> None:
-    """access_sandboxes, for a /files or LIST_FILES/READ_FILE path."""
+    """access_sandboxes, for a /files or LIST_FILES/READ_FILE path (`Agent.files` asks)."""
     if agent.authorizer is not None:
         user = sandbox_user(agent, os.path.realpath(agent.files.resolve(path)))
         require(agent.authorizer, request, "access_sandboxes", user)
@@ -117,13 +117,9 @@ def check_call(agent: Agent, request: web.Request, call: api.Call) -> None:
         require(authorizer, request, "view_flags")
     elif t is api.CallType.PRUNE_IMAGES:
         require(authorizer, request, "prune_images")
-    elif t in (api.CallType.LIST_FILES, api.CallType.READ_FILE):
-        part: Any = call.list_files if t is api.CallType.LIST_FILES else call.read_file
-        if part is not None and isinstance(part.path, str):
-            check_sandbox(agent, request, part.path)
     elif t in _CONTAINER_ACTIONS:
         field, nested, standalone = _CONTAINER_ACTIONS[t]
-        part = getattr(call, field)
+        part: Any = getattr(call, field)
         container_id = getattr(part, "container_id", None)
         if container_id is None:
             return  # the handler answers 400

@@ -14,7 +14,7 @@ from mesilla.agent.agent import CAPABILITIES, Agent
 from mesilla.agent.agent_api import ContainerEntry, list_containers, metrics, require_recovered
 from mesilla.agent.state import Executor, Framework
 from mesilla.common.authorization import require
-from mesilla.common.http import Router, jsonp_response
+from mesilla.common.http import Router, jsonp_response, metrics_timeout
 from mesilla.common.models import attributes_json, task_json
 from mesilla.common.protobuf_utils import create_task
 from mesilla.common.resources import Resources, ResourcesError
@@ -92,6 +92,8 @@ def _framework_json(framework: Framework) -> Json:
 
 def state_json(agent: Agent) -> Json:
     info = agent.info
+    # The web UI shows the agent's LOG link where the state names a log_dir, as Mesos's.
+    log_dir = {"log_dir": agent.flags.parsed.log_dir} if agent.flags.parsed.get("log_dir") else {}
     return {
         "version": MESOS_VERSION,
         "start_time": agent.start_time,
@@ -104,6 +106,7 @@ def state_json(agent: Agent) -> Json:
         "unreserved_resources": _summary(info.resources),
         "attributes": attributes_json(info.attributes),
         "master_hostname": agent.master_info.hostname if agent.master_info else "",
+        **log_dir,
         "flags": agent.flags.parsed.as_strings(),
         "frameworks": [_framework_json(f) for f in agent.frameworks.values()],
         "completed_frameworks": [_framework_json(f) for f in agent.completed_frameworks],
@@ -138,7 +141,8 @@ def install(router: Router, agent: Agent) -> None:
     async def containers(request: web.Request) -> web.StreamResponse:
         require_recovered(agent)
         listed = await list_containers(agent, show_nested=False, show_standalone=False)
-        body = [v0_container(entry) for entry in listed]
+        wanted = request.query.get("container_id")  # Mesos's one filter here
+        body = [v0_container(e) for e in listed if wanted in (None, e.container_id.value)]
         seen = authorize.viewer(agent, request)
         # The viewer judges the items of a list it knows by name: `containers`.
         return jsonp_response(request, seen.filter({"containers": body})["containers"] if seen else body)
@@ -156,6 +160,7 @@ def install(router: Router, agent: Agent) -> None:
         return jsonp_response(request, body)
 
     async def metrics_snapshot(request: web.Request) -> web.StreamResponse:
+        metrics_timeout(request)
         return jsonp_response(request, metrics(agent))
 
     router.add("/state", state, methods=("GET",), realm="mesos-agent-readonly")

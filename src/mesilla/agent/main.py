@@ -27,7 +27,7 @@ from mesilla.agent.master_events import MasterEvents
 from mesilla.agent.master_link import MasterLink
 from mesilla.agent.recovery import recover
 from mesilla.agent.status_update_manager import RETRY_INTERVAL_MIN
-from mesilla.common import authentication, authorization, files, tls
+from mesilla.common import authentication, authorization, files, log_file, tls
 from mesilla.common.flags import Flag, FlagError, Flags
 from mesilla.common.http import Router, make_app
 from mesilla.containerizer.containerizer import Containerizer
@@ -111,6 +111,7 @@ AGENT_FLAGS: list[Flag] = [
     ),
     Flag("gc_delay", "How long sandboxes of ended executors are kept.", 7 * 86400.0, "duration"),
     Flag("logging_level", "INFO, WARNING, ERROR or DEBUG.", "INFO"),
+    log_file.FLAG,
     *authentication.AGENT_FLAGS,
     *authorization.AGENT_FLAGS,
     *tls.FLAGS,
@@ -203,6 +204,19 @@ async def run(
     `ready` (for embedding and tests) gets the agent once it has recovered and
     started talking to the master.
     """
+    with contextlib.ExitStack() as logs:
+        try:
+            log_path = logs.enter_context(
+                log_file.logging_to_file(flags.get("log_dir"), "mesos-agent", flags.get("logging_level"))
+            )
+        except FlagError as exc:
+            raise SystemExit(f"mesilla agent: {exc}") from None
+        return await _run(flags, log_path, status_update_interval, ready)
+
+
+async def _run(
+    flags: Flags, log_path: str | None, status_update_interval: float, ready: asyncio.Future[Agent] | None
+) -> Agent:
     try:
         info = agent_info(flags)
         agent_flags = AgentFlags.from_flags(flags)  # checks them: a bad one is a start-up error
@@ -228,6 +242,8 @@ async def run(
     )  # fmt: skip
     if tokens is not None:
         tokens.live = agent.executor_alive
+    if log_path is not None:
+        agent.files.attach_log(log_path, "/slave/log", authorizer)
     runner = await start_server(agent, authenticate)
     link_task: asyncio.Task[None] | None = None
     shutdown_on_signal = False

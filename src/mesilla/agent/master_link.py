@@ -7,12 +7,13 @@ reconnects with backoff when the stream ends or nothing arrives on it for the
 total ping timeout the master announced in REGISTERED (Mesos's
 ``pingTimeout``: the master is taken as lost). Other calls are separate
 POSTs carrying the stream's ``Mesos-Stream-Id``, sent in order by one sender
-task; a call that fails while disconnected is dropped, since status updates
-are retried by the status update manager and the rest is best effort as in
-Mesos. Calls made between building REGISTER and its REGISTERED (an executor
-that exits meanwhile, reported in REGISTER as running) are held and sent
-right after REGISTERED, in order, as Mesos's messages follow its
-re-registration on the same connection.
+task (status updates queued together go in one call); a call that fails
+while disconnected is dropped, since status updates are retried by the
+status update manager and the rest is best effort as in Mesos. Calls made
+between building REGISTER and its REGISTERED (an executor that exits
+meanwhile, reported in REGISTER as running) are held and sent right after
+REGISTERED, in order, as Mesos's messages follow its re-registration on the
+same connection.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import asyncio
 import logging
 import random
 import ssl
+from collections import deque
 from typing import Protocol
 
 import aiohttp
@@ -41,6 +43,9 @@ from mesilla.v1.internal import (
 from mesilla.v1.mesos import AgentID
 
 log = logging.getLogger(__name__)
+
+# Status updates sent in one call, at most.
+MAX_BATCHED_UPDATES = 100
 
 # Mesos's REGISTER_RETRY_INTERVAL_MAX: backoff doubles up to this.
 REGISTER_RETRY_INTERVAL_MAX = 60.0
@@ -189,9 +194,27 @@ class MasterLink:
                     else:
                         agent.handle_event(event)
 
+    def _batched(self, call: AgentCall, held: deque[AgentCall]) -> AgentCall:
+        """`call` and the status updates queued right behind it, as one STATUS_UPDATE call
+        (`status_updates`): a busy agent's updates cost the master one request, not one
+        each. The first call that is not an update waits in `held`, keeping the order."""
+        if call.type is not AgentCallType.STATUS_UPDATE or call.status_update is None:
+            return call
+        updates = [call.status_update]
+        while not self._outbox.empty() and len(updates) < MAX_BATCHED_UPDATES:
+            following = self._outbox.get_nowait()
+            if following.type is not AgentCallType.STATUS_UPDATE or following.status_update is None:
+                held.append(following)
+                break
+            updates.append(following.status_update)
+        if len(updates) == 1:
+            return call
+        return AgentCall(type=AgentCallType.STATUS_UPDATE, agent_id=call.agent_id, status_updates=updates)
+
     async def _sender(self, session: aiohttp.ClientSession) -> None:
+        held: deque[AgentCall] = deque()
         while True:
-            call = await self._outbox.get()
+            call = self._batched(held.popleft() if held else await self._outbox.get(), held)
             stream_id = self.stream_id
             if stream_id is None:
                 continue

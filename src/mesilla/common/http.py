@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 import ssl
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -25,6 +26,7 @@ from aiohttp import web
 
 from mesilla.common import negotiation, recordio, secrets
 from mesilla.common.authentication import Authentication
+from mesilla.common.durations import parse_duration
 from mesilla.common.errors import BadRequest, HttpError, NotFound
 from mesilla.common.negotiation import JSON, JSON_ENCODING, RECORDIO, Encoding  # noqa: F401 (RECORDIO: re-exported for the APIs)
 from mesilla.v1 import codec
@@ -146,6 +148,33 @@ async def read_message(request: web.Request, type_: type[T]) -> T:
     return encoding.decode(body, type_)
 
 
+_INTEGER = re.compile(r"-?0[xX][0-9a-fA-F]+|[+-]?[0-9]+")
+
+
+def numify(text: str, bits: int = 32) -> int:
+    """An integer query parameter as stout's `numify` reads one: decimal with an optional
+    sign, or 0x hexadecimal, nothing around it, within a signed `bits`-bit range;
+    ValueError otherwise (`int` alone would take ' 5' and '1_0')."""
+    if not _INTEGER.fullmatch(text):
+        raise ValueError(f"'{text}' is not an integer")
+    value = int(text, 16) if "x" in text.lower() else int(text)
+    if not -(1 << (bits - 1)) <= value < 1 << (bits - 1):
+        raise ValueError(f"'{text}' is out of range")
+    return value
+
+
+def metrics_timeout(request: web.Request) -> float | None:
+    """`/metrics/snapshot?timeout=` as libprocess checks it (400 unless a duration). Mesilla's
+    metrics are read at once, so no snapshot waits for it."""
+    text = request.query.get("timeout")
+    if text is None:
+        return None
+    try:
+        return parse_duration(text)
+    except ValueError as exc:
+        raise BadRequest(f"Invalid timeout '{text}': {exc}.") from None
+
+
 def json_response(
     msg: Any,
     *,
@@ -169,9 +198,28 @@ def jsonp_response(request: web.Request, obj: Any) -> web.Response:
     return web.Response(body=body, content_type=JSON)
 
 
+class _EventResponse(web.StreamResponse):
+    """An event stream's response: what was sent is written before the stream ends."""
+
+    flush: Callable[[], Awaitable[None]] | None = None
+
+    async def write_eof(self, data: bytes = b"") -> None:
+        if self.flush is not None:
+            await self.flush()
+        await super().write_eof(data)
+
+
 class EventStream:
     """A chunked RecordIO response of events (`event_type`, in `encoding`); `closed`
-    is set when the peer goes away."""
+    is set when the peer goes away or a write fails.
+
+    The first event `send` is given in a turn of the event loop is written at once;
+    those that follow in the same turn are queued and go out together, in one chunk,
+    at the next (one system call per batch instead of one per event: at thousands
+    of events a second the writes were the master's largest cost). While the peer
+    does not keep up (a write waits for the socket to drain), `send` waits too, so
+    a stalled peer still stops its senders.
+    """
 
     def __init__(
         self, response: web.StreamResponse, encoding: Encoding = JSON_ENCODING, event_type: type | None = None
@@ -179,7 +227,12 @@ class EventStream:
         self._response = response
         self._encoding = encoding
         self._event_type = event_type
-        self._lock = asyncio.Lock()
+        self._pending: list[bytes] = []
+        self._writer: asyncio.Task[None] | None = None
+        self._blocked = False  # a write waits for the peer to drain
+        self._turn_used = False  # an event went out at once in this turn of the loop
+        # What senders meanwhile wait for: True once written, False if the write failed.
+        self._drained: asyncio.Future[bool] | None = None
         self.closed = asyncio.Event()
 
     @classmethod
@@ -194,11 +247,13 @@ class EventStream:
     ) -> EventStream:
         """`content_type`: the stream's own (RecordIO for operator streams), when it is
         not its messages' encoding."""
-        response = web.StreamResponse(status=200, headers=headers or {})
+        response = _EventResponse(status=200, headers=headers or {})
         response.content_type = content_type or encoding.content_type
         response.enable_chunked_encoding()
         await response.prepare(request)
-        return cls(response, encoding, event_type)
+        stream = cls(response, encoding, event_type)
+        response.flush = stream.flush
+        return stream
 
     @property
     def response(self) -> web.StreamResponse:
@@ -207,14 +262,56 @@ class EventStream:
     async def send(self, event: Any) -> bool:
         if self.closed.is_set():
             return False
-        async with self._lock:
-            try:
-                data = self._encoding.encode(codec.encode(event), self._event_type or type(event))
-                await self._response.write(recordio.encode(data))
-            except (ConnectionError, RuntimeError):
-                self.closed.set()
-                return False
+        data = recordio.encode(self._encoding.encode(codec.encode(event), self._event_type or type(event)))
+        if self._writer is None and not self._pending and not self._turn_used and not self._blocked:
+            # The first event of a turn goes out at once: a lone event costs no writer task.
+            self._turn_used = True
+            asyncio.get_running_loop().call_soon(self._next_turn)
+            return await self._write_now(data)
+        self._pending.append(data)
+        if self._writer is None:
+            self._writer = asyncio.ensure_future(self._write())
+        elif self._blocked:
+            if self._drained is None:
+                self._drained = asyncio.get_running_loop().create_future()
+            # Shielded: one sender cancelled must not cancel the others' shared wait.
+            return await asyncio.shield(self._drained)
         return True
+
+    def _next_turn(self) -> None:
+        self._turn_used = False
+
+    async def _write_now(self, data: bytes) -> bool:
+        # Only a write that waits for the peer to drain suspends here.
+        self._blocked = True
+        try:
+            await self._response.write(data)
+        except (ConnectionError, RuntimeError):
+            self.closed.set()
+            return False
+        finally:
+            self._blocked = False
+            self._wake(not self.closed.is_set())
+        return True
+
+    async def _write(self) -> None:
+        try:
+            while self._pending and not self.closed.is_set():
+                data, self._pending = b"".join(self._pending), []
+                await self._write_now(data)
+        finally:
+            self._writer, self._pending = None, []
+            self._wake(False)  # cancelled mid-write: nobody waits forever
+
+    async def flush(self) -> None:
+        """Returns once everything sent so far is written (or its write failed)."""
+        while self._writer is not None:
+            await asyncio.wait([self._writer])
+
+    def _wake(self, ok: bool) -> None:
+        drained, self._drained = self._drained, None
+        if drained is not None and not drained.done():
+            drained.set_result(ok)
 
     def close(self) -> None:
         self.closed.set()

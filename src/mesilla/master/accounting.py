@@ -10,27 +10,24 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from mesilla.common.resources import Resources
-from mesilla.v1.mesos import ExecutorInfo, Offer, Task
+from mesilla.v1.mesos import ExecutorInfo, Offer, Resource, Task
 
 
 def used_resources(
     tasks: Iterable[tuple[str, Task]], executors: dict[str, dict[str, ExecutorInfo]]
 ) -> dict[str, Resources]:
     """key -> resources of its non-terminal tasks and its executors."""
-    used: dict[str, Resources] = {}
-
-    def add(key: str, resources: Resources) -> None:
-        used[key] = used.get(key, Resources()) + resources
-
+    # Each key's resource lists parsed and summed into one value: `/state` asks this of
+    # every framework, thousands of tasks each; a `Resources` per task and per `+` was
+    # most of its cost.
+    lists: dict[str, list[Resource]] = {}
     for key, task in tasks:
         if not task.state.terminal:
-            add(key, Resources.from_list(task.resources))
+            lists.setdefault(key, []).extend(task.resources)
     for key, by_id in executors.items():
         for executor in by_id.values():
-            add(key, Resources.from_list(executor.resources))
-    return used
-
-
+            lists.setdefault(key, []).extend(executor.resources)
+    return {key: Resources.from_list(resources) for key, resources in lists.items()}
 
 
 class OfferedCache:

@@ -25,7 +25,6 @@ if TYPE_CHECKING:
 
 _FIELDS = {
     internal.AgentCallType.REGISTER: "register",
-    internal.AgentCallType.STATUS_UPDATE: "status_update",
     internal.AgentCallType.EXECUTOR_MESSAGE: "executor_message",
     internal.AgentCallType.EXITED_EXECUTOR: "exited_executor",
 }
@@ -52,8 +51,20 @@ def _validate(call: internal.AgentCall) -> None:
             raise BadRequest(
                 f"Invalid 'register.agent_info.resources': {exc}"
             ) from None
+    updates = _status_updates(call)
+    if call.type is internal.AgentCallType.STATUS_UPDATE and not updates:
+        raise BadRequest("Expecting 'status_update' to be present")
     if call.status_update is not None and call.status_update.status.uuid is None:
         raise BadRequest("Expecting 'status_update.status.uuid' to be present")
+    for index, update in enumerate(call.status_updates):
+        if update.status.uuid is None:
+            raise BadRequest(f"Expecting 'status_updates[{index}].status.uuid' to be present")
+
+
+def _status_updates(call: internal.AgentCall) -> list[internal.StatusUpdate]:
+    if call.status_update is None:
+        return call.status_updates
+    return [call.status_update, *call.status_updates]
 
 
 async def agent_call(request: web.Request, master: Master) -> web.StreamResponse:
@@ -75,8 +86,10 @@ async def agent_call(request: web.Request, master: Master) -> web.StreamResponse
         raise Forbidden(
             f"'{STREAM_ID_HEADER}' does not match agent {agent.id}'s stream: re-register"
         )
-    if call.status_update is not None:
-        await master.status_updates.status_update(agent, call.status_update)
+    updates = _status_updates(call)
+    if updates:
+        for update in updates:
+            await master.status_updates.status_update(agent, update)
     elif call.executor_message is not None:
         await master.relay.executor_message(agent, call.executor_message)
     elif call.exited_executor is not None:

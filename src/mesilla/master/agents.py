@@ -393,6 +393,7 @@ class AgentLinks:
                 await self._tasks.lose(framework, task, state, reason, message, unreachable_time)
         self._parts.book.remove_agent(agent)
         self._close_stream(agent)
+        await self._parts.outbox.agent_lost(self._parts.book.frameworks.values(), agent.id)
         self._parts.outbox.notify("AGENT_REMOVED", AgentID(value=agent.id))
 
     async def _expire_recovered_agents(self) -> None:
@@ -403,6 +404,7 @@ class AgentLinks:
             self._parts.book.mark_unreachable(agent_id, now)
             self._parts.counters["master/recovery_slave_removals"] += 1
             log.info("agent %s did not re-register after master failover: unreachable", agent_id)
+            await self._parts.outbox.agent_lost(self._parts.book.frameworks.values(), agent_id)
 
     async def unregister(self, agent: Agent) -> None:
         """UNREGISTER: the agent is leaving for good (its tasks are lost)."""

@@ -25,7 +25,7 @@ import mesilla
 from mesilla import MESOS_VERSION
 from mesilla.common.authorization import require
 from mesilla.common.errors import BadRequest
-from mesilla.common.http import Router, jsonp_response
+from mesilla.common.http import Handler, Router, jsonp_response, metrics_timeout, numify
 from mesilla.common.models import (
     attributes_json,
     labels_json,
@@ -51,8 +51,10 @@ if TYPE_CHECKING:
 # Mesos's default page size for `/tasks` (`TASK_LIMIT`).
 TASK_LIMIT = 100
 READONLY = "mesos-master-readonly"
-# Items (agents, frameworks, tasks) rendered between two returns to the event loop.
-RENDER_CHUNK = 200
+# Seconds of rendering between two returns to the event loop, at most (about: one item
+# is never split). Items vary a thousandfold (a task; a framework with its thousands),
+# so the slice is timed rather than counted.
+RENDER_SLICE = 0.01
 
 T = TypeVar("T")
 
@@ -60,7 +62,7 @@ T = TypeVar("T")
 async def rendered(
     items: Iterable[T], render: Callable[[T], Any] | Callable[[T], Awaitable[Any]]
 ) -> list[msgspec.Raw]:
-    """Each item rendered and encoded as JSON, handing the event loop back every `RENDER_CHUNK` items.
+    """Each item rendered and encoded as JSON, handing the event loop back every `RENDER_SLICE` seconds.
 
     At 10,000 agents `/state` and GET_STATE take hundreds of milliseconds;
     done in one go, every scheduler and agent stream would stall meanwhile.
@@ -69,9 +71,12 @@ async def rendered(
     item on its own gives the very bytes of encoding the whole at once.
     """
     out: list[msgspec.Raw] = []
-    for index, item in enumerate(list(items)):
-        if index and index % RENDER_CHUNK == 0:
+    clock = time.perf_counter
+    due = clock() + RENDER_SLICE
+    for item in list(items):
+        if clock() >= due:
             await asyncio.sleep(0)
+            due = clock() + RENDER_SLICE
         value = render(item)
         if inspect.isawaitable(value):
             value = await value
@@ -84,7 +89,7 @@ def install(router: Router, master: Master) -> None:
     # Mesos's read-only endpoints do not look at the method; GET and POST are what clients use.
     get = ("GET", "POST")
 
-    def view(render: Any, action: str | None = None, obj: str | None = None) -> Any:
+    def view(render: Any, action: str | None = None, obj: str | None = None) -> Handler:
         """`action`: what the principal must be authorized for (view_flags, get_endpoints)."""
 
         async def handler(request: web.Request) -> web.Response:
@@ -110,12 +115,13 @@ def install(router: Router, master: Master) -> None:
     flags = view(lambda master, _q: {"flags": master.flags.as_strings()}, "view_flags")
     router.add("/flags", flags, methods=get, realm=READONLY)
     router.add("/version", view(lambda _m, _q: version()), methods=get)
-    router.add(
-        "/metrics/snapshot",
-        view(lambda master, _q: metrics.snapshot(master), "get_endpoints", "/metrics/snapshot"),
-        methods=get,
-        realm=READONLY,
-    )
+    snapshot = view(lambda master, _q: metrics.snapshot(master), "get_endpoints", "/metrics/snapshot")
+
+    async def metrics_snapshot(request: web.Request) -> web.StreamResponse:
+        metrics_timeout(request)
+        return await snapshot(request)
+
+    router.add("/metrics/snapshot", metrics_snapshot, methods=get, realm=READONLY)
 
     async def health(_request: web.Request) -> web.Response:
         return web.Response(status=200)
@@ -341,9 +347,13 @@ async def state(master: Master, _query: Any) -> dict[str, object]:
                 "port": info.port,
                 "hostname": info.hostname or "",
             },
-            "flags": master.flags.as_strings(),
         }
     )
+    # The web UI shows the master's LOG link where the state names a log_dir, as Mesos's.
+    for name in ("cluster", "log_dir"):
+        if master.flags.get(name):
+            out[name] = master.flags.get(name)
+    out["flags"] = master.flags.as_strings()
     out.update(await _slaves(master, None))
     out["frameworks"] = await rendered(master.frameworks.values(), framework_json)
     out["completed_frameworks"] = await rendered(master.completed_frameworks, framework_json)
@@ -360,9 +370,9 @@ def _count(query: Any, name: str, default: int) -> int:
     if text is None:
         return default
     try:
-        value = int(text)
-    except ValueError:
-        raise BadRequest(f"Invalid '{name}' query parameter '{text}': expecting an integer") from None
+        value = numify(text)
+    except ValueError as exc:
+        raise BadRequest(f"Invalid '{name}' query parameter: {exc}, expecting an integer") from None
     return sys.maxsize if value < 0 else value
 
 

@@ -25,7 +25,13 @@ from mesilla.master.authorize import task_user
 from mesilla.master.framework import Framework
 from mesilla.master.offers import Offerer
 from mesilla.master.parts import Parts
-from mesilla.master.tasks import Tasks, master_status, new_task_record, task_state_metric
+from mesilla.master.tasks import (
+    Tasks,
+    inject_allocation_info,
+    master_status,
+    new_task_record,
+    task_state_metric,
+)
 from mesilla.master.validation import (
     InvalidOffers,
     InvalidTask,
@@ -181,6 +187,7 @@ class Launcher:
         if task.executor is not None:
             executor = msgspec.structs.replace(task.executor, framework_id=FrameworkID(value=framework.id))
             task = _with_executor(task, executor)
+        inject_allocation_info(task, ctx.role)
         try:
             self._authorize(framework, task)
         except Forbidden as exc:
@@ -200,6 +207,9 @@ class Launcher:
         self, framework: Framework, agent: Agent, op: LaunchGroup, ctx: LaunchContext
     ) -> None:
         executor = msgspec.structs.replace(op.executor, framework_id=FrameworkID(value=framework.id))
+        inject_allocation_info(executor, ctx.role)
+        for task in op.task_group.tasks:
+            inject_allocation_info(task, ctx.role)
         if executor.type == "DEFAULT":
             executor.resources = with_default_executor_resources(executor.resources, ctx.role)
         try:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import socket
 from collections.abc import AsyncIterator
@@ -11,7 +12,7 @@ from dataclasses import dataclass
 
 from aiohttp import web
 
-from mesilla.common import authentication, authorization, tls
+from mesilla.common import attached_files, authentication, authorization, log_file, tls
 from mesilla.common.flags import Flag, FlagError, Flags
 from mesilla.common.http import Router, listen, make_app
 from mesilla.master import agent_api, endpoints, operator_api, scheduler_api, v0_scheduler
@@ -96,6 +97,7 @@ MASTER_FLAGS: list[Flag] = [
     *tls.FLAGS,
     Flag("quiet", "Disable logging to stderr.", False, "bool"),
     Flag("logging_level", "Log level: INFO, WARNING or ERROR.", "INFO"),
+    log_file.FLAG,
 ]
 
 
@@ -151,18 +153,26 @@ async def serve(flags: Flags) -> AsyncIterator[MasterServer]:
         raise MasterStartError(str(exc)) from None
     # Off the loop: a registry in the work_dir may create its directory.
     master = Master(flags, await asyncio.to_thread(make_registry, flags), authorizer)
+    files = attached_files.Files()
     router = Router("master")
     scheduler_api.install(router, master)
     v0_scheduler.install(router, master)
     agent_api.install(router, master)
-    operator_api.install(router, master)
+    operator_api.install(router, master, files)
     endpoints.install(router, master)
+    attached_files.install(router, files, endpoints.READONLY, authorizer)
     if network is not None:
         network.install(router)
     runner = web.AppRunner(make_app(router, authenticate), access_log=None, shutdown_timeout=1.0)
     await runner.setup()
     fabric = None
+    logs = contextlib.ExitStack()
     try:
+        log_path = logs.enter_context(
+            log_file.logging_to_file(flags.get("log_dir"), "mesos-master", flags.get("logging_level"))
+        )
+        if log_path is not None:
+            files.attach_log(log_path, "/master/log", authorizer)
         if network is not None:
             try:
                 fabric = await start_fabric(flags, network.book)
@@ -188,6 +198,7 @@ async def serve(flags: Flags) -> AsyncIterator[MasterServer]:
             await fabric.close()
         if network is not None:
             await network.close()
+        logs.close()
 
 
 async def run(flags: Flags) -> None:

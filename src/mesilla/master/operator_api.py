@@ -22,7 +22,7 @@ import msgspec
 from aiohttp import web
 
 from mesilla import MESOS_VERSION
-from mesilla.common import secrets
+from mesilla.common import attached_files, secrets
 from mesilla.common.authorization import require
 from mesilla.common.errors import BadRequest, NotFound
 from mesilla.common.http import (
@@ -67,9 +67,9 @@ HEARTBEAT_INTERVAL = 15.0
 SUBSCRIBERS_METRIC = "master/operator_event_stream_subscribers"
 
 
-def install(router: Router, master: Master) -> None:
-    """Registers ``/api/v1`` on the master's router."""
-    api = OperatorApi(master)
+def install(router: Router, master: Master, files: attached_files.Files) -> None:
+    """Registers ``/api/v1`` on the master's router; `files` are what LIST_FILES and READ_FILE read."""
+    api = OperatorApi(master, files)
     router.add("/api/v1", api.handle, methods=("POST",), realm="mesos-master-readwrite")
 
 
@@ -265,8 +265,9 @@ def event_for(kind: ObserverKind, event: ObserverEvent) -> m.Event:
 
 
 class OperatorApi:
-    def __init__(self, master: Master) -> None:
+    def __init__(self, master: Master, files: attached_files.Files) -> None:
         self.master = master
+        self.files = files
         self.heartbeat_interval = HEARTBEAT_INTERVAL
 
     async def handle(self, request: web.Request) -> web.StreamResponse:
@@ -281,7 +282,7 @@ class OperatorApi:
             return await self._subscribe(request)
         encoding = check_accept(request, m.Response)
         self._authorize(request, call)
-        response = await self._answer(call)
+        response = self._file_answer(request, call) or await self._answer(call)
         if response is None:
             return web.Response(status=200)
         seen = authorize.viewer(self.master, request)
@@ -307,6 +308,18 @@ class OperatorApi:
             require(authorizer, request, "teardown_frameworks", principal)
         elif t is m.CallType.MARK_AGENT_GONE:
             require(authorizer, request, "mark_agents_gone")
+
+    def _file_answer(self, request: web.Request, call: m.Call) -> m.Response | None:
+        """LIST_FILES and READ_FILE, authorized by the files they read (the log's access_mesos_logs)."""
+        t = call.type
+        if t is m.CallType.LIST_FILES:
+            path = _required(call.list_files, "list_files", t).path
+            listing = attached_files.list_files(self.files, request, path)
+            return m.Response(type=m.ResponseType.LIST_FILES, list_files=listing)
+        if t is m.CallType.READ_FILE:
+            read = attached_files.read_file(self.files, request, _required(call.read_file, "read_file", t))
+            return m.Response(type=m.ResponseType.READ_FILE, read_file=read)
+        return None
 
     async def _answer(self, call: m.Call) -> m.Response | None:
         render = _READ_ONLY.get(call.type)

@@ -16,7 +16,7 @@ FRAMEWORK_ADDED, FRAMEWORK_UPDATED, FRAMEWORK_REMOVED a `Framework`.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any, Literal, NamedTuple
 
 from mesilla.common.http import EventStream
@@ -138,6 +138,16 @@ class Outbox:
             status=-1 if status is None else status,
         )
         await self.to_framework(framework, sched.Event(type=sched.EventType.FAILURE, failure=failure))
+
+    async def agent_lost(self, frameworks: Iterable[Framework], agent_id: str) -> None:
+        """An agent left the cluster (unreachable, gone, unregistered, not back after a failover):
+        every connected framework hears it, as Mesos's `sendSlaveLost`: FAILURE with the agent
+        alone (schedulers' `slaveLost`), LostSlaveMessage for v0 drivers."""
+        failure = sched.Failure(agent_id=mesos.AgentID(value=agent_id))
+        event = sched.Event(type=sched.EventType.FAILURE, failure=failure)
+        for framework in list(frameworks):
+            if framework.connected:
+                await self.to_framework(framework, event)
 
     # --- to agents -----------------------------------------------------------------------------
 

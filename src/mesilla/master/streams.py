@@ -18,9 +18,16 @@ from mesilla.common.tasks import Loop, TaskOwner
 
 
 class StreamWatch:
+    #: Streams checked per tick, at most: a check of every stream twice a second took
+    #: 6 to 11 % of the master's time at 10,000 agents; a departed peer is then noticed within
+    #: ``interval * held / PER_TICK`` (or at the next write to it, which fails).
+    PER_TICK = 2000
+
     def __init__(self, interval: float = 0.5) -> None:
         self.interval = interval
-        self._held: dict[EventStream, web.Request] = {}
+        # The transport of each held stream's request, looked up once: at 50,000 agents the
+        # check runs 100,000 times a second.
+        self._held: dict[EventStream, asyncio.BaseTransport | None] = {}
         self._loop = Loop("stream watch", self._run)
 
     def start(self, owner: TaskOwner) -> None:
@@ -33,16 +40,19 @@ class StreamWatch:
             stream.close()
 
     async def _run(self) -> None:
+        due: list[tuple[EventStream, asyncio.BaseTransport | None]] = []
         while True:
             await asyncio.sleep(self.interval)
-            for stream, request in list(self._held.items()):
-                transport = request.transport
+            if not due:
+                due = list(self._held.items())
+            for stream, transport in due[-self.PER_TICK :]:
                 if transport is None or transport.is_closing():
                     stream.close()
+            del due[-self.PER_TICK :]
 
     async def hold(self, request: web.Request, stream: EventStream) -> None:
         """Returns when the stream is closed by the master or the peer disconnects."""
-        self._held[stream] = request
+        self._held[stream] = request.transport
         try:
             await stream.closed.wait()
         finally:

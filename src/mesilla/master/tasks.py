@@ -25,6 +25,7 @@ from mesilla.master.outbox import TaskUpdated
 from mesilla.master.parts import Parts
 from mesilla.v1.mesos import (
     AgentID,
+    AllocationInfo,
     ExecutorID,
     ExecutorInfo,
     FrameworkID,
@@ -81,6 +82,20 @@ def task_status(
 def task_state_metric(state: TaskState) -> str:
     """Mesos's counter of tasks that reached `state`, e.g. ``master/tasks_finished``."""
     return "master/tasks_" + state.value.removeprefix("TASK_").lower()
+
+
+def inject_allocation_info(task: TaskInfo | ExecutorInfo, role: str | None) -> None:
+    """As Mesos's `injectAllocationInfo` at ACCEPT: every resource of a launched task (and of its
+    executor) that the scheduler left without `allocation_info` is allocated to the offer's role,
+    so that the task's `role` in /state, /tasks and GET_TASKS, on the master and on its agent,
+    is the role it was launched under ("*" for a framework without roles)."""
+    if role is None:
+        return
+    for resource in task.resources:
+        if resource.allocation_info is None:
+            resource.allocation_info = AllocationInfo(role=role)
+    if isinstance(task, TaskInfo) and task.executor is not None:
+        inject_allocation_info(task.executor, role)
 
 
 def new_task_record(framework: Framework, task: TaskInfo) -> Task:

@@ -19,8 +19,12 @@ from mesilla.v1.mesos import (
     GetLoggingLevel,
     GetOperations,
     Json,
+    ListFiles,
+    ListFilesCall,
     Message,
     Metric,
+    ReadFile,
+    ReadFileCall,
     Reason,
     Resource,
     Scalar,
@@ -75,16 +79,6 @@ class DurationJson(Message):
 
 class GetMetricsCall(Message):
     timeout: DurationJson | None = None
-
-
-class ListFilesCall(Message):
-    path: str
-
-
-class ReadFileCall(Message):
-    path: str
-    offset: int = 0
-    length: int | None = None
 
 
 class GetContainersCall(Message):
@@ -163,16 +157,6 @@ class Call(Message):
 # --- responses ---------------------------------------------------------------------
 
 
-class FileInfo(Message):
-    path: str
-    nlink: int | None = None
-    size: int | None = None
-    mtime: Json | None = None
-    mode: int | None = None
-    uid: str | None = None
-    gid: str | None = None
-
-
 class GetHealth(Message):
     healthy: bool
 
@@ -187,15 +171,6 @@ class GetVersion(Message):
 
 class GetMetrics(Message):
     metrics: list[Metric] = []
-
-
-class ListFiles(Message):
-    file_infos: list[FileInfo] = []
-
-
-class ReadFile(Message):
-    size: int
-    data: bytes
 
 
 class FrameworkEntry(Message):

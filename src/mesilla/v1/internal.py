@@ -95,6 +95,9 @@ class AgentCall(Message):
     agent_id: AgentID | None = None
     register: Register | None = None
     status_update: StatusUpdate | None = None
+    # STATUS_UPDATE may carry several updates at once instead (or besides), applied in
+    # order: an agent with many tasks changing sends one call, not one each.
+    status_updates: list[StatusUpdate] = []
     executor_message: ExecutorToFramework | None = None
     exited_executor: ExitedExecutor | None = None
 

@@ -21,10 +21,14 @@ from mesilla.v1.mesos import (
     GetLoggingLevel,
     GetOperations,
     Json,
+    ListFiles,
+    ListFilesCall,
     MasterInfo,
     Message,
     Metric,
     Offer,
+    ReadFile,
+    ReadFileCall,
     Resource,
     SetLoggingLevelCall,
     Task,
@@ -106,8 +110,8 @@ class Call(Message):
     teardown: Teardown | None = None
     mark_agent_gone: MarkAgentGone | None = None
     set_logging_level: SetLoggingLevelCall | None = None
-    list_files: Json | None = None
-    read_file: Json | None = None
+    list_files: ListFilesCall | None = None
+    read_file: ReadFileCall | None = None
     reserve_resources: Json | None = None
     unreserve_resources: Json | None = None
     create_volumes: Json | None = None
@@ -269,6 +273,8 @@ class Response(Message):
     get_weights: GetWeights | None = None
     get_master: GetMaster | None = None
     get_logging_level: GetLoggingLevel | None = None
+    list_files: ListFiles | None = None
+    read_file: ReadFile | None = None
     get_operations: GetOperations | None = None
 
 

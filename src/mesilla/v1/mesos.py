@@ -113,6 +113,35 @@ class GetOperations(Message):
     operations: list[Json] = []
 
 
+class ListFilesCall(Message):
+    path: str
+
+
+class ReadFileCall(Message):
+    path: str
+    offset: int = 0
+    length: int | None = None
+
+
+class FileInfo(Message):
+    path: str
+    nlink: int | None = None
+    size: int | None = None
+    mtime: TimeInfo | None = None
+    mode: int | None = None
+    uid: str | None = None
+    gid: str | None = None
+
+
+class ListFiles(Message):
+    file_infos: list[FileInfo] = []
+
+
+class ReadFile(Message):
+    size: int
+    data: bytes
+
+
 # --- values and resources --------------------------------------------------------
 
 

@@ -9,13 +9,17 @@ prints the reason and exits 1.
   group:  LAUNCH_GROUP of two `echo hi` tasks on the DEFAULT executor, each TASK_FINISHED
   custom: a CUSTOM executor (pymesos_executor.py, pymesos's executor driver) that
           answers the task's data with a framework message, then TASK_FINISHED
+  agent_lost: `sleep 600`; once TASK_RUNNING the operator marks its agent gone (MARK_AGENT_GONE):
+          TASK_LOST, and pymesos calls `slaveLost` with the agent (FAILURE without an executor)
 
 This file runs under pymesos's interpreter (Python 3.11, no Mesilla): keep it stdlib + pymesos.
 """
 
+import json
 import os
 import sys
 import threading
+import urllib.request
 from typing import Any
 
 from pymesos import (  # type: ignore[import-not-found]  # pymesos's own venv has it
@@ -48,6 +52,7 @@ class Check(Scheduler):  # type: ignore[misc]  # pymesos is untyped
         self.running: set[str] = set()
         self.want: dict[str, str] = {}  # task id -> the state it must end in
         self.message: str | None = None
+        self.lost_agent: Json | None = None  # the agent `slaveLost` must name (mode agent_lost)
         self.failure: str | None = None
         self.done = threading.Event()
 
@@ -79,8 +84,11 @@ class Check(Scheduler):  # type: ignore[misc]  # pymesos is untyped
                 self.message = "hello pymesos-custom compat-data"
             else:
                 task = command_task(f"pymesos-{self.mode}", agent,
-                                    "sleep 600" if self.mode == "kill" else "echo hello")
-            self.want = {task["task_id"]["value"]: "TASK_KILLED" if self.mode == "kill" else "TASK_FINISHED"}
+                                    "echo hello" if self.mode == "launch" else "sleep 600")
+            end = {"kill": "TASK_KILLED", "agent_lost": "TASK_LOST"}.get(self.mode, "TASK_FINISHED")
+            self.want = {task["task_id"]["value"]: end}
+            if self.mode == "agent_lost":
+                self.lost_agent = agent
             driver.launchTasks(offer["id"], [task])
 
     def statusUpdate(self, driver: Any, status: Json) -> None:
@@ -90,11 +98,21 @@ class Check(Scheduler):  # type: ignore[misc]  # pymesos is untyped
             self.running.add(task_id)
             if self.mode == "kill":
                 driver.killTask(status["task_id"])
+            if self.mode == "agent_lost":
+                mark_gone(status["agent_id"])
         elif state == self.want.get(task_id) and task_id in self.running:
             del self.want[task_id]
         elif state not in ("TASK_STAGING", "TASK_STARTING", "TASK_KILLING"):
             self.finish(f"task {task_id} ended {state}: {status.get('message')}")
-        if not self.want and self.message is None:
+        if not self.want and self.message is None and self.lost_agent is None:
+            self.finish()
+
+    def slaveLost(self, driver: Any, agent_id: Json) -> None:
+        print(f"ok: slaveLost {agent_id}", flush=True)
+        if agent_id != self.lost_agent:
+            self.finish(f"slaveLost {agent_id}, want {self.lost_agent}")
+        self.lost_agent = None
+        if not self.want:
             self.finish()
 
     def frameworkMessage(self, driver: Any, executor_id: Json, agent_id: Json, message: str) -> None:
@@ -110,13 +128,27 @@ class Check(Scheduler):  # type: ignore[misc]  # pymesos is untyped
         self.finish(f"ERROR event: {message}")
 
 
+def mark_gone(agent_id: Json) -> None:
+    """The operator's MARK_AGENT_GONE, from another thread: pymesos's callbacks hold its loop."""
+    call = json.dumps({"type": "MARK_AGENT_GONE", "mark_agent_gone": {"agent_id": agent_id}}).encode()
+    request = urllib.request.Request(f"http://{os.environ['MASTER']}/api/v1", data=call,
+                                     headers={"Content-Type": "application/json"})
+
+    def post() -> None:
+        with urllib.request.urlopen(request, timeout=30) as response:
+            response.read()
+
+    threading.Thread(target=post, daemon=True).start()
+
+
 def main() -> None:
     check = Check(sys.argv[1])
     framework = {"user": "root", "name": f"compat pymesos {check.mode}", "hostname": "localhost"}
     driver = MesosSchedulerDriver(check, framework, os.environ["MASTER"], use_addict=False)
     driver.start()
     if not check.done.wait(90):
-        check.failure = f"timed out awaiting {check.want} (message {check.message!r})"
+        check.failure = (f"timed out awaiting {check.want} (message {check.message!r}, "
+                         f"lost agent {check.lost_agent})")
     driver.stop()
     driver.join()
     if check.failure:

@@ -1,8 +1,9 @@
+import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
 from mesilla.common.errors import BadRequest
-from mesilla.common.http import Router, make_app, read_message
+from mesilla.common.http import Router, make_app, numify, read_message
 from mesilla.v1.scheduler import Call
 
 
@@ -61,3 +62,24 @@ async def test_errors_become_plain_text_4xx() -> None:
         assert "Failed to parse body into Call" in await resp.text()
         resp = await client.post("/api/v1/scheduler", data=b"x", headers={"Content-Type": "text/plain"})
         assert resp.status == 415
+
+
+@pytest.mark.parametrize(
+    "text, value",
+    [("5", 5), ("+5", 5), ("-1", -1), ("0x10", 16), ("0X1f", 31), ("-0x1", -1), ("007", 7),
+     ("2147483647", 2**31 - 1), ("-2147483648", -(2**31))],
+)  # fmt: skip
+def test_numify_reads_integers_as_stout(text: str, value: int) -> None:
+    assert numify(text) == value
+
+
+@pytest.mark.parametrize(
+    "text", ["", " 5", "5 ", "1_0", "1.5", "abc", "0x", "+0x1", "0x1.8", "2147483648", "1e3", "٣"]
+)
+def test_numify_refuses_what_stout_refuses(text: str) -> None:
+    with pytest.raises(ValueError):
+        numify(text)
+
+
+def test_numify_takes_wider_types() -> None:
+    assert numify("99999999999", 64) == 99999999999

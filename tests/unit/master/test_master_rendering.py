@@ -7,17 +7,23 @@ import gc
 import weakref
 
 import msgspec
+import pytest
 
 from mesilla.common.resources import Resources
 from mesilla.common.tasks import TaskOwner
+from mesilla.master import endpoints
 from mesilla.master.accounting import OfferedCache
-from mesilla.master.endpoints import RENDER_CHUNK, rendered
+from mesilla.master.endpoints import rendered
 from mesilla.master.heap import HeapKeeper, _freeze_survivors
 from mesilla.v1.mesos import AgentID, FrameworkID, Offer, OfferID
 
 
-def test_rendered_items_encode_to_the_bytes_of_the_whole_and_let_the_loop_run() -> None:
-    items = [{"id": i, "name": f"n{i}", "resources": {"cpus": 0.1 * i}} for i in range(3 * RENDER_CHUNK + 1)]
+def test_rendered_items_encode_to_the_bytes_of_the_whole_and_let_the_loop_run(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A slice of no time: the loop gets a turn between any two items.
+    monkeypatch.setattr(endpoints, "RENDER_SLICE", 0.0)
+    items = [{"id": i, "name": f"n{i}", "resources": {"cpus": 0.1 * i}} for i in range(601)]
 
     async def render_while_counting() -> tuple[list[msgspec.Raw], int]:
         turns = 0
@@ -39,8 +45,8 @@ def test_rendered_items_encode_to_the_bytes_of_the_whole_and_let_the_loop_run() 
 
     out, turns = asyncio.run(render_while_counting())
     assert msgspec.json.encode({"items": out}) == msgspec.json.encode({"items": items})
-    # The loop ran other work between the chunks.
-    assert turns >= 3
+    # The loop ran other work between the items.
+    assert turns >= 600
 
 
 def _offer(number: int, text: str) -> Offer:

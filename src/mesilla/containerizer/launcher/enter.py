@@ -10,10 +10,14 @@ program is that container's first process:
 where the JSON gives `target` (the parent's pid as this pid namespace numbers
 it), the user (`uid`, `gid`, `additional_gids`) and the capability sets the
 command keeps (`bounding`, `effective`, `permitted`, `inheritable`, `ambient`:
-bit masks of kernel capability numbers). It joins the target's mount
-namespace, root and working directory, makes its terminal (if stdin is one)
-the controlling terminal of its session, drops to the user and capabilities,
-and execs the command, which so holds nothing its parent task did not.
+bit masks of kernel capability numbers), and for a session with a terminal
+`console_socket`. It joins the target's mount namespace, root and working
+directory; with a console socket it allocates a pseudo-terminal there (the
+parent's /dev/ptmx, so that the slave is the /dev/pts/N the command's `tty`
+names) for its stdin, stdout and stderr and sends the master over the socket,
+as an OCI runtime does; it makes its terminal (if stdin is one) the
+controlling terminal of its session, drops to the user and capabilities, and
+execs the command, which so holds nothing its parent task did not.
 
 It runs before the Python path is set up (`-S`) and outside the package, so
 it uses the standard library only.
@@ -21,10 +25,13 @@ it uses the standard library only.
 
 from __future__ import annotations
 
+import array
 import ctypes
 import fcntl
 import json
 import os
+import socket
+import struct
 import sys
 import termios
 from typing import Any
@@ -36,6 +43,8 @@ PR_CAP_AMBIENT = 47
 PR_CAP_AMBIENT_RAISE = 2
 LINUX_CAPABILITY_VERSION_3 = 0x20080522
 LAST_CAP_PATH = "/proc/sys/kernel/cap_last_cap"
+TIOCGPTN = 0x80045430  # the pty's number
+TIOCSPTLCK = 0x40045431  # (un)lock its slave
 
 _libc = ctypes.CDLL(None, use_errno=True)
 
@@ -69,6 +78,35 @@ def enter_filesystem(target: int) -> None:
     os.fchdir(cwd)
     for fd in (mnt, root, cwd):
         os.close(fd)
+
+
+def connect_console(path: str | None) -> socket.socket | None:
+    """The console socket, connected while its path is still in view (the agent's host)."""
+    if path is None:
+        return None
+    console = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
+    console.connect(path)
+    return console
+
+
+def allocate_terminal(console: socket.socket, uid: int) -> None:
+    """A pseudo-terminal of the filesystem entered becomes stdin, stdout and stderr (its
+    slave `uid`'s, as Mesos chowns it to the container's user); its master goes over the
+    console socket: one message, the slave's name as data and the master as SCM_RIGHTS."""
+    master = os.open("/dev/ptmx", os.O_RDWR | os.O_NOCTTY | os.O_CLOEXEC)
+    fcntl.ioctl(master, TIOCSPTLCK, struct.pack("i", 0))
+    (number,) = struct.unpack("I", fcntl.ioctl(master, TIOCGPTN, struct.pack("I", 0)))
+    name = f"/dev/pts/{number}"
+    slave = os.open(name, os.O_RDWR | os.O_NOCTTY)
+    os.fchown(slave, uid, -1)
+    console.sendmsg(
+        [name.encode()], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [master]))]
+    )
+    console.close()
+    os.close(master)
+    for fd in (0, 1, 2):
+        os.dup2(slave, fd)
+    os.close(slave)
 
 
 def take_terminal() -> None:
@@ -121,7 +159,10 @@ def main(argv: list[str]) -> None:
         sys.exit("usage: enter.py '<json>' <command> [args...]")
     spec = json.loads(argv[0])
     try:
+        console = connect_console(spec.get("console_socket"))
         enter_filesystem(int(spec["target"]))
+        if console is not None:
+            allocate_terminal(console, int(spec["uid"]))
         take_terminal()
         drop_privileges(spec)
         os.execvp(argv[1], argv[1:])

@@ -175,7 +175,7 @@ class LinuxLauncher(Launcher):
                     config.stdin,
                     config.stdout or os.path.join(config.sandbox, "stdout"),
                     config.stderr or os.path.join(config.sandbox, "stderr"),
-                    config.console_socket,
+                    None if _enters_parent(config) else config.console_socket,
                 )
             )
             monitored = await asyncio.shield(spawn)
@@ -237,8 +237,13 @@ class LinuxLauncher(Launcher):
         if debug:
             assert parent_pid is not None and container_id.parent is not None
             argv = _enter_filesystem_of(
-                parent_pid, user, self._debug_capabilities(container_id.parent, capabilities), argv
+                parent_pid, user, self._debug_capabilities(container_id.parent, capabilities), argv,
+                config.console_socket,
             )
+            if config.console_socket is not None:
+                # enter.py sends the terminal's master from inside the container.
+                directory = os.path.dirname(config.console_socket)
+                mounts.append(oci.bind(directory, directory))
             # Entering takes root and every capability; enter.py drops them after.
             user, capabilities, bounding = oci.User(0, 0), None, None
         hostname = config.container_info.hostname if config.container_info else None
@@ -252,7 +257,8 @@ class LinuxLauncher(Launcher):
                 launch_info.rlimits,
                 capabilities,
                 bounding=bounding,
-                terminal=config.console_socket is not None,
+                # A DEBUG command's terminal is enter.py's, not the runtime's.
+                terminal=config.console_socket is not None and not debug,
                 window_size=tty_info.window_size if tty_info else None,
             ),
             rootfs=rootfs,
@@ -495,8 +501,17 @@ class LinuxLauncher(Launcher):
         return found
 
 
+def _enters_parent(config: ContainerConfig) -> bool:
+    """A DEBUG container: its command runs in its parent's filesystem (`_enter_filesystem_of`)."""
+    return config.container_class is ContainerClass.DEBUG
+
+
 def _enter_filesystem_of(
-    pid: int, user: oci.User, capabilities: dict[str, list[str]], argv: list[str]
+    pid: int,
+    user: oci.User,
+    capabilities: dict[str, list[str]],
+    argv: list[str],
+    console_socket: str | None = None,
 ) -> list[str]:
     """`argv` run in the mount namespace, root and working directory of `pid`.
 
@@ -506,6 +521,12 @@ def _enter_filesystem_of(
     namespace's root, so the container starts on the host view, in the
     parent's pid namespace, as root; `enter.py` moves over, takes the terminal,
     becomes `user` with `capabilities` (OCI process sets) and execs `argv`.
+
+    With a `console_socket`, enter.py allocates the terminal itself, from the
+    parent's /dev/ptmx once inside: a terminal of the runtime's would be in the
+    DEBUG container's own devpts, which the parent's filesystem does not have,
+    so `tty` (ttyname) would not find it (as Mesos, whose exec sessions in an
+    image-less task see the host's /dev/pts/N they were given).
     """
     spec = {
         # enter.py runs in the parent's pid namespace, where the parent has another pid.
@@ -517,6 +538,7 @@ def _enter_filesystem_of(
             kind: oci.capability_mask(capabilities.get(kind, []))
             for kind in ("bounding", "effective", "permitted", "inheritable", "ambient")
         },
+        **({"console_socket": console_socket} if console_socket is not None else {}),
     }
     return [sys.executable, "-I", "-S", enter.__file__, json.dumps(spec), *argv]
 

@@ -1,13 +1,18 @@
-"""Sandbox file endpoints: `/files/browse`, `/files/read`, `/files/download`, `/files/debug`.
+"""Files attached under virtual paths, as Mesos's `src/files/files.cpp`: the
+`/files/browse`, `/files/read`, `/files/download`, `/files/debug` endpoints and
+the LIST_FILES and READ_FILE operator calls, on the master and the agent alike.
 
-As Mesos's `src/files/files.cpp`: directories are *attached* under a path
-(the real sandbox path, and the virtual
-``/frameworks/<fw>/executors/<e>/runs/latest``); a request path resolves
-through the longest attached prefix. Only attached trees are served: a path
-that leaves its tree, by ``..`` or through a symlink, is refused (403), and
-anything not found is 404. A container can change its sandbox between the
-check and the use, so what is read or listed is opened first and the opened
-file's real path (``/proc/self/fd``) checked again.
+A directory or a file is *attached* under a virtual path (the agent's sandboxes
+under their real path and ``/frameworks/<fw>/executors/<e>/runs/latest``, a
+daemon's log file as ``/master/log`` or ``/slave/log``); a request path
+resolves through the longest attached prefix. Only attached trees are served: a
+path that leaves its tree, by ``..`` or through a symlink, is refused (403), a
+path below an attached file or anything not found is 404. A container can
+change its sandbox between the check and the use, so what is read or listed is
+opened first and the opened file's real path (``/proc/self/fd``) checked again.
+
+Each attachment may bring its own authorization (the logs' access_mesos_logs);
+the others take the one `Files` was made with (the agent's access_sandboxes).
 """
 
 from __future__ import annotations
@@ -25,26 +30,56 @@ from typing import BinaryIO
 
 from aiohttp import web
 
+from mesilla.common.authorization import Authorizer, require
 from mesilla.common.errors import BadRequest, Forbidden, NotFound
-from mesilla.common.http import Router, jsonp_response
+from mesilla.common.http import Router, jsonp_response, numify
+from mesilla.v1.mesos import FileInfo, ListFiles, ReadFile, ReadFileCall, TimeInfo
 
 # Mesos caps a read at 16 pages.
 MAX_READ_LENGTH = 16 * os.sysconf("SC_PAGESIZE")
 _DOWNLOAD_CHUNK = 1 << 20
 
+#: Raises (403) unless the request may read what an attachment serves.
+Authorize = Callable[[web.Request], None]
+#: The same for any attached path without an authorization of its own.
+PathAuthorize = Callable[[web.Request, str], None]
+
 
 class Files:
-    def __init__(self) -> None:
-        self._attached: dict[str, str] = {}  # normalized request path -> real directory
+    def __init__(self, authorize: PathAuthorize | None = None) -> None:
+        self._attached: dict[str, str] = {}  # normalized request path -> real directory or file
+        self._authorizations: dict[str, Authorize] = {}
+        self._default = authorize
 
-    def attach(self, real: str, virtual: str) -> None:
-        self._attached[_normalize(virtual)] = real
+    def attach(self, real: str, virtual: str, authorize: Authorize | None = None) -> None:
+        virtual = _normalize(virtual)
+        self._attached[virtual] = real
+        if authorize is not None:
+            self._authorizations[virtual] = authorize
+
+    def attach_log(self, real: str, virtual: str, authorizer: Authorizer | None) -> None:
+        """A daemon's log file (the web UI's LOG link), for whom access_mesos_logs allows
+        (Mesos's `Master::initialize`, `Slave::initialize`)."""
+        self.attach(real, virtual, lambda request: require(authorizer, request, "access_mesos_logs"))
 
     def detach(self, virtual: str) -> None:
         self._attached.pop(_normalize(virtual), None)
+        self._authorizations.pop(_normalize(virtual), None)
 
     def attached(self) -> dict[str, str]:
         return dict(self._attached)
+
+    def authorize(self, request: web.Request, path: str) -> None:
+        """Raises unless the request may read `path`: the authorization of the attachment it
+        lies in, or the default one (Mesos's `FilesProcess::authorize`)."""
+        prefix = _normalize(path)
+        while prefix not in self._authorizations and prefix not in self._attached and prefix != "/":
+            prefix = os.path.dirname(prefix)
+        check = self._authorizations.get(prefix)
+        if check is not None:
+            check(request)
+        elif self._default is not None:
+            self._default(request, path)
 
     def resolve(self, path: str) -> str:
         """The real file behind a request path, confined to its attached tree."""
@@ -54,7 +89,7 @@ class Files:
         """A descriptor of the file behind a request path, opened inside its attached tree."""
         real, real_root = self._resolve(path)
         try:
-            # Non-blocking: opening a FIFO a task left in its sandbox must not hang the agent.
+            # Non-blocking: opening a FIFO a task left in its sandbox must not hang the daemon.
             fd = os.open(real, flags | os.O_CLOEXEC | os.O_NONBLOCK)
         except FileNotFoundError:
             raise NotFound(f"No file or directory at '{path}'") from None
@@ -80,6 +115,8 @@ class Files:
         root = self._attached[prefix]
         rest = requested[len(prefix) :].lstrip("/")
         real_root = os.path.realpath(root)
+        if rest and not os.path.isdir(real_root):
+            raise NotFound(f"No file or directory at '{path}'")  # nothing lies below a file
         real = os.path.realpath(os.path.join(real_root, rest))
         if not _within(real_root, real):
             raise Forbidden(f"Path '{path}' leads outside of its sandbox")
@@ -136,9 +173,9 @@ def _int_param(request: web.Request, name: str) -> int | None:
     if text is None:
         return None
     try:
-        return int(text)
-    except ValueError:
-        raise BadRequest(f"Failed to parse {name}: '{text}' is not a number.") from None
+        return numify(text, 64)  # off_t, ssize_t
+    except ValueError as exc:
+        raise BadRequest(f"Failed to parse {name}: {exc}.") from None
 
 
 def entries(files: Files, path: str) -> list[tuple[str, os.stat_result]]:
@@ -184,15 +221,41 @@ def read(files: Files, path: str, offset: int, length: int | None) -> tuple[int,
         return size, f.read(length)
 
 
-def install(
-    router: Router, files: Files, authorize: Callable[[web.Request, str], None] | None = None
-) -> None:
-    """`authorize(request, path)` raises where the request may not read `path` (--acls)."""
+def list_files(files: Files, request: web.Request, path: str) -> ListFiles:
+    """LIST_FILES: the v1 FileInfos of what `/files/browse` lists."""
+    files.authorize(request, path)
+    return ListFiles(
+        file_infos=[
+            FileInfo(
+                path=entry,
+                nlink=st.st_nlink,
+                size=st.st_size,
+                mtime=TimeInfo(nanoseconds=int(st.st_mtime * 1e9)),
+                mode=st.st_mode,
+                uid=user_name(st.st_uid),
+                gid=group_name(st.st_gid),
+            )
+            for entry, st in entries(files, path)
+        ]
+    )
+
+
+def read_file(files: Files, request: web.Request, call: ReadFileCall) -> ReadFile:
+    """READ_FILE: what `/files/read` reads, with the file's size."""
+    if call.offset < 0 or (call.length is not None and call.length < 0):
+        raise BadRequest("'read_file.offset' and 'read_file.length' may not be negative")
+    files.authorize(request, call.path)
+    size, data = read(files, call.path, call.offset, call.length)
+    return ReadFile(size=size, data=data)
+
+
+def install(router: Router, files: Files, realm: str, authorizer: Authorizer | None) -> None:
+    """The /files endpoints in `realm` (the daemon's read-only one); `authorizer` guards
+    /files/debug as any endpoint (get_endpoints)."""
 
     def _query_path(request: web.Request) -> str:
         path = _requested_path(request)
-        if authorize is not None:
-            authorize(request, path)
+        files.authorize(request, path)
         return path
 
     async def browse_handler(request: web.Request) -> web.StreamResponse:
@@ -228,7 +291,7 @@ def install(
             )
             response.content_length = st.st_size
             await response.prepare(request)
-            # Streamed from the file, so a large log does not stall the agent.
+            # Streamed from the file, so a large log does not stall the daemon.
             remaining = st.st_size  # what Content-Length promised, though the file grows
             while remaining > 0:
                 chunk = await asyncio.to_thread(f.read, min(_DOWNLOAD_CHUNK, remaining))
@@ -240,15 +303,14 @@ def install(
             return response
 
     async def debug_handler(request: web.Request) -> web.StreamResponse:
+        require(authorizer, request, "get_endpoints", "/files/debug")
         return jsonp_response(request, files.attached())
 
-    router.add("/files/browse", browse_handler, methods=("GET",), realm="mesos-agent-readonly")
-    router.add("/files/browse.json", browse_handler, methods=("GET",), realm="mesos-agent-readonly")
-    router.add("/files/read", read_handler, methods=("GET",), realm="mesos-agent-readonly")
-    router.add("/files/read.json", read_handler, methods=("GET",), realm="mesos-agent-readonly")
-    router.add("/files/download", download_handler, methods=("GET",), realm="mesos-agent-readonly")
-    router.add(
-        "/files/download.json", download_handler, methods=("GET",), realm="mesos-agent-readonly"
-    )
-    router.add("/files/debug", debug_handler, methods=("GET",), realm="mesos-agent-readonly")
-    router.add("/files/debug.json", debug_handler, methods=("GET",), realm="mesos-agent-readonly")
+    for name, handler in (
+        ("browse", browse_handler),
+        ("read", read_handler),
+        ("download", download_handler),
+        ("debug", debug_handler),
+    ):
+        for path in (f"/files/{name}", f"/files/{name}.json"):
+            router.add(path, handler, methods=("GET",), realm=realm)

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from mesilla.agent import files
+from mesilla.common import attached_files as files
 from mesilla.common.errors import BadRequest, Forbidden, NotFound
 
 
@@ -108,3 +108,33 @@ def test_what_is_opened_is_checked_again(tmp_path: Any, monkeypatch: pytest.Monk
     monkeypatch.setattr(f, "_resolve", lambda path: (str(tmp_path / "secret"), str(root)))
     with pytest.raises(Forbidden):
         files.read(f, "/d/anything", 0, None)
+
+
+def test_an_attachment_with_its_own_authorization_is_not_the_defaults(tmp_path: Any) -> None:
+    asked: list[tuple[str, str]] = []
+    f = files.Files(lambda _request, path: asked.append(("default", path)))
+    (tmp_path / "sandbox").mkdir()
+    (tmp_path / "mesos-agent.INFO").write_text("log")
+    f.attach(str(tmp_path / "sandbox"), "/sandbox")
+    f.attach(str(tmp_path / "mesos-agent.INFO"), "/slave/log", lambda _request: asked.append(("log", "")))
+    request: Any = object()
+
+    f.authorize(request, "/slave/log")
+    f.authorize(request, "/slave/log/")
+    f.authorize(request, "/sandbox/stdout")
+    f.authorize(request, "/elsewhere")
+
+    assert asked == [("log", ""), ("log", ""), ("default", "/sandbox/stdout"), ("default", "/elsewhere")]
+    f.detach("/slave/log")
+    f.authorize(request, "/slave/log")
+    assert asked[-1] == ("default", "/slave/log")
+
+
+def test_nothing_lies_below_an_attached_file(tmp_path: Any) -> None:
+    (tmp_path / "log").write_text("line")
+    f = files.Files()
+    f.attach(str(tmp_path / "log"), "/master/log")
+    assert files.read(f, "/master/log", 0, None) == (4, b"line")
+    assert files.browse(f, "/master/log") == []
+    with pytest.raises(NotFound):
+        f.resolve("/master/log/log")

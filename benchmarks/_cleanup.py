@@ -17,6 +17,7 @@ import shutil
 import signal
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 from _machine import load_average
@@ -109,3 +110,17 @@ def finish(directory: Path, cgroups_roots: list[str], runtime_dirs: list[Path]) 
     left = sweep(directory, cgroups_roots, runtime_dirs)
     if left:
         print(f"cleanup removed {len(left)} leftovers, e.g. {left[:3]}", file=sys.stderr)
+
+
+def run_then_finish(
+    body: Callable[[], object], directory: Path, cgroups_roots: list[str], runtime_dirs: list[Path]
+) -> int:
+    """Runs `body`, then `finish`, also after Ctrl-C or SIGTERM; the exit code (130 when interrupted)."""
+    try:
+        body()
+    except KeyboardInterrupt:
+        print("\ninterrupted: cleaning up", file=sys.stderr)
+        return 130
+    finally:
+        finish(directory, cgroups_roots, runtime_dirs)
+    return 0

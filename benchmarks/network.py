@@ -33,7 +33,7 @@ from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from _cleanup import finish
+from _cleanup import run_then_finish
 from _framework import TERMINAL, Framework, FrameworkError, scalar
 from _machine import Stats, interrupt_on_sigterm, machine_report
 
@@ -177,8 +177,8 @@ def main() -> int:
     interrupt_on_sigterm()
     root = Path(tempfile.mkdtemp(prefix="mesilla-bench-net-"))
     cgroups_root = f"mesilla-bench-{uuid.uuid4().hex[:8]}"
-    code = 0
-    try:
+
+    def body() -> None:
         with network_namespace("mesilla-test") as name, entered(name):
             config_dir, ipam = root / "cni", root / "ipam"
             write_config(config_dir, ipam)
@@ -188,12 +188,8 @@ def main() -> int:
                 report(setup, launch)
             finally:
                 release_namespace_mounts(str(root))
-    except KeyboardInterrupt:
-        print("\ninterrupted: cleaning up", file=sys.stderr)
-        code = 130
-    finally:
-        finish(root, [cgroups_root], [root / "cluster" / "agent-0" / "run"])
-    return code
+
+    return run_then_finish(body, root, [cgroups_root], [root / "cluster" / "agent-0" / "run"])
 
 
 if __name__ == "__main__":

@@ -31,7 +31,7 @@ from pathlib import Path
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from _cleanup import finish, monitor_pids
+from _cleanup import monitor_pids, run_then_finish
 from _framework import Framework
 from _machine import Stats, interrupt_on_sigterm, machine_report, verdict
 from pods import MesillaPods, RunningPod
@@ -167,15 +167,10 @@ def main() -> int:
     interrupt_on_sigterm()
     root = Path(tempfile.mkdtemp(prefix="mesilla-bench-density-"))
     cgroups_root = f"mesilla-bench-{uuid.uuid4().hex[:8]}"
-    code = 0
-    try:
-        asyncio.run(run(args, root, cgroups_root))
-    except KeyboardInterrupt:
-        print("\ninterrupted: cleaning up", file=sys.stderr)
-        code = 130
-    finally:
-        finish(root, [cgroups_root], [root / "cluster" / "agent-0" / "run"])
-    return code
+    return run_then_finish(
+        lambda: asyncio.run(run(args, root, cgroups_root)),
+        root, [cgroups_root], [root / "cluster" / "agent-0" / "run"],
+    )  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -7,7 +7,7 @@ pods each, interleaved:
     the DEFAULT executor; latency is from sending ACCEPT to the last task's
     TASK_RUNNING read by the framework. Each pod is then killed and its
     executor waited for (not timed) before the next one.
-  - podman (when installed; `--install-podman` runs `apt-get install -y podman`):
+  - podman (when installed; `--install-podman` runs `apt-get install -y podman catatonit`):
     `podman kube play` of an equivalent pod (same image, pulled beforehand from
     the same local registry with `--tls-verify=false`, same command, host
     network as Mesilla's pods here, runc), timed until the command returns;
@@ -358,8 +358,10 @@ class Podman:
 
 
 def install_podman() -> None:
-    print("Installing podman (apt-get install -y podman) ...", flush=True)
-    subprocess.run(["apt-get", "install", "-y", "podman"], check=True,
+    # `kube play` builds its pause image around catatonit, which Debian's podman only recommends
+    # (tini, there already, satisfies the recommendation but is not what podman runs).
+    print("Installing podman (apt-get install -y podman catatonit) ...", flush=True)
+    subprocess.run(["apt-get", "install", "-y", "podman", "catatonit"], check=True,
                    env={**os.environ, "DEBIAN_FRONTEND": "noninteractive"})  # fmt: skip
 
 
@@ -516,7 +518,7 @@ def main() -> int:
     if os.geteuid() != 0:
         print("pods.py needs root (the linux launcher)", file=sys.stderr)
         return 2
-    if args.install_podman and not shutil.which("podman"):
+    if args.install_podman and not (shutil.which("podman") and shutil.which("catatonit")):
         install_podman()
     print(machine_report())
     interrupt_on_sigterm()

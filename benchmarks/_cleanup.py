@@ -16,7 +16,11 @@ import os
 import shutil
 import signal
 import subprocess
+import sys
+from collections.abc import Callable
 from pathlib import Path
+
+from _machine import load_average
 
 CGROUP_MOUNT = "/sys/fs/cgroup"
 RUNTIMES = ("runc", "crun")
@@ -98,3 +102,25 @@ def sweep(
                 left.append(f"cgroup {cgroup} (still busy)")
     shutil.rmtree(directory, ignore_errors=True)
     return left
+
+
+def finish(directory: Path, cgroups_roots: list[str], runtime_dirs: list[Path]) -> None:
+    """A run's last words: the load average, then `sweep`, saying what it had to remove."""
+    print(f"Load average at the end: {load_average()}")
+    left = sweep(directory, cgroups_roots, runtime_dirs)
+    if left:
+        print(f"cleanup removed {len(left)} leftovers, e.g. {left[:3]}", file=sys.stderr)
+
+
+def run_then_finish(
+    body: Callable[[], object], directory: Path, cgroups_roots: list[str], runtime_dirs: list[Path]
+) -> int:
+    """Runs `body`, then `finish`, also after Ctrl-C or SIGTERM; the exit code (130 when interrupted)."""
+    try:
+        body()
+    except KeyboardInterrupt:
+        print("\ninterrupted: cleaning up", file=sys.stderr)
+        return 130
+    finally:
+        finish(directory, cgroups_roots, runtime_dirs)
+    return 0

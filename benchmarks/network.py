@@ -33,9 +33,9 @@ from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from _cleanup import sweep
+from _cleanup import run_then_finish
 from _framework import TERMINAL, Framework, FrameworkError, scalar
-from _machine import Stats, interrupt_on_sigterm, load_average, machine_report
+from _machine import Stats, interrupt_on_sigterm, machine_report
 
 from mesilla.containerizer.isolators.network import netns
 from mesilla.containerizer.isolators.network.cni import NetworkCniIsolator
@@ -177,8 +177,8 @@ def main() -> int:
     interrupt_on_sigterm()
     root = Path(tempfile.mkdtemp(prefix="mesilla-bench-net-"))
     cgroups_root = f"mesilla-bench-{uuid.uuid4().hex[:8]}"
-    code = 0
-    try:
+
+    def body() -> None:
         with network_namespace("mesilla-test") as name, entered(name):
             config_dir, ipam = root / "cni", root / "ipam"
             write_config(config_dir, ipam)
@@ -188,15 +188,8 @@ def main() -> int:
                 report(setup, launch)
             finally:
                 release_namespace_mounts(str(root))
-    except KeyboardInterrupt:
-        print("\ninterrupted: cleaning up", file=sys.stderr)
-        code = 130
-    finally:
-        print(f"Load average at the end: {load_average()}")
-        left = sweep(root, [cgroups_root], [root / "cluster" / "agent-0" / "run"])
-        if left:
-            print(f"cleanup removed {len(left)} leftovers, e.g. {left[:3]}", file=sys.stderr)
-    return code
+
+    return run_then_finish(body, root, [cgroups_root], [root / "cluster" / "agent-0" / "run"])
 
 
 if __name__ == "__main__":

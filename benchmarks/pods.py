@@ -7,7 +7,7 @@ pods each, interleaved:
     the DEFAULT executor; latency is from sending ACCEPT to the last task's
     TASK_RUNNING read by the framework. Each pod is then killed and its
     executor waited for (not timed) before the next one.
-  - podman (when installed; `--install-podman` runs `apt-get install -y podman`):
+  - podman (when installed; `--install-podman` runs `apt-get install -y podman catatonit`):
     `podman kube play` of an equivalent pod (same image, pulled beforehand from
     the same local registry with `--tls-verify=false`, same command, host
     network as Mesilla's pods here, runc), timed until the command returns;
@@ -59,12 +59,11 @@ import aiohttp
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from _cleanup import sweep
+from _cleanup import finish
 from _framework import TERMINAL, Framework, FrameworkError, scalar
 from _machine import (
     Stats,
     interrupt_on_sigterm,
-    load_average,
     machine_report,
     process_start_seconds,
     ratio,
@@ -78,6 +77,8 @@ from mesilla.testing.cluster import LocalCluster
 from mesilla.testing.images import build_image, push_image
 from mesilla.testing.registry import Registry, start_registry
 
+Json = dict[str, Any]
+
 COMMAND = "sleep 3600"
 TARGET_RATIO = 0.5
 TARGET_EXECUTOR_MB = 32
@@ -89,6 +90,15 @@ class PodSample:
     latency_ms: float
     executor_rss_kb: int | None = None
     executor_started_ms: float | None = None  # after ACCEPT, from /proc (10 ms ticks)
+
+
+@dataclass
+class RunningPod:
+    executor_id: str
+    task_ids: list[str]
+    agent_id: Json
+    sample: PodSample
+    executor_pid: int | None  # the executor's own process (past the container's init)
 
 
 @dataclass
@@ -109,6 +119,14 @@ class MesillaPods:
         self.image = image
 
     async def launch(self, size: int) -> PodSample:
+        """One pod, timed; then killed and its executor waited for."""
+        pod = await self.start(size)
+        await self.stop(pod)
+        return pod.sample
+
+    async def start(self, size: int, *, executor: bool = True) -> RunningPod:
+        """Launches a pod of `size` tasks and waits until every task runs; with `executor`,
+        finds its executor's process (one GET_CONTAINERS, which grows with the agent's containers)."""
         fw = self.framework
         await fw.decline_pending()
         offer = await fw.offer()
@@ -142,17 +160,23 @@ class MesillaPods:
             raise FrameworkError(f"pod {executor_id} did not run: {[fw.states.get(i) for i in ids]}; "
                                  f"{[u.status.get('message') for u in fw.updates if u.task_id in ids][-1:]}")  # fmt: skip
         sample = PodSample((max(r.at for r in running if r is not None) - sent) * 1000)
-        pid = await self.executor_pid(executor_id)
+        pid = await self.executor_pid(executor_id) if executor else None
         if pid is not None:
             sample.executor_rss_kb = status_kb(pid)
             started = process_start_seconds(pid)
             if started is not None:
                 sample.executor_started_ms = (started - accepted_uptime) * 1000
-        for task_id in ids:
-            await fw.call("KILL", {"task_id": {"value": task_id}, "agent_id": offer["agent_id"]})
-        await fw.until(lambda: all(fw.states.get(i) in TERMINAL for i in ids), 60)
-        await self.executor_gone(executor_id)
-        return sample
+        return RunningPod(executor_id, ids, offer["agent_id"], sample, pid)
+
+    async def stop(self, *pods: RunningPod) -> None:
+        """Kills every task of `pods` at once; returns once their executors are gone."""
+        fw = self.framework
+        ids = [task_id for pod in pods for task_id in pod.task_ids]
+        for pod in pods:
+            for task_id in pod.task_ids:
+                await fw.call("KILL", {"task_id": {"value": task_id}, "agent_id": pod.agent_id})
+        await fw.until(lambda: all(fw.states.get(i) in TERMINAL for i in ids), 60 + len(ids))
+        await self.executors_gone({pod.executor_id for pod in pods}, 60 + len(pods))
 
     async def _containers(self) -> list[dict[str, Any]]:
         url = f"http://127.0.0.1:{self.cluster.agent_ports[0]}/api/v1"
@@ -164,20 +188,27 @@ class MesillaPods:
         return containers
 
     async def executor_pid(self, executor_id: str) -> int | None:
-        for entry in await self._containers():
-            if entry.get("executor_id", {}).get("value") == executor_id:
-                pid = entry.get("container_status", {}).get("executor_pid")
-                return _past_init(int(pid)) if pid else None
-        return None
+        return (await self.executor_pids()).get(executor_id)
 
-    async def executor_gone(self, executor_id: str, timeout: float = 60) -> None:
-        """Waits for the pod's executor container to end, so that pods never overlap."""
+    async def executor_pids(self) -> dict[str, int]:
+        """Each executor's own process (past its container's init), by executor id."""
+        pids = {}
+        for entry in await self._containers():
+            executor_id = entry.get("executor_id", {}).get("value")
+            pid = entry.get("container_status", {}).get("executor_pid")
+            if executor_id and pid and "parent" not in entry.get("container_id", {}):
+                pids[executor_id] = _past_init(int(pid))
+        return pids
+
+    async def executors_gone(self, executor_ids: set[str], timeout: float = 60) -> None:
+        """Waits for the pods' executor containers to end, so that pods never overlap."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            if not any(e.get("executor_id", {}).get("value") == executor_id for e in await self._containers()):
+            running = {e.get("executor_id", {}).get("value") for e in await self._containers()}
+            if not running & executor_ids:
                 return
             await asyncio.sleep(0.1)
-        print(f"  (executor {executor_id} still there after {timeout}s)")
+        print(f"  (executors {sorted(running & executor_ids)[:3]} still there after {timeout}s)")
 
 
 def _past_init(pid: int) -> int:
@@ -327,8 +358,10 @@ class Podman:
 
 
 def install_podman() -> None:
-    print("Installing podman (apt-get install -y podman) ...", flush=True)
-    subprocess.run(["apt-get", "install", "-y", "podman"], check=True,
+    # `kube play` builds its pause image around catatonit, which Debian's podman only recommends
+    # (tini, there already, satisfies the recommendation but is not what podman runs).
+    print("Installing podman (apt-get install -y podman catatonit) ...", flush=True)
+    subprocess.run(["apt-get", "install", "-y", "podman", "catatonit"], check=True,
                    env={**os.environ, "DEBIAN_FRONTEND": "noninteractive"})  # fmt: skip
 
 
@@ -485,7 +518,7 @@ def main() -> int:
     if os.geteuid() != 0:
         print("pods.py needs root (the linux launcher)", file=sys.stderr)
         return 2
-    if args.install_podman and not shutil.which("podman"):
+    if args.install_podman and not (shutil.which("podman") and shutil.which("catatonit")):
         install_podman()
     print(machine_report())
     interrupt_on_sigterm()
@@ -503,11 +536,8 @@ def main() -> int:
     finally:
         for p in podman:
             p.cleanup()
-        print(f"Load average at the end: {load_average()}")
-        left = sweep(root, [cgroups_root, f"{cgroups_root}-compare"],
-                     [root / name / "agent-0" / "run" for name in ("cluster", "cluster-compare")])  # fmt: skip
-        if left:
-            print(f"cleanup removed {len(left)} leftovers, e.g. {left[:3]}", file=sys.stderr)
+        finish(root, [cgroups_root, f"{cgroups_root}-compare"],
+               [root / name / "agent-0" / "run" for name in ("cluster", "cluster-compare")])  # fmt: skip
     return code
 
 

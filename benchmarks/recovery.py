@@ -45,12 +45,11 @@ from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from _cleanup import sweep
+from _cleanup import finish
 from _framework import Framework, FrameworkError, Json, scalar
 from _machine import (
     Stats,
     interrupt_on_sigterm,
-    load_average,
     machine_report,
     process_start_seconds,
     verdict,
@@ -397,10 +396,7 @@ def main() -> int:
         code = 1
     finally:
         daemons.stop()
-        print(f"Load average at the end: {load_average()}")
-        left = sweep(root, [daemons.cgroups_root], [daemons.runtime_dir])
-        if left:
-            print(f"cleanup removed {len(left)} leftovers, e.g. {left[:3]}", file=sys.stderr)
+        finish(root, [daemons.cgroups_root], [daemons.runtime_dir])
     return code
 
 

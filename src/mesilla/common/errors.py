@@ -40,7 +40,12 @@ original exception stays the cause.
 
 from __future__ import annotations
 
-from mesilla.v1.mesos import ContainerID, Reason
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    # Only named here: the executors import this module (TaskOwner's Closed), and the
+    # v1 messages would bring msgspec into every pod's executor (~20 ms, ~1.5 MB).
+    from mesilla.v1.mesos import ContainerID, Reason
 
 
 class MesillaError(Exception):
@@ -169,13 +174,14 @@ class ContainerNotRemovable(ContainerError):
 class ContainerLaunchError(ContainerError):
     """A launch failed at `step` (a ContainerState name) because of `cause`."""
 
-    reason = Reason.REASON_CONTAINER_LAUNCH_FAILED
-
     def __init__(self, container_id: ContainerID, step: str, cause: str) -> None:
+        from mesilla.v1.mesos import Reason  # here, not above: see the import above
+
         super().__init__(
             f"Failed to launch container {container_id} during {step}: {cause}",
             container_id=container_id,
         )
+        self.reason = Reason.REASON_CONTAINER_LAUNCH_FAILED
         self.step = step
         self.cause = cause
 

@@ -26,12 +26,10 @@ to keep it so).
 from __future__ import annotations
 
 import concurrent.futures
-import ctypes
+import functools
 import os
-import shutil
-import tempfile
 from collections.abc import Callable, Iterable
-from typing import TypeVar
+from typing import Any, TypeVar
 
 T = TypeVar("T")
 
@@ -70,6 +68,8 @@ def _target(root: str, path: str) -> str:
 
 def remove_tree(root: str, path: str, *, ignore_errors: bool = False) -> None:
     """`shutil.rmtree` of `path` within `root` (links inside the tree are removed, not followed)."""
+    import shutil  # here: every pod's executor imports this module, and needs no shutil
+
     shutil.rmtree(_target(root, path), ignore_errors=ignore_errors)
 
 
@@ -88,16 +88,38 @@ def replace(root: str, source: str, target: str) -> None:
     os.replace(_target(root, source), _target(root, target))
 
 
-_libc = ctypes.CDLL(None, use_errno=True)
 MNT_DETACH = 0x2
 
 
 def unmount(root: str, path: str, *, detach: bool = False) -> None:
     """umount2(2) of the mount point `path` within `root`; OSError with errno when it fails."""
+    import ctypes  # here: every pod's executor imports this module, and unmounts nothing
+
     target = _target(root, path)
-    if _libc.umount2(target.encode(), MNT_DETACH if detach else 0) != 0:
+    if _libc().umount2(target.encode(), MNT_DETACH if detach else 0) != 0:
         code = ctypes.get_errno()
         raise OSError(code, f"unmounting {target} failed: {os.strerror(code)}")
+
+
+@functools.cache
+def _libc() -> Any:
+    import ctypes
+
+    return ctypes.CDLL(None, use_errno=True)
+
+
+def _temporary(directory: str) -> tuple[int, str]:
+    """A new file for writing in `directory`, named with `TMP_PREFIX`, mode 0644 (as mkstemp,
+    without importing tempfile and shutil into every pod's executor)."""
+    while True:
+        path = os.path.join(directory, TMP_PREFIX + os.urandom(6).hex())
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+        except FileExistsError:
+            continue
+        # The files are read like any other the agent writes, whatever the umask.
+        os.fchmod(fd, 0o644)
+        return fd, path
 
 
 def is_temporary(name: str) -> bool:
@@ -109,11 +131,9 @@ def write_atomically(path: str, data: bytes, *, durable: bool = True) -> None:
     """Replaces `path` with `data` (durably unless told not to), creating its directory if needed."""
     directory = os.path.dirname(path) or "."
     os.makedirs(directory, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=TMP_PREFIX, dir=directory)
+    fd, tmp = _temporary(directory)
     try:
         with os.fdopen(fd, "wb") as f:
-            # mkstemp creates 0600; the files are read like any other the agent writes.
-            os.fchmod(f.fileno(), 0o644)
             f.write(data)
             if durable:
                 f.flush()
@@ -142,10 +162,9 @@ def write_all_atomically(items: Iterable[tuple[str, bytes]]) -> None:
                 directory = os.path.dirname(path) or "."
                 synced.update(_make_directories(directory))
                 synced.add(directory)
-                fd, tmp = tempfile.mkstemp(prefix=TMP_PREFIX, dir=directory)
+                fd, tmp = _temporary(directory)
                 fds.append(fd)
                 staged.append((tmp, path))
-                os.fchmod(fd, 0o644)
                 _write_all(fd, data)
             _concurrently(os.fsync, fds)
         finally:

@@ -131,9 +131,14 @@ async def test_kill_escalates_to_sigkill_after_the_grace_period(start_pod: Start
     agent = pod.agent
     # The shell and its sleep ignore SIGTERM: only SIGKILL ends them.
     await agent.launch_group(
-        task("stubborn", "trap '' TERM; sleep 600", kill_policy={"grace_period": seconds(30)})
+        task("stubborn", "trap '' TERM; echo trapped; sleep 600", kill_policy={"grace_period": seconds(30)})
     )
     await agent.wait_for(agent.reached("stubborn", "TASK_RUNNING"))
+    # TASK_RUNNING can come before the shell has set its trap: kill only once it has.
+    stdout = pod.task_sandbox("stubborn") / "stdout"
+    async with asyncio.timeout(30):
+        while not (stdout.exists() and b"trapped" in stdout.read_bytes()):
+            await asyncio.sleep(0.05)
     await agent.kill("stubborn", grace_seconds=0.3)
     await agent.kill("stubborn", grace_seconds=0.3)  # while killing: ignored
     await agent.wait_for(agent.terminal("stubborn"))

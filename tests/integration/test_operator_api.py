@@ -151,7 +151,8 @@ async def test_the_v0_weights_endpoint_reads_and_updates_the_same_weights(cluste
     async with cluster.session.put(url, json=[{"role": "web", "weight": 3.0}]) as response:
         assert response.status == 200
     assert await cluster.get("/weights") == [{"weight": 3.0, "role": "web"}]
-    assert (await cluster.call("GET_WEIGHTS"))["get_weights"]["weight_infos"] == [{"weight": 3.0, "role": "web"}]
+    weights = (await cluster.call("GET_WEIGHTS"))["get_weights"]["weight_infos"]
+    assert weights == [{"weight": 3.0, "role": "web"}]
     for body, reason in (("{", "Failed to parse"), ('[{"role": "web", "weight": 0}]', "must be positive")):
         async with cluster.session.put(url, data=body) as response:
             assert response.status == 400

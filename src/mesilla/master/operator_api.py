@@ -333,7 +333,8 @@ class OperatorApi:
             return web.Response(status=200)
         response = await self.call(request, m.Call(type=m.CallType.GET_WEIGHTS))
         weights = response.get_weights if response is not None else None
-        return jsonp_response(request, msgspec.Raw(codec.encode(weights.weight_infos if weights is not None else [])))
+        infos = weights.weight_infos if weights is not None else []
+        return jsonp_response(request, msgspec.Raw(codec.encode(infos)))
 
     def _authorize(self, request: web.Request, call: m.Call) -> None:
         """The calls with an ACL action of their own; the read calls filter instead."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from mesilla.common.blocking import in_thread
 from mesilla.containerizer.isolator import Isolator
 from mesilla.containerizer.types import ContainerRuntimeState
 from mesilla.v1.mesos import ContainerID
@@ -30,7 +31,8 @@ class PosixUsageIsolator(Isolator):
 
     async def usage(self, container_id: ContainerID) -> dict[str, Any]:
         pid = self._pids.get(container_id)
-        return {} if pid is None else self.sample(pid)
+        # Reading /proc blocks: off the loop.
+        return {} if pid is None else await in_thread(self.sample, pid)
 
     def sample(self, pid: int) -> dict[str, Any]:
         """The statistics of the session `pid` leads, from /proc."""

@@ -44,8 +44,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _machine import interrupt_on_sigterm, load_average, machine_report
 
 from mesilla.testing.chaos import schedule as schedules
-from mesilla.testing.chaos.run import Report, chaos_cluster, run_chaos
-from mesilla.testing.images import build_image, push_image
+from mesilla.testing.chaos.run import Report, chaos_cluster, push_images, run_chaos
 from mesilla.testing.processes import Cluster
 from mesilla.testing.registry import Registry, start_registry
 
@@ -62,12 +61,13 @@ def clean(cluster: Cluster) -> None:
         print(f"  cleanup removed: {removed}", flush=True)
 
 
-async def one_round(registry: Registry, image: str, root: Path, seed: int | None,
+async def one_round(registry: Registry, images: tuple[str, list[str]], root: Path, seed: int | None,
                     faults: list[schedules.Fault], seconds: float) -> Report:  # fmt: skip
     cluster = chaos_cluster(root / f"round-{next(ROUNDS)}", registry.url)
     RUNNING.append(cluster)
     try:
-        return await run_chaos(cluster, image, faults, seed=seed, seconds=seconds)
+        return await run_chaos(cluster, images[0], faults, seed=seed, seconds=seconds,
+                               registry=registry, variants=images[1])  # fmt: skip
     finally:
         clean(cluster)
 
@@ -78,12 +78,11 @@ async def main(args: argparse.Namespace) -> int:
     root = Path(tempfile.mkdtemp(prefix="mesilla-chaos-"))
     keep: list[Report] = []  # failed rounds: their daemons' logs stay for a post-mortem
     try:
-        push_image(registry.url, "library/busybox", "latest", build_image(with_whiteouts=True))
-        image = f"{registry.host}/library/busybox:latest"
+        images = push_images(registry)
         seconds = args.round_minutes * 60
 
         async def run(seed: int | None, faults: list[schedules.Fault]) -> Report:
-            report = await one_round(registry, image, root, seed, faults, seconds)
+            report = await one_round(registry, images, root, seed, faults, seconds)
             print(report.text(), flush=True)
             if report.violations:
                 keep.append(report)

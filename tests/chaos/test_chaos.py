@@ -14,11 +14,10 @@ from pathlib import Path
 import pytest
 
 from mesilla.containerizer.launcher.linux import LinuxLauncher
-from mesilla.testing.chaos.run import chaos_cluster, run_chaos
+from mesilla.testing.chaos.run import chaos_cluster, push_images, run_chaos
 from mesilla.testing.chaos.schedule import make_schedule
-from mesilla.testing.registry import Registry
+from mesilla.testing.registry import start_registry
 from tests.chaos.conftest import chaos_seconds
-from tests.fixtures.images import PushedImage
 
 pytestmark = [
     pytest.mark.root,
@@ -36,18 +35,19 @@ SECONDS = 50.0
 
 
 @pytest.mark.timeout(900)
-async def test_chaos_under_load(
-    tmp_path: Path, docker_registry: Registry, busybox_image: PushedImage, chaos_seed: int,
-    request: pytest.FixtureRequest,
-) -> None:  # fmt: skip
+async def test_chaos_under_load(tmp_path: Path, chaos_seed: int, request: pytest.FixtureRequest) -> None:
     if not LinuxLauncher.available():
         pytest.skip("needs conmon and runc that run containers here")
     seconds = chaos_seconds(request.config, SECONDS)
     schedule = make_schedule(chaos_seed, seconds, agents=2)
-    cluster = chaos_cluster(tmp_path / "cluster", docker_registry.url)
-    try:
-        report = await run_chaos(cluster, busybox_image.name, schedule, seed=chaos_seed, seconds=seconds)
-    finally:
-        cluster.cleanup()
+    # The run's own registry: its registry_down faults kill and restart it.
+    with start_registry() as registry:
+        image, variants = push_images(registry)
+        cluster = chaos_cluster(tmp_path / "cluster", registry.url)
+        try:
+            report = await run_chaos(cluster, image, schedule, seed=chaos_seed, seconds=seconds,
+                                     registry=registry, variants=variants)  # fmt: skip
+        finally:
+            cluster.cleanup()
     print(report.text())
     assert not report.violations, report.text()

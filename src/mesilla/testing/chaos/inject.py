@@ -23,11 +23,15 @@ from collections.abc import Callable
 from pathlib import Path
 
 from mesilla.common import files
+from mesilla.containerizer.launcher.monitor import is_monitor
 from mesilla.testing.chaos.history import History
-from mesilla.testing.chaos.schedule import Fault
+from mesilla.testing.chaos.network import Link, Network
+from mesilla.testing.chaos.schedule import Fault, delay, loss
 from mesilla.testing.processes import Cluster, Daemon, DaemonError, answers
+from mesilla.testing.registry import Registry
 
 RECOVERY_TIMEOUT = 180.0
+PULL_WAIT = 10.0  # how long registry_down waits for a pull to cut short
 DISK_SIZE = "64m"
 FILL = ".chaos-fill"
 
@@ -43,6 +47,24 @@ def children(pid: int) -> list[int]:
                     found.append(int(entry))
         except (OSError, ValueError, IndexError):
             continue
+    return sorted(found)
+
+
+def monitors(runtime_dir: Path) -> list[tuple[str, int]]:
+    """(runtime id, pid) of every live conmon monitor under `runtime_dir/containers`, from
+    their pid files (`<id>[/containers/<child>...]/monitor/pid`), sorted by id."""
+    base = runtime_dir / "containers"
+    found = []
+    for pidfile in base.rglob("pid"):
+        if pidfile.parent.name != "monitor":
+            continue
+        runtime_id = ".".join(pidfile.parent.parent.relative_to(base).parts[::2])
+        try:
+            pid = int(pidfile.read_text())
+        except (OSError, ValueError):
+            continue
+        if is_monitor(pid, runtime_id):
+            found.append((runtime_id, pid))
     return sorted(found)
 
 
@@ -79,10 +101,13 @@ def fill(path: Path) -> int:
 
 
 class Injector:
-    def __init__(self, cluster: Cluster, history: History, disks: list[Path]) -> None:
+    def __init__(self, cluster: Cluster, history: History, disks: list[Path], *,
+                 network: Network | None = None, registry: Registry | None = None) -> None:  # fmt: skip
         self.cluster = cluster
         self.history = history
         self.disks = disks
+        self.network = network
+        self.registry = registry
         self.counts: Counter[str] = Counter()  # injected, by kind
         self.skipped: Counter[str] = Counter()  # nothing to hit at the time (no container, agent down)
         self.violations: list[str] = []
@@ -116,7 +141,10 @@ class Injector:
             daemon.start()
 
     async def _apply(self, fault: Fault) -> None:
-        name = "master" if fault.kind == "master_kill" else f"agent {fault.target}"
+        # A daemon's faults one at a time; an agent's network, and the registry, have their own.
+        name = {"master_kill": "master", "registry_down": "registry"}.get(fault.kind, f"agent {fault.target}")
+        if fault.kind.startswith("net_"):
+            name = f"network {fault.target}"
         async with self._locks.setdefault(name, asyncio.Lock()):
             self.history.add("chaos", "fault", kind=fault.kind, target=name, duration=fault.duration,
                              pick=fault.pick, scheduled=fault.at)  # fmt: skip
@@ -248,3 +276,91 @@ class Injector:
             with contextlib.suppress(FileNotFoundError):
                 files.remove_file(str(disk), str(disk / FILL))
         return True
+
+    async def conmon_kill(self, fault: Fault) -> bool:
+        found = await asyncio.to_thread(monitors, self.cluster.runtime_dir(fault.target))
+        return self._kill_one(fault, [(f"conmon of {rid}", pid) for rid, pid in found])
+
+    async def conmon_stop(self, fault: Fault) -> bool:
+        found = await asyncio.to_thread(monitors, self.cluster.runtime_dir(fault.target))
+        return await self._stop_one(fault, [(f"conmon of {rid}", pid) for rid, pid in found])
+
+    async def executor_stop(self, fault: Fault) -> bool:
+        found = [(n, p) for n, p, nested in await self._containers(fault.target) if not nested]
+        return await self._stop_one(fault, found)
+
+    async def _stop_one(self, fault: Fault, found: list[tuple[str, int]]) -> bool:
+        """SIGSTOP of one of `found` for the fault's duration, then SIGCONT (if it still is)."""
+        if not found:
+            return False
+        name, pid = found[int(fault.pick * len(found))]
+        try:
+            os.kill(pid, signal.SIGSTOP)
+        except ProcessLookupError:
+            return False
+        self.history.add("chaos", "note", text=f"{fault.kind}: stopped pid {pid} ({name})")
+        try:
+            await asyncio.sleep(fault.duration)
+        finally:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGCONT)
+        return True
+
+    async def net_partition(self, fault: Fault) -> bool:
+        return await self._network_fault(fault, lambda link: link.drop())
+
+    async def net_loss(self, fault: Fault) -> bool:
+        return await self._network_fault(fault, lambda link: link.drop(loss(fault)))
+
+    async def net_slow(self, fault: Fault) -> bool:
+        def slow(link: Link) -> None:
+            link.delay = delay(fault)
+
+        return await self._network_fault(fault, slow)
+
+    async def _network_fault(self, fault: Fault, apply: Callable[[Link], None]) -> bool:
+        """`apply` to the agent's link for the fault's duration, then healed; the agent must
+        be active in the master again (re-registered, if the fault cost it its connection)."""
+        if self.network is None:
+            return False
+        i = fault.target
+        link = self.network.links[i]
+        try:
+            apply(link)
+            await asyncio.sleep(fault.duration)
+        finally:
+            link.delay = 0.0
+            await asyncio.to_thread(link.heal)
+        active = self.cluster.await_agent_active
+        await self._recovered(fault, f"agent {i}", lambda: active(i, RECOVERY_TIMEOUT))
+        return True
+
+    async def registry_down(self, fault: Fault) -> bool:
+        """The registry killed as soon as an agent asks it for an image's manifest (the layers
+        follow: a pull cut short), or after PULL_WAIT if none does; restarted after the
+        fault's duration."""
+        if self.registry is None:
+            return False
+        registry = self.registry
+        mark = os.path.getsize(registry.log_path)
+        deadline = time.monotonic() + PULL_WAIT
+        while True:
+            pulling = self._manifest_asked(mark)
+            if pulling or time.monotonic() > deadline:
+                break
+            await asyncio.sleep(0.01)
+        try:
+            await asyncio.to_thread(registry.kill)
+            when = "mid-pull" if pulling else "with no pull going"
+            self.history.add("chaos", "note", text=f"registry_down: killed {when}")
+            await asyncio.sleep(fault.duration)
+        finally:
+            await asyncio.to_thread(registry.restart)
+        self.history.add("chaos", "recovered", fault=fault.kind, what="registry")
+        return True
+
+    def _manifest_asked(self, mark: int) -> bool:
+        assert self.registry is not None
+        with open(self.registry.log_path, "rb") as f:
+            f.seek(mark)
+            return b"/manifests/" in f.read()

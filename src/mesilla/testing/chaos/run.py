@@ -1,14 +1,20 @@
 """One chaos run: a cluster under load, the schedule's faults, then the quiet checks.
 
-    cluster = chaos_cluster(root, registry_url)   # master, 2 agents, linux launcher, tmpfs disks
-    report = await run_chaos(cluster, image, schedule, seed=seed, seconds=60)
+    registry = start_registry()
+    image, variants = push_images(registry)
+    cluster = chaos_cluster(root, registry.url)   # master, 2 agents, linux launcher, tmpfs disks,
+                                                  # each agent's own link to the master
+    report = await run_chaos(cluster, image, schedule, seed=seed, seconds=60,
+                             registry=registry, variants=variants)
     assert not report.violations, report.text()
 
 After the last fault (and at least `seconds` of load) the load stops launching;
 every daemon must be back on its own; every task settles (running or ended);
 an implicit and then an explicit RECONCILE must agree with what the frameworks
-saw; the master's used resources must add up to the live tasks'; then the
-frameworks kill what still runs, and every task must have ended exactly once,
+saw; the master's used resources must add up to the live tasks'; every
+image variant must pull and run on every agent (a pull the registry's fault
+cut short left nothing behind that is used); then the frameworks kill what
+still runs, and every task must have ended exactly once,
 acknowledged; after TEARDOWN nothing of the cluster may be left on the host.
 """
 
@@ -24,20 +30,56 @@ from pathlib import Path
 from mesilla.testing.chaos import check
 from mesilla.testing.chaos.history import History, RecordingFramework
 from mesilla.testing.chaos.inject import RECOVERY_TIMEOUT, Injector, mount_disks
-from mesilla.testing.chaos.load import Load
+from mesilla.testing.chaos.load import EXECUTOR_RESOURCES, Load, task_info
+from mesilla.testing.chaos.network import Network
 from mesilla.testing.chaos.schedule import Fault, describe
+from mesilla.testing.images import build_image, push_image
 from mesilla.testing.processes import LINUX_AGENT_FLAGS as AGENT_FLAGS
 from mesilla.testing.processes import Cluster, DaemonError, http_json
-from mesilla.testing.scheduler import TERMINAL_STATES, FrameworkError
+from mesilla.testing.registry import Registry
+from mesilla.testing.scheduler import TERMINAL_STATES, FrameworkError, Json, scalar
 
 # A hung agent is unreachable after 5 s: agent_stop faults (1-10 s) hit both sides of it.
 MASTER_FLAGS = ["--agent_ping_timeout=1secs", "--max_agent_ping_timeouts=5"]
 SETTLE_TIMEOUT = 240.0
 
 
-def chaos_cluster(root: Path, registry_url: str, agents: int = 2) -> Cluster:
-    return Cluster(root, num_agents=agents, master_flags=MASTER_FLAGS,
-                   agent_flags=[*AGENT_FLAGS, f"--docker_registry={registry_url}"])  # fmt: skip
+VARIANTS = 24  # images of their own layers, besides the common one
+
+
+class ChaosCluster(Cluster):
+    """A `Cluster` whose agents reach the master over a `Network` of links (created with
+    `create_network`, removed by `cleanup`)."""
+
+    def __init__(self, root: Path, registry_url: str, agents: int) -> None:
+        super().__init__(root, num_agents=agents, master_flags=MASTER_FLAGS,
+                         agent_flags=[*AGENT_FLAGS, f"--docker_registry={registry_url}"])  # fmt: skip
+        self.network = Network(self.master_port, agents)
+        for agent, link in zip(self.agents, self.network.links, strict=True):
+            agent.flags = [f"--master={link.address}" if f.startswith("--master=") else f
+                           for f in agent.flags]  # fmt: skip
+
+    def cleanup(self) -> list[str]:
+        try:
+            return super().cleanup()
+        finally:
+            self.network.remove()
+
+
+def chaos_cluster(root: Path, registry_url: str, agents: int = 2) -> ChaosCluster:
+    return ChaosCluster(root, registry_url, agents)
+
+
+def push_images(registry: Registry, variants: int = VARIANTS) -> tuple[str, list[str]]:
+    """busybox as `library/busybox:latest`, and `variants` images of distinct layers
+    (`library/busybox:variant-<k>`); returns their names."""
+    push_image(registry.url, "library/busybox", "latest", build_image(with_whiteouts=True))
+    names = []
+    for k in range(variants):
+        tag = f"variant-{k}"
+        push_image(registry.url, "library/busybox", tag, build_image(extra_files={"variant": tag.encode()}))
+        names.append(f"{registry.host}/library/busybox:{tag}")
+    return f"{registry.host}/library/busybox:latest", names
 
 
 @dataclass
@@ -64,27 +106,34 @@ class Report:
 
 
 async def run_chaos(
-    cluster: Cluster, image: str, schedule: list[Fault], *, seed: int | None, seconds: float,
-    frameworks: int = 2, disks: bool = True,
+    cluster: ChaosCluster, image: str, schedule: list[Fault], *, seed: int | None, seconds: float,
+    registry: Registry | None = None, variants: list[str] | None = None, frameworks: int = 2,
+    disks: bool = True,
 ) -> Report:  # fmt: skip
     """Starts `cluster` (not yet started), runs the load and the faults, checks; the caller
-    cleans the cluster up (`Cluster.cleanup`) whatever happens."""
+    cleans the cluster up (`Cluster.cleanup`) whatever happens. `registry` (the one
+    `image` and `variants` come from) is the registry_down fault's."""
     started = time.monotonic()
     report = Report(seed, schedule)
     mounted = mount_disks(cluster) if disks else []
-    await asyncio.to_thread(cluster.start, 120.0)
+    cluster.network.create()
+    await cluster.network.start()
     history = History()
-    load = Load(cluster.master_address, history, seed or 0, image, frameworks=frameworks)
-    injector = Injector(cluster, history, mounted)
+    load = Load(cluster.master_address, history, seed or 0, image, variants=variants or [],
+                frameworks=frameworks)  # fmt: skip
+    injector = Injector(cluster, history, mounted, network=cluster.network, registry=registry)
     try:
+        await asyncio.to_thread(cluster.start, 120.0)
+        history.started = time.monotonic()
         load.start()
         await injector.run(schedule)
         await asyncio.sleep(max(0.0, seconds - history.now()))
         await load.stop()
-        report.violations += await quiet_checks(cluster, history, load, injector)
+        report.violations += await quiet_checks(cluster, history, load, injector, variants or [])
     finally:
         for framework in load.frameworks:
             await framework.close()
+        await cluster.network.stop()
         report.history = cluster.log_dir / "history.jsonl"  # beside the daemons' logs
         history.dump(report.history)
     report.violations += [f"left behind: {item}" for item in await leftovers(cluster, mounted)]
@@ -107,7 +156,9 @@ async def leftovers(cluster: Cluster, disks: list[Path], timeout: float = 120.0)
         await asyncio.sleep(0.5)
 
 
-async def quiet_checks(cluster: Cluster, history: History, load: Load, injector: Injector) -> list[str]:
+async def quiet_checks(
+    cluster: Cluster, history: History, load: Load, injector: Injector, variants: list[str]
+) -> list[str]:
     violations: list[str] = []
     injector.check_alive()
     for i in range(len(cluster.agents)):
@@ -123,6 +174,8 @@ async def quiet_checks(cluster: Cluster, history: History, load: Load, injector:
         violations += await settle(cluster, history, framework)
         violations += await reconcile(history, framework)
     violations += await check_resources(cluster, history, load.frameworks)
+    used = variants[: load.variants_used]
+    violations += await probe_pulls(cluster, history, load.frameworks, used)
     for framework in load.frameworks:
         violations += await kill_all(history, framework)
         violations += check.check_tasks(history, framework.info["name"])
@@ -234,3 +287,54 @@ async def kill_all(history: History, framework: RecordingFramework) -> list[str]
     with contextlib.suppress(TimeoutError):
         await asyncio.wait_for(framework.acknowledged(), 60)
     return []
+
+
+async def probe_pulls(
+    cluster: Cluster, history: History, frameworks: list[RecordingFramework], images: list[str]
+) -> list[str]:
+    """One pod per agent with a task of each image (`exit 0`), through whichever framework
+    holds an offer of it: each must finish, whatever pulls of it the registry's faults cut
+    short before."""
+    if not images:
+        return []
+    agents = {a["id"] for a in (await asyncio.to_thread(http_json, f"{cluster.master_url}/slaves"))["slaves"]}
+    need = {"cpus": (len(images) + 1) * 0.1, "mem": (len(images) + 1) * 32.0}
+    offers: dict[str, tuple[RecordingFramework, Json]] = {}
+
+    def fits(offer: Json) -> bool:
+        have = {r["name"]: r.get("scalar", {}).get("value", 0.0) for r in offer["resources"]}
+        return all(have.get(k, 0.0) >= v for k, v in need.items())
+
+    def collect() -> bool:
+        for framework in frameworks:
+            for offer in framework.offers:
+                if fits(offer):
+                    offers.setdefault(offer["agent_id"]["value"], (framework, offer))
+        return agents <= set(offers)
+
+    deadline = time.monotonic() + 60
+    while not collect():
+        if time.monotonic() > deadline:
+            return [f"image probe: no offer of every agent {sorted(agents)} within 60s: {sorted(offers)}"]
+        await asyncio.sleep(0.2)
+    probes: list[tuple[RecordingFramework, str]] = []
+    for agent in sorted(agents):
+        framework, offer = offers[agent]
+        framework.offers.remove(offer)
+        executor: Json = {"type": "DEFAULT", "executor_id": {"value": f"probe-{agent[-8:]}"},
+                          "resources": [scalar(k, v) for k, v in EXECUTOR_RESOURCES.items()]}  # fmt: skip
+        tasks = [task_info("probe", "exit 0", image) for image in images]
+        probes += [(framework, t["task_id"]["value"]) for t in tasks]
+        await framework.launch_group(offer, executor, tasks)
+
+    def last(framework: RecordingFramework, task_id: str) -> check.TaskRecord:
+        return records(history, framework)[task_id]
+
+    deadline = time.monotonic() + SETTLE_TIMEOUT
+    while True:
+        if all(last(f, t).last() in TERMINAL_STATES for f, t in probes) or time.monotonic() > deadline:
+            break
+        await asyncio.sleep(0.5)
+    bad = {t: (r.states(), r.updates[-1].data.get("message") if r.updates else None)
+           for f, t in probes if (r := last(f, t)).last() != "TASK_FINISHED"}  # fmt: skip
+    return [f"image probe: a pull once the registry was back did not run: {bad}"] if bad else []

@@ -84,7 +84,7 @@ async def main(args: argparse.Namespace) -> int:
         async def run(seed: int | None, faults: list[schedules.Fault]) -> Report:
             report = await one_round(registry, images, root, seed, faults, seconds)
             print(report.text(), flush=True)
-            if report.violations:
+            if report.violations or args.keep:
                 keep.append(report)
             return report
 
@@ -151,6 +151,7 @@ if __name__ == "__main__":
     parser.add_argument("--seed", type=int, default=1, help="seed of the first round; round k has seed + k")
     parser.add_argument("--shrink", action="store_true",
                         help="run one round of --seed; if it fails, shrink it")
+    parser.add_argument("--keep", action="store_true", help="keep every round's logs and history")
     parser.add_argument("--schedule", help="run one round with this schedule (JSON, as --shrink prints)")
     interrupt_on_sigterm()
     try:

@@ -1,6 +1,8 @@
 """A seeded chaos run per seed: agents and the master killed and restarted, agents
-hung, executors and task processes killed, an agent's sandbox disk filled, all under
-a steady load of pods and command tasks; the history checker judges the outcome.
+hung, executors, task processes and conmon monitors killed or stopped, an executor
+hung across its agent's restart, an agent's sandbox disk filled, an agent's link to
+the master cut, lossy or slow, the image registry killed mid-pull, all under a
+steady load of pods and command tasks; the history checker judges the outcome.
 
 A failure prints the seed and its schedule; `MESILLA_CHAOS_SEED=<seed>` reruns it
 (the same faults in the same order), `benchmarks/chaos.py --seed=<seed> --shrink`
@@ -27,11 +29,14 @@ pytestmark = [
     pytest.mark.chaos,
 ]
 
-# Fixed for CI: the same schedules on every run; together they draw every kind of
-# fault (1: executor, task, agent and master kills; 2: full disk, agent kills, master
-# failover; 8: hung agents, full disk, master failover, task kills). A few minutes.
-SEEDS = [1, 2, 8]
+# Fixed for CI: the same schedules on every run, a fault every 3-8 s; together they
+# draw every kind of fault (34: agent, executor, task and conmon kills, a stopped and
+# a hung executor, every network fault; 40: hung agents, master failover, a stopped
+# conmon, a hung executor, every network fault; 81: the full disk, the registry
+# killed, hung agents, a stopped conmon, lossy and slow links). About five minutes.
+SEEDS = [34, 40, 81]
 SECONDS = 50.0
+GAP = (3.0, 8.0)
 
 
 @pytest.mark.timeout(900)
@@ -39,7 +44,7 @@ async def test_chaos_under_load(tmp_path: Path, chaos_seed: int, request: pytest
     if not LinuxLauncher.available():
         pytest.skip("needs conmon and runc that run containers here")
     seconds = chaos_seconds(request.config, SECONDS)
-    schedule = make_schedule(chaos_seed, seconds, agents=2)
+    schedule = make_schedule(chaos_seed, seconds, agents=2, gap=GAP)
     # The run's own registry: its registry_down faults kill and restart it.
     with start_registry() as registry:
         image, variants = push_images(registry)

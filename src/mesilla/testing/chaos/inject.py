@@ -23,14 +23,23 @@ from collections.abc import Callable
 from pathlib import Path
 
 from mesilla.common import files
+from mesilla.containerizer.launcher.linux import INIT_PATH
 from mesilla.containerizer.launcher.monitor import is_monitor
 from mesilla.testing.chaos.history import History
 from mesilla.testing.chaos.network import Link, Network
 from mesilla.testing.chaos.schedule import Fault, delay, loss
-from mesilla.testing.processes import Cluster, Daemon, DaemonError, answers
+from mesilla.testing.processes import (
+    Cluster,
+    Daemon,
+    DaemonError,
+    answers,
+    process_start_ticks,
+    process_state,
+)
 from mesilla.testing.registry import Registry
 
 RECOVERY_TIMEOUT = 180.0
+EXECUTOR_REREGISTRATION_TIMEOUT = 10.0  # LINUX_AGENT_FLAGS's --executor_reregistration_timeout
 PULL_WAIT = 10.0  # how long registry_down waits for a pull to cut short
 DISK_SIZE = "64m"
 FILL = ".chaos-fill"
@@ -48,6 +57,20 @@ def children(pid: int) -> list[int]:
         except (OSError, ValueError, IndexError):
             continue
     return sorted(found)
+
+
+def executor_process(pid: int) -> int:
+    """The executor's own process of a top-level container whose pid is `pid`: its child
+    if `pid` is the container's init (tini, pid 1 of the container's pid namespace)."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            argv0 = f.read().split(b"\0", 1)[0]
+    except OSError:
+        return pid
+    if argv0 != INIT_PATH.encode():
+        return pid
+    below = children(pid)
+    return below[0] if below else pid
 
 
 def monitors(runtime_dir: Path) -> list[tuple[str, int]]:
@@ -250,7 +273,7 @@ class Injector:
         # A command task: its process is the command executor's child.
         for name, pid, nested in containers:
             if not nested and name not in nested_parents:
-                found += [(f"{name} child", child) for child in children(pid)]
+                found += [(f"{name} child", child) for child in children(executor_process(pid))]
         return self._kill_one(fault, found)
 
     def _kill_one(self, fault: Fault, found: list[tuple[str, int]]) -> bool:
@@ -286,7 +309,8 @@ class Injector:
         return await self._stop_one(fault, [(f"conmon of {rid}", pid) for rid, pid in found])
 
     async def executor_stop(self, fault: Fault) -> bool:
-        found = [(n, p) for n, p, nested in await self._containers(fault.target) if not nested]
+        containers = await self._containers(fault.target)
+        found = [(n, executor_process(p)) for n, p, nested in containers if not nested]
         return await self._stop_one(fault, found)
 
     async def _stop_one(self, fault: Fault, found: list[tuple[str, int]]) -> bool:
@@ -364,3 +388,63 @@ class Injector:
         with open(self.registry.log_path, "rb") as f:
             f.seek(mark)
             return b"/manifests/" in f.read()
+
+    async def executor_hang(self, fault: Fault) -> bool:
+        """A top-level container's executor stopped, its agent killed and restarted; once the
+        agent is back and its executor_reregistration_timeout (and the fault's duration) has
+        passed, the executor must be gone: destroyed by the agent. (Its tasks' ends are the
+        checker's: `check.check_hung`.)"""
+        i, name = fault.target, f"agent {fault.target}"
+        try:
+            entries = await asyncio.to_thread(self.cluster.containers, i)
+        except (OSError, ValueError):
+            return False
+        found = sorted((n, e) for n, e in entries.items()
+                       if "." not in n and e.get("container_status", {}).get("executor_pid"))  # fmt: skip
+        if not found:
+            return False
+        container, entry = found[int(fault.pick * len(found))]
+        pid = executor_process(entry["container_status"]["executor_pid"])
+        started = process_start_ticks(pid)
+        try:
+            os.kill(pid, signal.SIGSTOP)
+        except ProcessLookupError:
+            return False
+        text = f"executor_hang: stopped pid {pid} ({container}), then its agent killed"
+        self.history.add("chaos", "hung", executor_id=entry["executor_id"]["value"], agent=name, text=text)
+        try:
+            self.down.add(name)
+            try:
+                killed_at = time.time()
+                await asyncio.to_thread(self.cluster.agents[i].kill)
+                self.cluster.agents[i].start()
+            finally:
+                self.down.discard(name)
+            active = self.cluster.await_agent_active
+            await self._recovered(fault, name, lambda: active(i, RECOVERY_TIMEOUT, after=killed_at))
+            await asyncio.sleep(EXECUTOR_REREGISTRATION_TIMEOUT + fault.duration)
+            survived = not await asyncio.to_thread(_gone, pid, started)
+        finally:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGCONT)
+        self.history.add("chaos", "unhung", executor_id=entry["executor_id"]["value"],
+                         text=f"executor_hang: pid {pid} continued (if still there)")  # fmt: skip
+        if survived:
+            self.violations.append(f"{fault.line()}: the hung executor {container} (pid {pid}) was still "
+                                   f"there {EXECUTOR_REREGISTRATION_TIMEOUT + fault.duration:.0f}s "
+                                   "after its agent came back")  # fmt: skip
+        return True
+
+
+def _gone(pid: int, started: int | None, timeout: float = 5.0) -> bool:
+    """Whether process `pid` (started at `started`) is gone, or a zombie, within `timeout`
+    (a destroy may be under way)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            if process_start_ticks(pid) != started or process_state(pid) == "Z":
+                return True
+        except OSError:
+            return True
+        time.sleep(0.1)
+    return False

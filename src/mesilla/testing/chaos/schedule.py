@@ -28,8 +28,12 @@ KINDS: dict[str, int] = {
     "conmon_kill": 2,  # kill -9 of a container's conmon monitor
     "conmon_stop": 1,  # SIGSTOP of a conmon monitor, SIGCONT after `duration`
     "executor_stop": 1,  # SIGSTOP of an executor past the agent's timeouts, SIGCONT after `duration`
+    # An executor hung (SIGSTOP) across an agent's kill -9 and restart: it cannot re-subscribe,
+    # the agent must destroy it after --executor_reregistration_timeout (`duration` more is
+    # given) and end its tasks with REASON_EXECUTOR_REREGISTRATION_TIMEOUT, as Mesos.
+    "executor_hang": 1,
 }
-PICKED = ("executor_kill", "task_kill", "conmon_kill", "conmon_stop", "executor_stop")
+PICKED = ("executor_kill", "task_kill", "conmon_kill", "conmon_stop", "executor_stop", "executor_hang")
 
 
 @dataclass(frozen=True)
@@ -82,6 +86,7 @@ def make_schedule(
             "registry_down": rng.uniform(3, 15),
             "conmon_stop": rng.uniform(1, 10),
             "executor_stop": rng.uniform(5, 30),
+            "executor_hang": rng.uniform(2, 10),
         }.get(kind, 0.0)
         faults.append(
             Fault(round(at, 2), kind, rng.randrange(agents), round(duration, 2), round(rng.random(), 4))

@@ -3,14 +3,18 @@
 
 Runs rounds of `--round_minutes` each until `--minutes` have passed. Each
 round is one `mesilla.testing.chaos` run on a fresh cluster (`mesilla
-master`, two agents, the linux launcher on runc, pods pulling busybox from a
-local docker-registry, command tasks): two checkpointing frameworks launch and
-kill tasks while the round's schedule (seed `--seed` + round number) kills
-agents and the master (`kill -9`, restarted), hangs agents (SIGSTOP/SIGCONT),
-kills executors and task processes (by the pids the agent reports) and fills
-an agent's sandbox disk (a tmpfs). Then the history checker judges the round:
-one terminal update per task, acknowledged, nothing after it, RECONCILE in
-agreement, the master's used resources equal to the live tasks', nothing left
+master`, two agents, the linux launcher on runc, pods pulling busybox and its
+variants from a local docker-registry, command tasks): two checkpointing
+frameworks launch and kill tasks while the round's schedule (seed `--seed` +
+round number) kills agents and the master (`kill -9`, restarted), hangs agents
+(SIGSTOP/SIGCONT), kills executors, task processes and conmon monitors, stops
+executors and monitors, hangs an executor across its agent's restart, fills
+an agent's sandbox disk (a tmpfs), cuts, drops packets of or slows an agent's
+link to the master (network namespaces of the harness) and kills the registry
+mid-pull. Then the history checker judges the round:
+one terminal update per task, acknowledged, nothing after it, a reason on
+the agent's and master's ends, RECONCILE in agreement, every image variant
+pulling and running once the registry is back, the master's used resources equal to the live tasks', nothing left
 on the host, every daemon back on its own.
 
 Prints the machine, then per round and in total: faults injected by kind,

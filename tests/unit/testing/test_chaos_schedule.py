@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+from tests.chaos import test_chaos
+
 from mesilla.testing.chaos import schedule
 from mesilla.testing.chaos.schedule import KINDS, Fault, make_schedule
-from tests.chaos import test_chaos
 
 
 def test_a_seed_gives_the_same_schedule() -> None:

@@ -1,8 +1,11 @@
 """Applies a schedule's faults to a `processes.Cluster`, each at its offset.
 
 Daemons are signalled by the pids the cluster started; executors and task
-processes by the pids the agent reports (GET_CONTAINERS), a command task's
-process as a child of its executor's: never by name. Faults on different
+processes by the pids the agent reports (GET_CONTAINERS; under a container's
+tini, its child), a command task's process as a child of its executor's,
+conmon monitors by their pid files (confirmed by their command line), the
+registry by the process the harness started: never by name. Network faults
+act on the agent's `network.Link`. Faults on different
 daemons overlap; one daemon's faults wait for its recovery from the last one.
 After each fault the injector waits (generously: the checker judges outcomes,
 not timings) for the daemon to be back: restarted or resumed, and the agent
@@ -19,7 +22,7 @@ import signal
 import subprocess
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 from mesilla.common import files
@@ -337,12 +340,12 @@ class Injector:
         return await self._network_fault(fault, lambda link: link.drop(loss(fault)))
 
     async def net_slow(self, fault: Fault) -> bool:
-        def slow(link: Link) -> None:
+        async def slow(link: Link) -> None:
             link.delay = delay(fault)
 
         return await self._network_fault(fault, slow)
 
-    async def _network_fault(self, fault: Fault, apply: Callable[[Link], None]) -> bool:
+    async def _network_fault(self, fault: Fault, apply: Callable[[Link], Awaitable[None]]) -> bool:
         """`apply` to the agent's link for the fault's duration, then healed; the agent must
         be active in the master again (re-registered, if the fault cost it its connection)."""
         if self.network is None:
@@ -350,11 +353,11 @@ class Injector:
         i = fault.target
         link = self.network.links[i]
         try:
-            apply(link)
+            await apply(link)
             await asyncio.sleep(fault.duration)
         finally:
             link.delay = 0.0
-            await asyncio.to_thread(link.heal)
+            await link.heal()
         active = self.cluster.await_agent_active
         await self._recovered(fault, f"agent {i}", lambda: active(i, RECOVERY_TIMEOUT))
         return True

@@ -39,13 +39,24 @@ def _ip(*argv: str) -> None:
     subprocess.run(["ip", *argv], check=True, capture_output=True)
 
 
-def _iptables(namespace: str, *argv: str) -> None:
-    argv = ("ip", "netns", "exec", namespace, "iptables", "-w", *argv)
-    subprocess.run(argv, check=True, capture_output=True)
+async def _iptables(namespace: str, *argv: str) -> None:
+    """iptables inside `namespace` (run from the event loop: a heal must not wait for a
+    worker thread that waits for the heal)."""
+    process = await asyncio.create_subprocess_exec(
+        "ip", "netns", "exec", namespace, "iptables", "-w", *argv,
+        stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    _, err = await process.communicate()
+    if process.returncode:
+        raise OSError(f"iptables {' '.join(argv)} in {namespace}: {err.decode(errors='replace').strip()}")
 
 
 def _socket_in(namespace: str) -> socket.socket:
-    """A TCP socket of `namespace` (a socket stays in the namespace it was made in)."""
+    """A TCP socket of `namespace` (a socket stays in the namespace it was made in).
+
+    Made on the calling thread (the event loop's: two setns calls, no thread can start
+    meanwhile), not in a worker: the harness's waits for recovery fill the default
+    executor, and a relay waiting behind them would keep the agent from recovering."""
     with entered(namespace):
         sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setblocking(False)
@@ -87,7 +98,7 @@ class Link:
             subprocess.run(["ip", "netns", "del", name], check=False, capture_output=True)
 
     async def start(self) -> None:
-        inner = await asyncio.to_thread(_socket_in, self.master_side)
+        inner = _socket_in(self.master_side)
         inner.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         inner.bind((self.inner_ip, INNER_PORT))
         self._servers.append(await asyncio.start_server(self._to_master, sock=inner, backlog=128))
@@ -105,22 +116,22 @@ class Link:
 
     # --- the faults -------------------------------------------------------------------
 
-    def drop(self, probability: float | None = None) -> None:
+    async def drop(self, probability: float | None = None) -> None:
         """Drops the veth's packets both ways: each with `probability`, or all (a partition)."""
         match = [] if probability is None else ["-m", "statistic", "--mode", "random",
                                                 "--probability", f"{probability:.3f}"]  # fmt: skip
-        _iptables(self.agent_side, "-A", "OUTPUT", "-o", "veth0", *match, "-j", "DROP")
-        _iptables(self.agent_side, "-A", "INPUT", "-i", "veth0", *match, "-j", "DROP")
+        await _iptables(self.agent_side, "-A", "OUTPUT", "-o", "veth0", *match, "-j", "DROP")
+        await _iptables(self.agent_side, "-A", "INPUT", "-i", "veth0", *match, "-j", "DROP")
 
-    def heal(self) -> None:
-        _iptables(self.agent_side, "-F", "OUTPUT")
-        _iptables(self.agent_side, "-F", "INPUT")
+    async def heal(self) -> None:
+        await _iptables(self.agent_side, "-F", "OUTPUT")
+        await _iptables(self.agent_side, "-F", "INPUT")
 
     # --- relaying ---------------------------------------------------------------------
 
     async def _from_agent(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         """An agent's connection: on across the veth, from a socket of the agent side."""
-        sock = await asyncio.to_thread(_socket_in, self.agent_side)
+        sock = _socket_in(self.agent_side)
         try:
             async with asyncio.timeout(CONNECT_TIMEOUT):
                 await asyncio.get_running_loop().sock_connect(sock, (self.inner_ip, INNER_PORT))

@@ -24,6 +24,7 @@ import asyncio
 import contextlib
 import time
 from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -114,6 +115,8 @@ async def run_chaos(
     cleans the cluster up (`Cluster.cleanup`) whatever happens. `registry` (the one
     `image` and `variants` come from) is the registry_down fault's."""
     started = time.monotonic()
+    # Recovery waits hold worker threads for minutes, several at once: room for the rest.
+    asyncio.get_running_loop().set_default_executor(ThreadPoolExecutor(32, thread_name_prefix="chaos"))
     report = Report(seed, schedule)
     mounted = mount_disks(cluster) if disks else []
     cluster.network.create()

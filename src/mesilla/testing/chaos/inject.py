@@ -280,15 +280,19 @@ class Injector:
         return self._kill_one(fault, found)
 
     def _kill_one(self, fault: Fault, found: list[tuple[str, int]]) -> bool:
+        return self._signal_one(fault, found, signal.SIGKILL, "killed") is not None
+
+    def _signal_one(self, fault: Fault, found: list[tuple[str, int]], signum: int, done: str) -> int | None:
+        """Signals the one of `found` the fault picks; its pid, or None if none was there."""
         if not found:
-            return False
+            return None
         name, pid = found[int(fault.pick * len(found))]
         try:
-            os.kill(pid, signal.SIGKILL)
+            os.kill(pid, signum)
         except ProcessLookupError:
-            return False
-        self.history.add("chaos", "note", text=f"{fault.kind}: killed pid {pid} ({name})")
-        return True
+            return None
+        self.history.add("chaos", "note", text=f"{fault.kind}: {done} pid {pid} ({name})")
+        return pid
 
     async def disk_full(self, fault: Fault) -> bool:
         if not self.disks:
@@ -318,14 +322,9 @@ class Injector:
 
     async def _stop_one(self, fault: Fault, found: list[tuple[str, int]]) -> bool:
         """SIGSTOP of one of `found` for the fault's duration, then SIGCONT (if it still is)."""
-        if not found:
+        pid = self._signal_one(fault, found, signal.SIGSTOP, "stopped")
+        if pid is None:
             return False
-        name, pid = found[int(fault.pick * len(found))]
-        try:
-            os.kill(pid, signal.SIGSTOP)
-        except ProcessLookupError:
-            return False
-        self.history.add("chaos", "note", text=f"{fault.kind}: stopped pid {pid} ({name})")
         try:
             await asyncio.sleep(fault.duration)
         finally:

@@ -46,6 +46,8 @@ SETTLE_TIMEOUT = 240.0
 
 
 VARIANTS = 24  # images of their own layers, besides the common one
+PROBE_ATTEMPTS = 3
+INVALID_OFFERS = "REASON_INVALID_OFFERS"
 
 
 class ChaosCluster(Cluster):
@@ -297,47 +299,54 @@ async def probe_pulls(
 ) -> list[str]:
     """One pod per agent with a task of each image (`exit 0`), through whichever framework
     holds an offer of it: each must finish, whatever pulls of it the registry's faults cut
-    short before."""
+    short before. A pod dropped for an offer no longer valid is launched again."""
     if not images:
         return []
     agents = {a["id"] for a in (await asyncio.to_thread(http_json, f"{cluster.master_url}/slaves"))["slaves"]}
+    bad: dict[str, object] = {}
+    for agent in sorted(agents):
+        for attempt in range(PROBE_ATTEMPTS):
+            probes = await _probe(history, frameworks, images, agent, attempt)
+            if isinstance(probes, str):
+                return [f"image probe: {probes}"]
+            ended = {t: records(history, f)[t] for f, t in probes}
+            reasons = [r.updates[-1].data["reason"] if r.updates else None for r in ended.values()]
+            if reasons.count(INVALID_OFFERS) < len(ended):  # launched: done
+                break
+        bad.update({t: (r.states(), r.updates[-1].data.get("message") if r.updates else None)
+                    for t, r in ended.items() if r.last() != "TASK_FINISHED"})  # fmt: skip
+    return [f"image probe: a pull once the registry was back did not run: {bad}"] if bad else []
+
+
+async def _probe(
+    history: History, frameworks: list[RecordingFramework], images: list[str], agent: str, attempt: int
+) -> list[tuple[RecordingFramework, str]] | str:
+    """Launches the probe pod on `agent` and waits until its tasks ended; the (framework,
+    task id) of each, or what kept it from launching."""
     need = {"cpus": (len(images) + 1) * 0.1, "mem": (len(images) + 1) * 32.0}
-    offers: dict[str, tuple[RecordingFramework, Json]] = {}
 
     def fits(offer: Json) -> bool:
         have = {r["name"]: r.get("scalar", {}).get("value", 0.0) for r in offer["resources"]}
-        return all(have.get(k, 0.0) >= v for k, v in need.items())
-
-    def collect() -> bool:
-        for framework in frameworks:
-            for offer in framework.offers:
-                if fits(offer):
-                    offers.setdefault(offer["agent_id"]["value"], (framework, offer))
-        return agents <= set(offers)
+        return offer["agent_id"]["value"] == agent and all(have.get(k, 0.0) >= v for k, v in need.items())
 
     deadline = time.monotonic() + 60
-    while not collect():
+    while True:
+        held = [(f, o) for f in frameworks for o in f.offers if fits(o)]
+        if held:
+            break
         if time.monotonic() > deadline:
-            return [f"image probe: no offer of every agent {sorted(agents)} within 60s: {sorted(offers)}"]
+            return f"no offer of agent {agent} for {need} within 60s"
         await asyncio.sleep(0.2)
-    probes: list[tuple[RecordingFramework, str]] = []
-    for agent in sorted(agents):
-        framework, offer = offers[agent]
-        framework.offers.remove(offer)
-        executor: Json = {"type": "DEFAULT", "executor_id": {"value": f"probe-{agent[-8:]}"},
-                          "resources": [scalar(k, v) for k, v in EXECUTOR_RESOURCES.items()]}  # fmt: skip
-        tasks = [task_info("probe", "exit 0", image) for image in images]
-        probes += [(framework, t["task_id"]["value"]) for t in tasks]
-        await framework.launch_group(offer, executor, tasks)
-
-    def last(framework: RecordingFramework, task_id: str) -> check.TaskRecord:
-        return records(history, framework)[task_id]
-
+    framework, offer = held[0]
+    framework.offers.remove(offer)
+    executor: Json = {"type": "DEFAULT", "executor_id": {"value": f"probe-{agent[-8:]}-{attempt}"},
+                      "resources": [scalar(k, v) for k, v in EXECUTOR_RESOURCES.items()]}  # fmt: skip
+    tasks = [task_info("probe", "exit 0", image) for image in images]
+    probes = [(framework, t["task_id"]["value"]) for t in tasks]
+    await framework.launch_group(offer, executor, tasks)
     deadline = time.monotonic() + SETTLE_TIMEOUT
     while True:
-        if all(last(f, t).last() in TERMINAL_STATES for f, t in probes) or time.monotonic() > deadline:
-            break
+        ended = all(records(history, f)[t].last() in TERMINAL_STATES for f, t in probes)
+        if ended or time.monotonic() > deadline:
+            return probes
         await asyncio.sleep(0.5)
-    bad = {t: (r.states(), r.updates[-1].data.get("message") if r.updates else None)
-           for f, t in probes if (r := last(f, t)).last() != "TASK_FINISHED"}  # fmt: skip
-    return [f"image probe: a pull once the registry was back did not run: {bad}"] if bad else []

@@ -81,8 +81,11 @@ def monitors(runtime_dir: Path) -> list[tuple[str, int]]:
     their pid files (`<id>[/containers/<child>...]/monitor/pid`), sorted by id."""
     base = runtime_dir / "containers"
     found = []
-    for pidfile in base.rglob("pid"):
-        if pidfile.parent.name != "monitor":
+    # os.walk, not Path.rglob: containers come and go during the walk, and os.walk
+    # skips a directory that vanished instead of raising.
+    for directory, _, names in os.walk(base):
+        pidfile = Path(directory) / "pid"
+        if pidfile.parent.name != "monitor" or "pid" not in names:
             continue
         runtime_id = ".".join(pidfile.parent.parent.relative_to(base).parts[::2])
         try:

@@ -14,8 +14,9 @@ link to the master (network namespaces of the harness) and kills the registry
 mid-pull. Then the history checker judges the round:
 one terminal update per task, acknowledged, nothing after it, a reason on
 the agent's and master's ends, RECONCILE in agreement, every image variant
-pulling and running once the registry is back, the master's used resources equal to the live tasks', nothing left
-on the host, every daemon back on its own.
+pulling and running once the registry is back, the master's used resources
+equal to the live tasks', nothing left on the host, every daemon back on its
+own.
 
 Prints the machine, then per round and in total: faults injected by kind,
 tasks launched, violations (each with the round's seed and schedule).
@@ -49,7 +50,7 @@ from _machine import interrupt_on_sigterm, load_average, machine_report
 
 from mesilla.testing.chaos import schedule as schedules
 from mesilla.testing.chaos.run import Report, chaos_cluster, push_images, run_chaos
-from mesilla.testing.processes import Cluster
+from mesilla.testing.processes import Cluster, DaemonError
 from mesilla.testing.registry import Registry, start_registry
 
 ROUNDS = itertools.count(1)
@@ -65,15 +66,24 @@ def clean(cluster: Cluster) -> None:
         print(f"  cleanup removed: {removed}", flush=True)
 
 
-async def one_round(registry: Registry, images: tuple[str, list[str]], root: Path, seed: int | None,
-                    faults: list[schedules.Fault], seconds: float) -> Report:  # fmt: skip
+async def one_round(
+    registry: Registry, images: tuple[str, list[str]], root: Path, seed: int | None,
+    faults: list[schedules.Fault], seconds: float, *, retry: bool = True,
+) -> Report:  # fmt: skip
+    """The round, on a fresh cluster; once more on another if its daemons could not bind
+    their ports (picked free, but the host is shared: another process may take one first)."""
     cluster = chaos_cluster(root / f"round-{next(ROUNDS)}", registry.url)
     RUNNING.append(cluster)
     try:
         return await run_chaos(cluster, images[0], faults, seed=seed, seconds=seconds,
                                registry=registry, variants=images[1])  # fmt: skip
+    except DaemonError as exc:
+        if not retry or "address already in use" not in str(exc):
+            raise
+        print("  the round's cluster could not bind its ports; again on another", flush=True)
     finally:
         clean(cluster)
+    return await one_round(registry, images, root, seed, faults, seconds, retry=False)
 
 
 async def main(args: argparse.Namespace) -> int:

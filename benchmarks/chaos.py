@@ -3,15 +3,20 @@
 
 Runs rounds of `--round_minutes` each until `--minutes` have passed. Each
 round is one `mesilla.testing.chaos` run on a fresh cluster (`mesilla
-master`, two agents, the linux launcher on runc, pods pulling busybox from a
-local docker-registry, command tasks): two checkpointing frameworks launch and
-kill tasks while the round's schedule (seed `--seed` + round number) kills
-agents and the master (`kill -9`, restarted), hangs agents (SIGSTOP/SIGCONT),
-kills executors and task processes (by the pids the agent reports) and fills
-an agent's sandbox disk (a tmpfs). Then the history checker judges the round:
-one terminal update per task, acknowledged, nothing after it, RECONCILE in
-agreement, the master's used resources equal to the live tasks', nothing left
-on the host, every daemon back on its own.
+master`, two agents, the linux launcher on runc, pods pulling busybox and its
+variants from a local docker-registry, command tasks): two checkpointing
+frameworks launch and kill tasks while the round's schedule (seed `--seed` +
+round number) kills agents and the master (`kill -9`, restarted), hangs agents
+(SIGSTOP/SIGCONT), kills executors, task processes and conmon monitors, stops
+executors and monitors, hangs an executor across its agent's restart, fills
+an agent's sandbox disk (a tmpfs), cuts, drops packets of or slows an agent's
+link to the master (network namespaces of the harness) and kills the registry
+mid-pull. Then the history checker judges the round:
+one terminal update per task, acknowledged, nothing after it, a reason on
+the agent's and master's ends, RECONCILE in agreement, every image variant
+pulling and running once the registry is back, the master's used resources
+equal to the live tasks', nothing left on the host, every daemon back on its
+own.
 
 Prints the machine, then per round and in total: faults injected by kind,
 tasks launched, violations (each with the round's seed and schedule).
@@ -44,9 +49,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _machine import interrupt_on_sigterm, load_average, machine_report
 
 from mesilla.testing.chaos import schedule as schedules
-from mesilla.testing.chaos.run import Report, chaos_cluster, run_chaos
-from mesilla.testing.images import build_image, push_image
-from mesilla.testing.processes import Cluster
+from mesilla.testing.chaos.run import Report, chaos_cluster, push_images, run_chaos
+from mesilla.testing.processes import Cluster, DaemonError
 from mesilla.testing.registry import Registry, start_registry
 
 ROUNDS = itertools.count(1)
@@ -62,14 +66,24 @@ def clean(cluster: Cluster) -> None:
         print(f"  cleanup removed: {removed}", flush=True)
 
 
-async def one_round(registry: Registry, image: str, root: Path, seed: int | None,
-                    faults: list[schedules.Fault], seconds: float) -> Report:  # fmt: skip
+async def one_round(
+    registry: Registry, images: tuple[str, list[str]], root: Path, seed: int | None,
+    faults: list[schedules.Fault], seconds: float, *, retry: bool = True,
+) -> Report:  # fmt: skip
+    """The round, on a fresh cluster; once more on another if its daemons could not bind
+    their ports (picked free, but the host is shared: another process may take one first)."""
     cluster = chaos_cluster(root / f"round-{next(ROUNDS)}", registry.url)
     RUNNING.append(cluster)
     try:
-        return await run_chaos(cluster, image, faults, seed=seed, seconds=seconds)
+        return await run_chaos(cluster, images[0], faults, seed=seed, seconds=seconds,
+                               registry=registry, variants=images[1])  # fmt: skip
+    except DaemonError as exc:
+        if not retry or "address already in use" not in str(exc):
+            raise
+        print("  the round's cluster could not bind its ports; again on another", flush=True)
     finally:
         clean(cluster)
+    return await one_round(registry, images, root, seed, faults, seconds, retry=False)
 
 
 async def main(args: argparse.Namespace) -> int:
@@ -78,14 +92,13 @@ async def main(args: argparse.Namespace) -> int:
     root = Path(tempfile.mkdtemp(prefix="mesilla-chaos-"))
     keep: list[Report] = []  # failed rounds: their daemons' logs stay for a post-mortem
     try:
-        push_image(registry.url, "library/busybox", "latest", build_image(with_whiteouts=True))
-        image = f"{registry.host}/library/busybox:latest"
+        images = push_images(registry)
         seconds = args.round_minutes * 60
 
         async def run(seed: int | None, faults: list[schedules.Fault]) -> Report:
-            report = await one_round(registry, image, root, seed, faults, seconds)
+            report = await one_round(registry, images, root, seed, faults, seconds)
             print(report.text(), flush=True)
-            if report.violations:
+            if report.violations or args.keep:
                 keep.append(report)
             return report
 
@@ -152,6 +165,7 @@ if __name__ == "__main__":
     parser.add_argument("--seed", type=int, default=1, help="seed of the first round; round k has seed + k")
     parser.add_argument("--shrink", action="store_true",
                         help="run one round of --seed; if it fails, shrink it")
+    parser.add_argument("--keep", action="store_true", help="keep every round's logs and history")
     parser.add_argument("--schedule", help="run one round with this schedule (JSON, as --shrink prints)")
     interrupt_on_sigterm()
     try:

@@ -215,7 +215,10 @@ class Cluster:
             self.agents.append(Daemon("agent", [
                 f"--ip={self.agent_ips[i]}", f"--port={port}", f"--master={self.master_address}",
                 f"--work_dir={self.agent_dir(i)}", f"--runtime_dir={self.runtime_dir(i)}",
-                f"--cgroups_root={self.cgroups_root}", f"--docker_store_dir={root / f'store-{i}'}",
+                # Each agent's own store parent: the provisioner keeps its rootfses beside the
+                # store (`<docker_store_dir>/../provisioner`), and an agent's recovery removes
+                # every rootfs there it does not know, the other agent's running ones too.
+                f"--cgroups_root={self.cgroups_root}", f"--docker_store_dir={root / f'store-{i}' / 'docker'}",
                 "--registration_backoff_factor=100ms", *(agent_flags or []),
             ], self.log_dir / f"agent-{i}.log"))  # fmt: skip
 
@@ -309,7 +312,7 @@ class Cluster:
             if not entry.isdigit() or int(entry) in daemons or int(entry) == mine:
                 continue
             try:
-                if _process_state(int(entry)) == "Z":
+                if process_state(int(entry)) == "Z":
                     continue  # a zombie holds nothing; its parent reaps it
                 with open(f"/proc/{entry}/cmdline", "rb") as f:
                     cmdline = f.read()
@@ -408,7 +411,7 @@ class Cluster:
         return removed
 
 
-def _process_state(pid: int) -> str:
+def process_state(pid: int) -> str:
     with open(f"/proc/{pid}/stat") as f:
         return f.read().rsplit(")", 1)[1].split()[0]
 

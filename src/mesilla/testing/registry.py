@@ -87,6 +87,18 @@ class Registry:
             if '"GET ' in line and f"/blobs/{digest} " in line
         )
 
+    def kill(self) -> None:
+        """kill -9, the directory kept: the registry vanishes, mid-transfer if one is going."""
+        if self.process.poll() is None:
+            self.process.kill()
+        self.process.wait()
+
+    def restart(self, timeout: float = 30.0) -> None:
+        """Serves again, on the same port with the same storage, after `kill`."""
+        self.kill()
+        self.process = _spawn(self.directory)
+        _wait_ready(self, timeout)
+
     def stop(self) -> None:
         if self.process.poll() is None:
             self.process.terminate()
@@ -120,20 +132,23 @@ def start_registry(binary: str = "docker-registry", timeout: float = 30.0) -> Re
     config = os.path.join(directory, "config.yml")
     with open(config, "w") as f:
         f.write(_CONFIG.format(storage=os.path.join(directory, "storage"), port=port))
-    with open(os.path.join(directory, "registry.log"), "wb") as log:
-        process = subprocess.Popen(
-            [path, "serve", config],
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-        )
-    registry = Registry(f"http://127.0.0.1:{port}", directory, process)
+    registry = Registry(f"http://127.0.0.1:{port}", directory, _spawn(directory, path))
     try:
         _wait_ready(registry, timeout)
     except BaseException:
         registry.stop()
         raise
     return registry
+
+
+def _spawn(directory: str, binary: str = "docker-registry") -> subprocess.Popen[bytes]:
+    with open(os.path.join(directory, "registry.log"), "ab") as log:
+        return subprocess.Popen(
+            [shutil.which(binary) or binary, "serve", os.path.join(directory, "config.yml")],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+        )
 
 
 def _wait_ready(registry: Registry, timeout: float) -> None:

@@ -17,10 +17,11 @@ def accept(history: History, *task_ids: str) -> None:
 
 
 def update(
-    history: History, task_id: str, state: str, uuid: str | None = None, reason: str | None = None
-) -> None:
+    history: History, task_id: str, state: str, uuid: str | None = None, reason: str | None = None,
+    source: str = "SOURCE_MASTER",
+) -> None:  # fmt: skip
     history.add(SOURCE, "update", task_id=task_id, state=state, reason=reason, uuid=uuid,
-                source="SOURCE_MASTER", message=None, agent_id="S0")  # fmt: skip
+                source=source, message=None, agent_id="S0")  # fmt: skip
     if uuid is not None:
         history.add(SOURCE, "call", type="ACKNOWLEDGE", payload={"uuid": uuid}, outcome=ACCEPTED)
 
@@ -78,8 +79,40 @@ def test_a_task_ended_twice_is_a_violation() -> None:
     accept(history, "t")
     update(history, "t", "TASK_UNREACHABLE")
     master_failover(history)
-    update(history, "t", "TASK_DROPPED", uuid="u1")
-    update(history, "t", "TASK_LOST", uuid="u2")
+    update(history, "t", "TASK_DROPPED", uuid="u1", reason="REASON_EXECUTOR_TERMINATED")
+    update(history, "t", "TASK_LOST", uuid="u2", reason="REASON_EXECUTOR_TERMINATED")
     assert not check.launched_tasks(history, SOURCE)["t"].forgotten
     [violation] = check.check_tasks(history, SOURCE)
     assert "2 terminal updates" in violation
+
+
+def test_an_end_the_agent_made_without_a_reason_is_a_violation() -> None:
+    history = History()
+    accept(history, "t", "u")
+    update(history, "t", "TASK_FAILED", uuid="u1", source="SOURCE_AGENT")
+    update(history, "u", "TASK_FAILED", uuid="u2", source="SOURCE_EXECUTOR")  # the task's own exit
+    [violation] = check.check_tasks(history, SOURCE)
+    assert "task t" in violation and "TASK_FAILED from SOURCE_AGENT without a reason" in violation
+
+
+def hang(history: History, executor_id: str) -> None:
+    history.add("chaos", "hung", executor_id=executor_id, agent="agent 0", text="hung")
+
+
+def test_a_hung_executors_tasks_end_for_the_hang() -> None:
+    history = History()
+    accept(history, "t", "u", "v", "w")
+    update(history, "t", "TASK_RUNNING", uuid="r1", source="SOURCE_EXECUTOR")
+    update(history, "u", "TASK_FINISHED", uuid="f1", source="SOURCE_EXECUTOR")  # ended before
+    update(history, "v", "TASK_RUNNING", uuid="r2", source="SOURCE_EXECUTOR")
+    update(history, "w", "TASK_RUNNING", uuid="r3", source="SOURCE_EXECUTOR")
+    for task_id in ("t", "u", "v"):
+        hang(history, task_id)  # a command task's executor has the task's id
+    update(history, "w", "TASK_FINISHED", uuid="f2", source="SOURCE_EXECUTOR")  # sent before its hang
+    hang(history, "w")
+    update(history, "t", "TASK_GONE", uuid="g1", source="SOURCE_AGENT", reason=check.HUNG)
+    for task_id in ("t", "u", "v", "w"):
+        history.add("chaos", "unhung", executor_id=task_id, text="continued")
+    update(history, "v", "TASK_FINISHED", uuid="f3", source="SOURCE_EXECUTOR")  # the hang went unseen
+    [violation] = check.check_tasks(history, SOURCE)
+    assert "task v of executor v" in violation and "not for the hang" in violation

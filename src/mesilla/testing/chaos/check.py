@@ -10,7 +10,12 @@ counts once; answers to reconciliation are not updates):
 - no update after the terminal one;
 - every terminal update that carries a uuid was acknowledged (a 202 ACKNOWLEDGE);
 - RECONCILE agrees with the last state seen (implicit: every live task, and only
-  those; explicit: every task).
+  those; explicit: every task);
+- a terminal update the agent or the master made (not the executor) says why
+  (a reason);
+- the tasks of an executor hung across its agent's restart (the executor_hang
+  fault) end with REASON_EXECUTOR_REREGISTRATION_TIMEOUT, unless their end was
+  sent before it hung.
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ from mesilla.testing.scheduler import TERMINAL_STATES, Json
 # What a master says of a task it does not know (to a PARTITION_AWARE framework: TASK_UNKNOWN).
 UNKNOWN_STATES = frozenset({"TASK_UNKNOWN", "TASK_LOST", "TASK_GONE", "TASK_DROPPED"})
 RECONCILIATION = "REASON_RECONCILIATION"
+HUNG = "REASON_EXECUTOR_REREGISTRATION_TIMEOUT"
 
 
 @dataclass
@@ -48,6 +54,10 @@ class TaskRecord:
 
     def terminal(self) -> list[Event]:
         return [u for u in self.updates if u.data["state"] in TERMINAL_STATES]
+
+    def executor_id(self) -> str:
+        """Its executor's id: its pod's, or (a command task's executor) its own."""
+        return self.executor["executor_id"]["value"] if self.executor is not None else self.task_id
 
     def live(self) -> bool:
         """Known to the framework as running somewhere (an update, not terminal, not forgotten)."""
@@ -137,6 +147,35 @@ def check_tasks(history: History, source: str) -> list[str]:
                 uuid = end.data["uuid"]
                 if uuid is not None and uuid not in acks:
                     violations.append(f"{where}: {end.data['state']} (uuid {uuid}) never acknowledged")
+                if end.data["source"] != "SOURCE_EXECUTOR" and not end.data["reason"]:
+                    what = f"{end.data['state']} from {end.data['source']}"
+                    violations.append(f"{where}: {what} without a reason")
+    return violations + check_hung(history, source)
+
+
+def check_hung(history: History, source: str) -> list[str]:
+    """The executor_hang faults: each hung executor's tasks that had not ended by then end
+    with REASON_EXECUTOR_REREGISTRATION_TIMEOUT, or with an end its executor sent before
+    it hung (delivered once its agent was back)."""
+    violations = []
+    tasks = launched_tasks(history, source)
+    where = {id(e): i for i, e in enumerate(history.events)}  # the order (timestamps may tie)
+    ends = {e.data["executor_id"]: where[id(e)] for e in history.of("chaos", "unhung")}
+    for hung in history.of("chaos", "hung"):
+        executor_id = hung.data["executor_id"]
+        for record in tasks.values():
+            terminal = record.terminal()
+            if record.executor_id() != executor_id or not terminal:
+                continue
+            at = where[id(terminal[0])]
+            if at < where[id(hung)]:
+                continue  # it had ended
+            end = terminal[0].data
+            sent_before = end["source"] == "SOURCE_EXECUTOR" and at < ends.get(executor_id, 0)
+            if end["reason"] != HUNG and not sent_before:
+                violations.append(f"{source} task {record.task_id} of executor {executor_id}, hung at "
+                                  f"+{hung.at}s: ended {end['state']} ({end['reason']}: {end['message']}) "
+                                  f"at +{terminal[0].at}s, not for the hang")  # fmt: skip
     return violations
 
 

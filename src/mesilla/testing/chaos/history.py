@@ -84,4 +84,8 @@ class RecordingFramework(Framework):
             self.history.add(self.info["name"], "subscribed", framework_id=framework_id)
         elif kind == "ERROR":
             self.history.add(self.info["name"], "error", message=event.get("error", {}).get("message"))
+        elif kind == "RESCIND":
+            # A rescinded offer is void: launching on it only gets TASK_DROPPED (invalid offers).
+            rescinded = event["rescind"]["offer_id"]["value"]
+            self.offers = [o for o in self.offers if o["id"]["value"] != rescinded]
         await super()._handle(event, subscribed)

@@ -1,8 +1,11 @@
 """Applies a schedule's faults to a `processes.Cluster`, each at its offset.
 
 Daemons are signalled by the pids the cluster started; executors and task
-processes by the pids the agent reports (GET_CONTAINERS), a command task's
-process as a child of its executor's: never by name. Faults on different
+processes by the pids the agent reports (GET_CONTAINERS; under a container's
+tini, its child), a command task's process as a child of its executor's,
+conmon monitors by their pid files (confirmed by their command line), the
+registry by the process the harness started: never by name. Network faults
+act on the agent's `network.Link`. Faults on different
 daemons overlap; one daemon's faults wait for its recovery from the last one.
 After each fault the injector waits (generously: the checker judges outcomes,
 not timings) for the daemon to be back: restarted or resumed, and the agent
@@ -19,15 +22,28 @@ import signal
 import subprocess
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 from mesilla.common import files
+from mesilla.containerizer.launcher.linux import INIT_PATH
+from mesilla.containerizer.launcher.monitor import is_monitor
 from mesilla.testing.chaos.history import History
-from mesilla.testing.chaos.schedule import Fault
-from mesilla.testing.processes import Cluster, Daemon, DaemonError, answers
+from mesilla.testing.chaos.network import Link, Network
+from mesilla.testing.chaos.schedule import Fault, delay, loss
+from mesilla.testing.processes import (
+    Cluster,
+    Daemon,
+    DaemonError,
+    answers,
+    process_start_ticks,
+    process_state,
+)
+from mesilla.testing.registry import Registry
 
 RECOVERY_TIMEOUT = 180.0
+EXECUTOR_REREGISTRATION_TIMEOUT = 10.0  # LINUX_AGENT_FLAGS's --executor_reregistration_timeout
+PULL_WAIT = 10.0  # how long registry_down waits for a pull to cut short
 DISK_SIZE = "64m"
 FILL = ".chaos-fill"
 
@@ -43,6 +59,41 @@ def children(pid: int) -> list[int]:
                     found.append(int(entry))
         except (OSError, ValueError, IndexError):
             continue
+    return sorted(found)
+
+
+def executor_process(pid: int) -> int:
+    """The executor's own process of a top-level container whose pid is `pid`: its child
+    if `pid` is the container's init (tini, pid 1 of the container's pid namespace)."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            argv0 = f.read().split(b"\0", 1)[0]
+    except OSError:
+        return pid
+    if argv0 != INIT_PATH.encode():
+        return pid
+    below = children(pid)
+    return below[0] if below else pid
+
+
+def monitors(runtime_dir: Path) -> list[tuple[str, int]]:
+    """(runtime id, pid) of every live conmon monitor under `runtime_dir/containers`, from
+    their pid files (`<id>[/containers/<child>...]/monitor/pid`), sorted by id."""
+    base = runtime_dir / "containers"
+    found = []
+    # os.walk, not Path.rglob: containers come and go during the walk, and os.walk
+    # skips a directory that vanished instead of raising.
+    for directory, _, names in os.walk(base):
+        pidfile = Path(directory) / "pid"
+        if pidfile.parent.name != "monitor" or "pid" not in names:
+            continue
+        runtime_id = ".".join(pidfile.parent.parent.relative_to(base).parts[::2])
+        try:
+            pid = int(pidfile.read_text())
+        except (OSError, ValueError):
+            continue
+        if is_monitor(pid, runtime_id):
+            found.append((runtime_id, pid))
     return sorted(found)
 
 
@@ -79,10 +130,13 @@ def fill(path: Path) -> int:
 
 
 class Injector:
-    def __init__(self, cluster: Cluster, history: History, disks: list[Path]) -> None:
+    def __init__(self, cluster: Cluster, history: History, disks: list[Path], *,
+                 network: Network | None = None, registry: Registry | None = None) -> None:  # fmt: skip
         self.cluster = cluster
         self.history = history
         self.disks = disks
+        self.network = network
+        self.registry = registry
         self.counts: Counter[str] = Counter()  # injected, by kind
         self.skipped: Counter[str] = Counter()  # nothing to hit at the time (no container, agent down)
         self.violations: list[str] = []
@@ -116,7 +170,10 @@ class Injector:
             daemon.start()
 
     async def _apply(self, fault: Fault) -> None:
-        name = "master" if fault.kind == "master_kill" else f"agent {fault.target}"
+        # A daemon's faults one at a time; an agent's network, and the registry, have their own.
+        name = {"master_kill": "master", "registry_down": "registry"}.get(fault.kind, f"agent {fault.target}")
+        if fault.kind.startswith("net_"):
+            name = f"network {fault.target}"
         async with self._locks.setdefault(name, asyncio.Lock()):
             self.history.add("chaos", "fault", kind=fault.kind, target=name, duration=fault.duration,
                              pick=fault.pick, scheduled=fault.at)  # fmt: skip
@@ -222,19 +279,23 @@ class Injector:
         # A command task: its process is the command executor's child.
         for name, pid, nested in containers:
             if not nested and name not in nested_parents:
-                found += [(f"{name} child", child) for child in children(pid)]
+                found += [(f"{name} child", child) for child in children(executor_process(pid))]
         return self._kill_one(fault, found)
 
     def _kill_one(self, fault: Fault, found: list[tuple[str, int]]) -> bool:
+        return self._signal_one(fault, found, signal.SIGKILL, "killed") is not None
+
+    def _signal_one(self, fault: Fault, found: list[tuple[str, int]], signum: int, done: str) -> int | None:
+        """Signals the one of `found` the fault picks; its pid, or None if none was there."""
         if not found:
-            return False
+            return None
         name, pid = found[int(fault.pick * len(found))]
         try:
-            os.kill(pid, signal.SIGKILL)
+            os.kill(pid, signum)
         except ProcessLookupError:
-            return False
-        self.history.add("chaos", "note", text=f"{fault.kind}: killed pid {pid} ({name})")
-        return True
+            return None
+        self.history.add("chaos", "note", text=f"{fault.kind}: {done} pid {pid} ({name})")
+        return pid
 
     async def disk_full(self, fault: Fault) -> bool:
         if not self.disks:
@@ -248,3 +309,147 @@ class Injector:
             with contextlib.suppress(FileNotFoundError):
                 files.remove_file(str(disk), str(disk / FILL))
         return True
+
+    async def conmon_kill(self, fault: Fault) -> bool:
+        found = await asyncio.to_thread(monitors, self.cluster.runtime_dir(fault.target))
+        return self._kill_one(fault, [(f"conmon of {rid}", pid) for rid, pid in found])
+
+    async def conmon_stop(self, fault: Fault) -> bool:
+        found = await asyncio.to_thread(monitors, self.cluster.runtime_dir(fault.target))
+        return await self._stop_one(fault, [(f"conmon of {rid}", pid) for rid, pid in found])
+
+    async def executor_stop(self, fault: Fault) -> bool:
+        containers = await self._containers(fault.target)
+        found = [(n, executor_process(p)) for n, p, nested in containers if not nested]
+        return await self._stop_one(fault, found)
+
+    async def _stop_one(self, fault: Fault, found: list[tuple[str, int]]) -> bool:
+        """SIGSTOP of one of `found` for the fault's duration, then SIGCONT (if it still is)."""
+        pid = self._signal_one(fault, found, signal.SIGSTOP, "stopped")
+        if pid is None:
+            return False
+        try:
+            await asyncio.sleep(fault.duration)
+        finally:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGCONT)
+        return True
+
+    async def net_partition(self, fault: Fault) -> bool:
+        return await self._network_fault(fault, lambda link: link.drop())
+
+    async def net_loss(self, fault: Fault) -> bool:
+        return await self._network_fault(fault, lambda link: link.drop(loss(fault)))
+
+    async def net_slow(self, fault: Fault) -> bool:
+        async def slow(link: Link) -> None:
+            link.delay = delay(fault)
+
+        return await self._network_fault(fault, slow)
+
+    async def _network_fault(self, fault: Fault, apply: Callable[[Link], Awaitable[None]]) -> bool:
+        """`apply` to the agent's link for the fault's duration, then healed; the agent must
+        be active in the master again (re-registered, if the fault cost it its connection)."""
+        if self.network is None:
+            return False
+        i = fault.target
+        link = self.network.links[i]
+        try:
+            await apply(link)
+            await asyncio.sleep(fault.duration)
+        finally:
+            link.delay = 0.0
+            await link.heal()
+        active = self.cluster.await_agent_active
+        await self._recovered(fault, f"agent {i}", lambda: active(i, RECOVERY_TIMEOUT))
+        return True
+
+    async def registry_down(self, fault: Fault) -> bool:
+        """The registry killed as soon as an agent asks it for an image's manifest (the layers
+        follow: a pull cut short), or after PULL_WAIT if none does; restarted after the
+        fault's duration."""
+        if self.registry is None:
+            return False
+        registry = self.registry
+        mark = os.path.getsize(registry.log_path)
+        deadline = time.monotonic() + PULL_WAIT
+        while True:
+            pulling = self._manifest_asked(mark)
+            if pulling or time.monotonic() > deadline:
+                break
+            await asyncio.sleep(0.01)
+        try:
+            await asyncio.to_thread(registry.kill)
+            when = "mid-pull" if pulling else "with no pull going"
+            self.history.add("chaos", "note", text=f"registry_down: killed {when}")
+            await asyncio.sleep(fault.duration)
+        finally:
+            await asyncio.to_thread(registry.restart)
+        self.history.add("chaos", "recovered", fault=fault.kind, what="registry")
+        return True
+
+    def _manifest_asked(self, mark: int) -> bool:
+        assert self.registry is not None
+        with open(self.registry.log_path, "rb") as f:
+            f.seek(mark)
+            return b"/manifests/" in f.read()
+
+    async def executor_hang(self, fault: Fault) -> bool:
+        """A top-level container's executor stopped, its agent killed and restarted; once the
+        agent is back and its executor_reregistration_timeout (and the fault's duration) has
+        passed, the executor must be gone: destroyed by the agent. (Its tasks' ends are the
+        checker's: `check.check_hung`.)"""
+        i, name = fault.target, f"agent {fault.target}"
+        try:
+            entries = await asyncio.to_thread(self.cluster.containers, i)
+        except (OSError, ValueError):
+            return False
+        found = sorted((n, e) for n, e in entries.items()
+                       if "." not in n and e.get("container_status", {}).get("executor_pid"))  # fmt: skip
+        if not found:
+            return False
+        container, entry = found[int(fault.pick * len(found))]
+        pid = executor_process(entry["container_status"]["executor_pid"])
+        started = process_start_ticks(pid)
+        try:
+            os.kill(pid, signal.SIGSTOP)
+        except ProcessLookupError:
+            return False
+        text = f"executor_hang: stopped pid {pid} ({container}), then its agent killed"
+        self.history.add("chaos", "hung", executor_id=entry["executor_id"]["value"], agent=name, text=text)
+        try:
+            self.down.add(name)
+            try:
+                killed_at = time.time()
+                await asyncio.to_thread(self.cluster.agents[i].kill)
+                self.cluster.agents[i].start()
+            finally:
+                self.down.discard(name)
+            active = self.cluster.await_agent_active
+            await self._recovered(fault, name, lambda: active(i, RECOVERY_TIMEOUT, after=killed_at))
+            await asyncio.sleep(EXECUTOR_REREGISTRATION_TIMEOUT + fault.duration)
+            survived = not await asyncio.to_thread(_gone, pid, started)
+        finally:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGCONT)
+        self.history.add("chaos", "unhung", executor_id=entry["executor_id"]["value"],
+                         text=f"executor_hang: pid {pid} continued (if still there)")  # fmt: skip
+        if survived:
+            self.violations.append(f"{fault.line()}: the hung executor {container} (pid {pid}) was still "
+                                   f"there {EXECUTOR_REREGISTRATION_TIMEOUT + fault.duration:.0f}s "
+                                   "after its agent came back")  # fmt: skip
+        return True
+
+
+def _gone(pid: int, started: int | None, timeout: float = 5.0) -> bool:
+    """Whether process `pid` (started at `started`) is gone, or a zombie, within `timeout`
+    (a destroy may be under way)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            if process_start_ticks(pid) != started or process_state(pid) == "Z":
+                return True
+        except OSError:
+            return True
+        time.sleep(0.1)
+    return False

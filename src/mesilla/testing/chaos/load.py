@@ -5,6 +5,9 @@ Each framework is PARTITION_AWARE (a hung agent's tasks go TASK_UNREACHABLE, not
 a TASK_LOST that may be followed by TASK_RUNNING again), fails over with its id
 whenever its subscription breaks, and keeps at most `max_live` tasks running.
 Its choices come from its own `random.Random`, seeded from the run's seed.
+A pod's image is now and then the next of `variants` (images of their own
+layers, pushed at set-up) rather than the common one, so that agents keep
+pulling images they have not pulled yet while the registry may vanish.
 """
 
 from __future__ import annotations
@@ -12,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import random
 import uuid
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Sequence
 from dataclasses import dataclass
 
 from mesilla.testing.chaos.history import History, RecordingFramework
@@ -22,6 +25,7 @@ TASK_CPUS, TASK_MEM = 0.1, 32.0
 EXECUTOR_RESOURCES = {"cpus": 0.1, "mem": 32.0, "disk": 10.0}
 CALL_TIMEOUT = 30.0
 LONG_COMMAND = "sleep 3600"
+VARIANT_SHARE = 0.3  # of pods
 
 
 @dataclass
@@ -32,7 +36,7 @@ class Launched:
     kill_at: float  # when the framework kills it (long tasks), seconds on the history's clock
 
 
-def _task(name: str, command: str, image: str | None) -> Json:
+def task_info(name: str, command: str, image: str | None) -> Json:
     info: Json = {
         "name": name,
         "task_id": {"value": f"{name}-{uuid.uuid4().hex[:8]}"},
@@ -47,9 +51,11 @@ def _task(name: str, command: str, image: str | None) -> Json:
 
 class Load:
     def __init__(self, master: str, history: History, seed: int, image: str, *,
-                 frameworks: int = 2, max_live: int = 4) -> None:  # fmt: skip
+                 variants: Sequence[str] = (), frameworks: int = 2, max_live: int = 4) -> None:  # fmt: skip
         self.history = history
         self.image = image
+        self.variants = list(variants)
+        self.variants_used = 0
         self.max_live = max_live
         self.frameworks = [
             RecordingFramework(
@@ -132,7 +138,7 @@ class Load:
         name = framework.info["name"]
         if rng.random() < 0.5:
             cmd, long = command()
-            info = _task("cmd", cmd, None)
+            info = task_info("cmd", cmd, None)
             self.launched[name][info["task_id"]["value"]] = Launched(info["task_id"]["value"], None, long,
                                                                      now + rng.uniform(5, 30))  # fmt: skip
             await self._accept(framework, [info["task_id"]["value"]], framework.launch(offer, [info]))
@@ -143,9 +149,13 @@ class Load:
             "resources": [scalar(k, v) for k, v in EXECUTOR_RESOURCES.items()],
         }
         tasks = []
+        image = self.image
+        if self.variants and rng.random() < VARIANT_SHARE:
+            image = self.variants[self.variants_used % len(self.variants)]
+            self.variants_used += 1
         for _ in range(rng.randint(1, 2)):
             cmd, long = command()
-            info = _task("podtask", cmd, self.image)
+            info = task_info("podtask", cmd, image)
             tasks.append(info)
             self.launched[name][info["task_id"]["value"]] = Launched(
                 info["task_id"]["value"], executor["executor_id"]["value"], long, now + rng.uniform(5, 30)

@@ -1,14 +1,20 @@
 """One chaos run: a cluster under load, the schedule's faults, then the quiet checks.
 
-    cluster = chaos_cluster(root, registry_url)   # master, 2 agents, linux launcher, tmpfs disks
-    report = await run_chaos(cluster, image, schedule, seed=seed, seconds=60)
+    registry = start_registry()
+    image, variants = push_images(registry)
+    cluster = chaos_cluster(root, registry.url)   # master, 2 agents, linux launcher, tmpfs disks,
+                                                  # each agent's own link to the master
+    report = await run_chaos(cluster, image, schedule, seed=seed, seconds=60,
+                             registry=registry, variants=variants)
     assert not report.violations, report.text()
 
 After the last fault (and at least `seconds` of load) the load stops launching;
 every daemon must be back on its own; every task settles (running or ended);
 an implicit and then an explicit RECONCILE must agree with what the frameworks
-saw; the master's used resources must add up to the live tasks'; then the
-frameworks kill what still runs, and every task must have ended exactly once,
+saw; the master's used resources must add up to the live tasks'; every
+image variant must pull and run on every agent (a pull the registry's fault
+cut short left nothing behind that is used); then the frameworks kill what
+still runs, and every task must have ended exactly once,
 acknowledged; after TEARDOWN nothing of the cluster may be left on the host.
 """
 
@@ -18,26 +24,65 @@ import asyncio
 import contextlib
 import time
 from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from mesilla.testing.chaos import check
 from mesilla.testing.chaos.history import History, RecordingFramework
 from mesilla.testing.chaos.inject import RECOVERY_TIMEOUT, Injector, mount_disks
-from mesilla.testing.chaos.load import Load
+from mesilla.testing.chaos.load import EXECUTOR_RESOURCES, Load, task_info
+from mesilla.testing.chaos.network import Network
 from mesilla.testing.chaos.schedule import Fault, describe
+from mesilla.testing.images import build_image, push_image
 from mesilla.testing.processes import LINUX_AGENT_FLAGS as AGENT_FLAGS
 from mesilla.testing.processes import Cluster, DaemonError, http_json
-from mesilla.testing.scheduler import TERMINAL_STATES, FrameworkError
+from mesilla.testing.registry import Registry
+from mesilla.testing.scheduler import TERMINAL_STATES, FrameworkError, Json, scalar
 
 # A hung agent is unreachable after 5 s: agent_stop faults (1-10 s) hit both sides of it.
 MASTER_FLAGS = ["--agent_ping_timeout=1secs", "--max_agent_ping_timeouts=5"]
 SETTLE_TIMEOUT = 240.0
 
 
-def chaos_cluster(root: Path, registry_url: str, agents: int = 2) -> Cluster:
-    return Cluster(root, num_agents=agents, master_flags=MASTER_FLAGS,
-                   agent_flags=[*AGENT_FLAGS, f"--docker_registry={registry_url}"])  # fmt: skip
+VARIANTS = 24  # images of their own layers, besides the common one
+PROBE_ATTEMPTS = 3
+INVALID_OFFERS = "REASON_INVALID_OFFERS"
+
+
+class ChaosCluster(Cluster):
+    """A `Cluster` whose agents reach the master over a `Network` of links (created with
+    `create_network`, removed by `cleanup`)."""
+
+    def __init__(self, root: Path, registry_url: str, agents: int) -> None:
+        super().__init__(root, num_agents=agents, master_flags=MASTER_FLAGS,
+                         agent_flags=[*AGENT_FLAGS, f"--docker_registry={registry_url}"])  # fmt: skip
+        self.network = Network(self.master_port, agents)
+        for agent, link in zip(self.agents, self.network.links, strict=True):
+            agent.flags = [f"--master={link.address}" if f.startswith("--master=") else f
+                           for f in agent.flags]  # fmt: skip
+
+    def cleanup(self) -> list[str]:
+        try:
+            return super().cleanup()
+        finally:
+            self.network.remove()
+
+
+def chaos_cluster(root: Path, registry_url: str, agents: int = 2) -> ChaosCluster:
+    return ChaosCluster(root, registry_url, agents)
+
+
+def push_images(registry: Registry, variants: int = VARIANTS) -> tuple[str, list[str]]:
+    """busybox as `library/busybox:latest`, and `variants` images of distinct layers
+    (`library/busybox:variant-<k>`); returns their names."""
+    push_image(registry.url, "library/busybox", "latest", build_image(with_whiteouts=True))
+    names = []
+    for k in range(variants):
+        tag = f"variant-{k}"
+        push_image(registry.url, "library/busybox", tag, build_image(extra_files={"variant": tag.encode()}))
+        names.append(f"{registry.host}/library/busybox:{tag}")
+    return f"{registry.host}/library/busybox:latest", names
 
 
 @dataclass
@@ -64,27 +109,36 @@ class Report:
 
 
 async def run_chaos(
-    cluster: Cluster, image: str, schedule: list[Fault], *, seed: int | None, seconds: float,
-    frameworks: int = 2, disks: bool = True,
+    cluster: ChaosCluster, image: str, schedule: list[Fault], *, seed: int | None, seconds: float,
+    registry: Registry | None = None, variants: list[str] | None = None, frameworks: int = 2,
+    disks: bool = True,
 ) -> Report:  # fmt: skip
     """Starts `cluster` (not yet started), runs the load and the faults, checks; the caller
-    cleans the cluster up (`Cluster.cleanup`) whatever happens."""
+    cleans the cluster up (`Cluster.cleanup`) whatever happens. `registry` (the one
+    `image` and `variants` come from) is the registry_down fault's."""
     started = time.monotonic()
+    # Recovery waits hold worker threads for minutes, several at once: room for the rest.
+    asyncio.get_running_loop().set_default_executor(ThreadPoolExecutor(32, thread_name_prefix="chaos"))
     report = Report(seed, schedule)
     mounted = mount_disks(cluster) if disks else []
-    await asyncio.to_thread(cluster.start, 120.0)
+    cluster.network.create()
+    await cluster.network.start()
     history = History()
-    load = Load(cluster.master_address, history, seed or 0, image, frameworks=frameworks)
-    injector = Injector(cluster, history, mounted)
+    load = Load(cluster.master_address, history, seed or 0, image, variants=variants or [],
+                frameworks=frameworks)  # fmt: skip
+    injector = Injector(cluster, history, mounted, network=cluster.network, registry=registry)
     try:
+        await asyncio.to_thread(cluster.start, 120.0)
+        history.started = time.monotonic()
         load.start()
         await injector.run(schedule)
         await asyncio.sleep(max(0.0, seconds - history.now()))
         await load.stop()
-        report.violations += await quiet_checks(cluster, history, load, injector)
+        report.violations += await quiet_checks(cluster, history, load, injector, variants or [])
     finally:
         for framework in load.frameworks:
             await framework.close()
+        await cluster.network.stop()
         report.history = cluster.log_dir / "history.jsonl"  # beside the daemons' logs
         history.dump(report.history)
     report.violations += [f"left behind: {item}" for item in await leftovers(cluster, mounted)]
@@ -107,7 +161,9 @@ async def leftovers(cluster: Cluster, disks: list[Path], timeout: float = 120.0)
         await asyncio.sleep(0.5)
 
 
-async def quiet_checks(cluster: Cluster, history: History, load: Load, injector: Injector) -> list[str]:
+async def quiet_checks(
+    cluster: Cluster, history: History, load: Load, injector: Injector, variants: list[str]
+) -> list[str]:
     violations: list[str] = []
     injector.check_alive()
     for i in range(len(cluster.agents)):
@@ -123,6 +179,8 @@ async def quiet_checks(cluster: Cluster, history: History, load: Load, injector:
         violations += await settle(cluster, history, framework)
         violations += await reconcile(history, framework)
     violations += await check_resources(cluster, history, load.frameworks)
+    used = variants[: load.variants_used]
+    violations += await probe_pulls(cluster, history, load.frameworks, used)
     for framework in load.frameworks:
         violations += await kill_all(history, framework)
         violations += check.check_tasks(history, framework.info["name"])
@@ -234,3 +292,61 @@ async def kill_all(history: History, framework: RecordingFramework) -> list[str]
     with contextlib.suppress(TimeoutError):
         await asyncio.wait_for(framework.acknowledged(), 60)
     return []
+
+
+async def probe_pulls(
+    cluster: Cluster, history: History, frameworks: list[RecordingFramework], images: list[str]
+) -> list[str]:
+    """One pod per agent with a task of each image (`exit 0`), through whichever framework
+    holds an offer of it: each must finish, whatever pulls of it the registry's faults cut
+    short before. A pod dropped for an offer no longer valid is launched again."""
+    if not images:
+        return []
+    agents = {a["id"] for a in (await asyncio.to_thread(http_json, f"{cluster.master_url}/slaves"))["slaves"]}
+    bad: dict[str, object] = {}
+    for agent in sorted(agents):
+        for attempt in range(PROBE_ATTEMPTS):
+            probes = await _probe(history, frameworks, images, agent, attempt)
+            if isinstance(probes, str):
+                return [f"image probe: {probes}"]
+            ended = {t: records(history, f)[t] for f, t in probes}
+            reasons = [r.updates[-1].data["reason"] if r.updates else None for r in ended.values()]
+            if reasons.count(INVALID_OFFERS) < len(ended):  # launched: done
+                break
+        bad.update({t: (r.states(), r.updates[-1].data.get("message") if r.updates else None)
+                    for t, r in ended.items() if r.last() != "TASK_FINISHED"})  # fmt: skip
+    return [f"image probe: a pull once the registry was back did not run: {bad}"] if bad else []
+
+
+async def _probe(
+    history: History, frameworks: list[RecordingFramework], images: list[str], agent: str, attempt: int
+) -> list[tuple[RecordingFramework, str]] | str:
+    """Launches the probe pod on `agent` and waits until its tasks ended; the (framework,
+    task id) of each, or what kept it from launching."""
+    need = {"cpus": (len(images) + 1) * 0.1, "mem": (len(images) + 1) * 32.0}
+
+    def fits(offer: Json) -> bool:
+        have = {r["name"]: r.get("scalar", {}).get("value", 0.0) for r in offer["resources"]}
+        return offer["agent_id"]["value"] == agent and all(have.get(k, 0.0) >= v for k, v in need.items())
+
+    deadline = time.monotonic() + 60
+    while True:
+        held = [(f, o) for f in frameworks for o in f.offers if fits(o)]
+        if held:
+            break
+        if time.monotonic() > deadline:
+            return f"no offer of agent {agent} for {need} within 60s"
+        await asyncio.sleep(0.2)
+    framework, offer = held[0]
+    framework.offers.remove(offer)
+    executor: Json = {"type": "DEFAULT", "executor_id": {"value": f"probe-{agent[-8:]}-{attempt}"},
+                      "resources": [scalar(k, v) for k, v in EXECUTOR_RESOURCES.items()]}  # fmt: skip
+    tasks = [task_info("probe", "exit 0", image) for image in images]
+    probes = [(framework, t["task_id"]["value"]) for t in tasks]
+    await framework.launch_group(offer, executor, tasks)
+    deadline = time.monotonic() + SETTLE_TIMEOUT
+    while True:
+        ended = all(records(history, f)[t].last() in TERMINAL_STATES for f, t in probes)
+        if ended or time.monotonic() > deadline:
+            return probes
+        await asyncio.sleep(0.5)

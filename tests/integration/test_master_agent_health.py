@@ -102,3 +102,37 @@ async def test_a_hung_agent_becomes_unreachable_and_comes_back(
         for scheduler in (aware, plain):
             await scheduler.close()
         await agent.disconnect()
+
+
+async def test_tasks_asked_of_a_returning_agent_are_asked_again_until_it_answers(
+    tmp_path: Path, session: aiohttp.ClientSession
+) -> None:
+    """A task its agent, back from unreachable, does not report leaves the master and is asked
+    of the agent; an agent that dies before it answers is asked again when it returns (the
+    chaos soak's seed 205 saw such a task never reach an end)."""
+    async with running_master(tmp_path, *SHORT_PINGS) as server:
+        agent, aware = await agent_and_scheduler(session, server, PARTITION_AWARE)
+        await running_task(aware, agent, "lost-launch")
+        agent.answer_pings = False
+        assert (await aware.update("lost-launch"))["state"] == "TASK_UNREACHABLE"
+        await aware.next_event("FAILURE", skip=("HEARTBEAT", "OFFERS", "RESCIND"))
+        assert agent.stream is not None and await agent.stream.ended()
+        agent.answer_pings = True
+
+        asked = {"framework_id": {"value": aware.framework_id}, "task_ids": [{"value": "lost-launch"}]}
+        for _ in range(2):  # back without the task, then dead before it answers, then back again
+            assert (await agent.register())["type"] == "REGISTERED"
+            ask = (await agent.next_event("RECONCILE_TASKS"))["reconcile_tasks"]
+            assert {k: ask[k] for k in asked} == asked
+            await agent.disconnect()
+
+        assert (await agent.register())["type"] == "REGISTERED"
+        await agent.next_event("RECONCILE_TASKS")
+        await agent.send_status(
+            aware.framework_id or "", "lost-launch", "TASK_DROPPED",
+            source="SOURCE_AGENT", reason="REASON_RECONCILIATION",
+        )  # fmt: skip
+        assert (await aware.update("lost-launch"))["state"] == "TASK_DROPPED"
+        assert server.master.book.asked_tasks == {}  # answered: not asked again
+        await aware.close()
+        await agent.disconnect()

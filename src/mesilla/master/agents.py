@@ -32,6 +32,7 @@ from mesilla.v1.mesos import (
     FrameworkID,
     FrameworkInfo,
     Reason,
+    TaskID,
     TaskState,
     TaskStatus,
 )
@@ -107,7 +108,8 @@ class AgentLinks:
                 agent = await self._reregister_known(known, info, pid, call)
             else:
                 agent = await self._reregister_unknown(info, pid, call)
-                reconcile = self._unreported_unreachable(agent)
+                self._ask_unreported_unreachable(agent)
+            reconcile += self._asked(agent, call)
         agent.stream, agent.stream_id = stream, stream_id
         agent.connected = agent.active = True
         await self._parts.outbox.registered(agent, self._parts.master_info(), self.health.total_ping_timeout)
@@ -236,30 +238,45 @@ class AgentLinks:
                 )
         return asks
 
-    def _unreported_unreachable(self, agent: Agent) -> list[internal.ReconcileTasks]:
+    def _ask_unreported_unreachable(self, agent: Agent) -> None:
         """As Mesos, once an unreachable agent is back none of its tasks stay unreachable:
         those it reported were adopted, the others leave the master. Those it never
         received (launched while it hung), their framework told TASK_UNREACHABLE and no
         end, are asked of the agent, which ends them with a TASK_DROPPED of its own."""
-        asks = []
-        for framework_id, left in self._parts.book.drop_unreachable_tasks(agent.id).items():
-            framework = self._parts.book.frameworks[framework_id]
+        book = self._parts.book
+        for framework_id, left in book.drop_unreachable_tasks(agent.id).items():
             unheard = [
-                t.task_id for t in left
+                t.task_id.value for t in left
                 if t.status_update_state is None or not t.status_update_state.terminal
             ]  # fmt: skip
             if unheard:
                 log.warning(
                     "tasks %s of framework %s unknown to agent %s, back from unreachable: "
-                    "reconciling with the agent", [t.value for t in unheard], framework.id, agent.id,
+                    "reconciling with the agent", unheard, framework_id, agent.id,
                 )  # fmt: skip
-                asks.append(
-                    internal.ReconcileTasks(
-                        framework_id=FrameworkID(value=framework.id),
-                        task_ids=unheard,
-                        framework_info=framework.info,
-                    )
+                book.ask_tasks(agent.id, framework_id, unheard)
+
+    def _asked(self, agent: Agent, call: internal.Register) -> list[internal.ReconcileTasks]:
+        """The tasks asked of the agent and not answered yet, asked (again) at each of its
+        re-registrations: an agent that dies before it answers would otherwise leave them
+        without an end. One it reports is its answer."""
+        book = self._parts.book
+        for task in call.tasks:
+            book.answered(agent.id, task.framework_id.value, task.task_id.value)
+        asks = []
+        for framework_id, task_ids in list(book.asked_tasks.get(agent.id, {}).items()):
+            framework = book.frameworks.get(framework_id)
+            if framework is None:  # torn down meanwhile: nobody waits for an answer
+                for task_id in list(task_ids):
+                    book.answered(agent.id, framework_id, task_id)
+                continue
+            asks.append(
+                internal.ReconcileTasks(
+                    framework_id=FrameworkID(value=framework_id),
+                    task_ids=[TaskID(value=task_id) for task_id in sorted(task_ids)],
+                    framework_info=framework.info,
                 )
+            )
         return asks
 
     async def _reregister_known(

@@ -22,7 +22,7 @@ index, and only `Book.update_task` changes a task's state.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 
 import msgspec
 
@@ -66,6 +66,9 @@ class Book:
         #: agent_id -> time (seconds since the epoch) it was marked unreachable / gone.
         self.unreachable_agents: dict[str, float] = {}
         self.gone_agents: dict[str, float] = {}
+        #: agent_id -> framework_id -> ids of tasks that left the book when their agent came
+        #: back from unreachable without them, asked of it (RECONCILE_TASKS) until its answer comes.
+        self.asked_tasks: dict[str, dict[str, set[str]]] = {}
         #: offer_id -> Offer, every outstanding offer.
         self.offers: dict[str, Offer] = {}
         self._max_completed_tasks = max_completed_tasks
@@ -170,7 +173,23 @@ class Book:
     def mark_gone(self, agent_id: str, now: float) -> None:
         self.recovered_agents.pop(agent_id, None)
         self.unreachable_agents.pop(agent_id, None)
+        self.asked_tasks.pop(agent_id, None)
         self.gone_agents[agent_id] = now
+
+    def ask_tasks(self, agent_id: str, framework_id: str, task_ids: Iterable[str]) -> None:
+        """`task_ids` are asked of the agent; they stay asked until `answered`."""
+        self.asked_tasks.setdefault(agent_id, {}).setdefault(framework_id, set()).update(task_ids)
+
+    def answered(self, agent_id: str, framework_id: str, task_id: str) -> None:
+        """The agent sent an update for the task (its answer, or the task after all)."""
+        by_framework = self.asked_tasks.get(agent_id)
+        if by_framework is None or task_id not in by_framework.get(framework_id, ()):
+            return
+        by_framework[framework_id].discard(task_id)
+        if not by_framework[framework_id]:
+            del by_framework[framework_id]
+        if not by_framework:
+            del self.asked_tasks[agent_id]
 
     # --- offers -----------------------------------------------------------------------------------
 

@@ -33,6 +33,7 @@ class StatusUpdates:
         """An agent's STATUS_UPDATE: record it and forward it to the framework as UPDATE."""
         self._parts.counters["master/messages_status_update"] += 1
         status = update.status
+        self._parts.book.answered(agent.id, update.framework_id.value, status.task_id.value)
         framework = self._parts.book.frameworks.get(update.framework_id.value)
         if framework is None:
             self._parts.counters["master/invalid_status_updates"] += 1

@@ -149,7 +149,8 @@ async def _await_reregistration(agent: Agent, executors: list[Executor]) -> None
     while loop.time() < deadline:
         if all(e.state is not ExecutorState.REGISTERING for e in executors):
             return
-        await asyncio.sleep(0.05)
+        # Short: the agent re-registers only after this returns, and the check is cheap.
+        await asyncio.sleep(0.01)
     for executor in executors:
         if executor.state is not ExecutorState.REGISTERING:
             continue

@@ -271,7 +271,7 @@ def test_a_restarted_agent_does_not_probe_again_what_it_probed_on_this_boot(tmp_
         pytest.skip("needs root")
     calls = tmp_path / "calls"
     runtime = tmp_path / "fake-oci"
-    runtime.write_text(f"#!/bin/sh\necho \"$3\" >> {calls}\n")
+    runtime.write_text(f'#!/bin/sh\necho "$3" >> {calls}\n')
     runtime.chmod(0o755)
     record_dir = tmp_path / "run"
 

@@ -283,7 +283,19 @@ async def launch_workload(framework: Framework, count: int, pods: int, pod_size:
         operations.append({"type": "LAUNCH_GROUP",
                            "launch_group": {"executor": executor, "task_group": {"tasks": group}}})  # fmt: skip
     await framework.accept(offer, operations)
-    await framework.until(lambda: all(framework.states.get(i) == "TASK_RUNNING" for i in ids), 600)
+
+    def running() -> bool:
+        return all(framework.states.get(i) == "TASK_RUNNING" for i in ids)
+
+    def ended() -> list[str]:
+        return [i for i in ids if framework.states.get(i) not in (None, "TASK_STAGING", "TASK_STARTING",
+                                                                  "TASK_RUNNING")]  # fmt: skip
+
+    # A task that ended never runs: say so at once rather than wait out the timeout.
+    await framework.until(lambda: running() or bool(ended()), 600)
+    if not running():
+        first = ended()[0]
+        raise BenchmarkError(f"{len(ended())} tasks ended before all ran, e.g. {first}: {framework.states[first]}")
     return ids
 
 

@@ -261,29 +261,43 @@ def poll_milestones(daemons: Daemons, executors: int, started: float, killed_wal
 # --- launching the workload ----------------------------------------------------------
 
 
-async def launch_workload(framework: Framework, count: int, pods: int, pod_size: int) -> list[str]:
+async def launch_workload(framework: Framework, count: int, pods: int, pod_size: int, batch: int) -> list[str]:
+    """The command tasks in one ACCEPT, then the pods `batch` to an ACCEPT, each batch running
+    before the next: a hundred executors started at once on a loaded 2-core host could not
+    all subscribe within --executor_registration_timeout."""
     offer = await framework.offer()
+    agent_id = offer["agent_id"]
     tasks = [
-        {"name": f"t{i}", "task_id": {"value": f"cmd-{i}-{uuid.uuid4().hex[:6]}"}, "agent_id": offer["agent_id"],
+        {"name": f"t{i}", "task_id": {"value": f"cmd-{i}-{uuid.uuid4().hex[:6]}"}, "agent_id": agent_id,
          "resources": [scalar("cpus", 0.1), scalar("mem", 32)], "command": {"value": COMMAND}}
         for i in range(count)
     ]  # fmt: skip
-    operations: list[Json] = [{"type": "LAUNCH", "launch": {"task_infos": tasks}}] if tasks else []
-    ids = [t["task_id"]["value"] for t in tasks]
+    batches: list[tuple[list[Json], list[str]]] = []
+    if tasks:
+        batches.append(([{"type": "LAUNCH", "launch": {"task_infos": tasks}}], [t["task_id"]["value"] for t in tasks]))
     for p in range(pods):
         executor_id = f"pod-{p}-{uuid.uuid4().hex[:6]}"
         group = [
-            {"name": f"p{p}c{i}", "task_id": {"value": f"{executor_id}-c{i}"}, "agent_id": offer["agent_id"],
+            {"name": f"p{p}c{i}", "task_id": {"value": f"{executor_id}-c{i}"}, "agent_id": agent_id,
              "resources": [scalar("cpus", 0.1), scalar("mem", 32)], "command": {"value": COMMAND}}
             for i in range(pod_size)
         ]  # fmt: skip
-        ids += [t["task_id"]["value"] for t in group]
         executor = {"type": "DEFAULT", "executor_id": {"value": executor_id}, "framework_id": framework.framework_id,
                     "resources": [scalar("cpus", 0.1), scalar("mem", 32), scalar("disk", 10)]}  # fmt: skip
-        operations.append({"type": "LAUNCH_GROUP",
-                           "launch_group": {"executor": executor, "task_group": {"tasks": group}}})  # fmt: skip
-    await framework.accept(offer, operations)
+        operation = {"type": "LAUNCH_GROUP", "launch_group": {"executor": executor, "task_group": {"tasks": group}}}
+        if p % batch == 0 or not batches:
+            batches.append(([], []))
+        batches[-1][0].append(operation)
+        batches[-1][1].extend(t["task_id"]["value"] for t in group)
+    ids: list[str] = []
+    for i, (operations, batch_ids) in enumerate(batches):
+        await framework.accept(offer if i == 0 else await framework.offer(), operations)
+        await _await_running(framework, batch_ids)
+        ids += batch_ids
+    return ids
 
+
+async def _await_running(framework: Framework, ids: list[str]) -> None:
     def running() -> bool:
         return all(framework.states.get(i) == "TASK_RUNNING" for i in ids)
 
@@ -296,7 +310,6 @@ async def launch_workload(framework: Framework, count: int, pods: int, pod_size:
     if not running():
         first = ended()[0]
         raise BenchmarkError(f"{len(ended())} tasks ended before all ran, e.g. {first}: {framework.states[first]}")
-    return ids
 
 
 # --- the run -------------------------------------------------------------------------
@@ -350,7 +363,7 @@ async def run(args: argparse.Namespace, daemons: Daemons) -> None:
         print(f"Launching {args.containers} command tasks and {args.pods} pods of {args.pod_size} tasks ...",
               flush=True)  # fmt: skip
         started = time.perf_counter()
-        await launch_workload(framework, args.containers, args.pods, args.pod_size)
+        await launch_workload(framework, args.containers, args.pods, args.pod_size, args.launch_batch)
         print(f"  all running after {time.perf_counter() - started:.1f} s")
         expected = await asyncio.to_thread(containers, daemons)
         executors = int(metrics(daemons).get("slave/executors_running", 0))
@@ -388,6 +401,7 @@ def main() -> int:
     parser.add_argument("--containers", type=int, default=100, help="long-running command tasks")
     parser.add_argument("--pods", type=int, default=2, help="pods on the default executor, besides")
     parser.add_argument("--pod-size", type=int, default=3, help="tasks in each pod")
+    parser.add_argument("--launch-batch", type=int, default=10, help="pods launched per ACCEPT, one batch at a time")
     parser.add_argument("--restarts", type=int, default=3, help="kill -9 and restart cycles")
     parser.add_argument("--poll", type=float, default=0.02, help="seconds between polls of the milestones")
     parser.add_argument("--timeout", type=float, default=60, help="seconds a recovery may take before giving up")

@@ -3,7 +3,7 @@
 
 Starts `mesilla master` and `mesilla agent` as separate processes (linux
 launcher, real runc/conmon/cgroups), launches `--containers` long-running
-command tasks and `--pods` pods of 3 tasks through the v1 scheduler API with a
+command tasks and `--pods` pods of `--pod-size` tasks through the v1 scheduler API with a
 checkpointing framework, waits for every task to run, then `--restarts` times:
 `kill -9` of the agent (the pid this script started), restart with the same
 flags, and measure from the restart (the new process spawned) to:
@@ -23,6 +23,7 @@ is removed at the end, also after an error, Ctrl-C or SIGTERM.
 
     python benchmarks/recovery.py --containers=10 --restarts=1     # quick
     python benchmarks/recovery.py                                  # 100 containers, 3 restarts
+    python benchmarks/recovery.py --containers=0 --pods=100 --pod-size=10   # 1,100 containers
 """
 
 from __future__ import annotations
@@ -115,7 +116,7 @@ class Daemons:
             "--ip=127.0.0.1", f"--port={self.agent_port}", f"--master=127.0.0.1:{self.master_port}",
             f"--work_dir={self.root / 'agent'}", f"--runtime_dir={self.runtime_dir}",
             "--launcher=linux", "--oci_runtime=runc", f"--isolation={self.isolation}",
-            f"--cgroups_root={self.cgroups_root}", "--resources=cpus:64;mem:65536;disk:65536",
+            f"--cgroups_root={self.cgroups_root}", "--resources=cpus:1024;mem:1048576;disk:1048576",
         ]  # fmt: skip
         started = time.perf_counter()
         self.agent = self._spawn("agent", flags)
@@ -172,8 +173,8 @@ def metrics(daemons: Daemons) -> dict[str, float]:
 
 def containers(daemons: Daemons) -> dict[str, int | None]:
     """Every container (nested ones as `parent.child`) -> its pid, from GET_CONTAINERS."""
-    body = http_json(f"{daemons.agent_url}/api/v1", {"type": "GET_CONTAINERS",
-                                                     "get_containers": {"show_nested": True}}, timeout=30)  # fmt: skip
+    call = {"type": "GET_CONTAINERS", "get_containers": {"show_nested": True}}
+    body = http_json(f"{daemons.agent_url}/api/v1", call, timeout=120)
     out: dict[str, int | None] = {}
     for entry in body["get_containers"].get("containers", []):
         out[_container_name(entry["container_id"])] = entry.get("container_status", {}).get("executor_pid")
@@ -259,30 +260,55 @@ def poll_milestones(daemons: Daemons, executors: int, started: float, killed_wal
 # --- launching the workload ----------------------------------------------------------
 
 
-async def launch_workload(framework: Framework, count: int, pods: int) -> list[str]:
+async def launch_workload(framework: Framework, count: int, pods: int, pod_size: int, batch: int) -> list[str]:
+    """The command tasks in one ACCEPT, then the pods `batch` to an ACCEPT, each batch running
+    before the next: a hundred executors started at once on a loaded 2-core host could not
+    all subscribe within --executor_registration_timeout."""
     offer = await framework.offer()
+    agent_id = offer["agent_id"]
     tasks = [
-        {"name": f"t{i}", "task_id": {"value": f"cmd-{i}-{uuid.uuid4().hex[:6]}"}, "agent_id": offer["agent_id"],
+        {"name": f"t{i}", "task_id": {"value": f"cmd-{i}-{uuid.uuid4().hex[:6]}"}, "agent_id": agent_id,
          "resources": [scalar("cpus", 0.1), scalar("mem", 32)], "command": {"value": COMMAND}}
         for i in range(count)
     ]  # fmt: skip
-    operations: list[Json] = [{"type": "LAUNCH", "launch": {"task_infos": tasks}}] if tasks else []
-    ids = [t["task_id"]["value"] for t in tasks]
+    batches: list[tuple[list[Json], list[str]]] = []
+    if tasks:
+        batches.append(([{"type": "LAUNCH", "launch": {"task_infos": tasks}}], [t["task_id"]["value"] for t in tasks]))
     for p in range(pods):
         executor_id = f"pod-{p}-{uuid.uuid4().hex[:6]}"
         group = [
-            {"name": f"p{p}c{i}", "task_id": {"value": f"{executor_id}-c{i}"}, "agent_id": offer["agent_id"],
+            {"name": f"p{p}c{i}", "task_id": {"value": f"{executor_id}-c{i}"}, "agent_id": agent_id,
              "resources": [scalar("cpus", 0.1), scalar("mem", 32)], "command": {"value": COMMAND}}
-            for i in range(3)
+            for i in range(pod_size)
         ]  # fmt: skip
-        ids += [t["task_id"]["value"] for t in group]
         executor = {"type": "DEFAULT", "executor_id": {"value": executor_id}, "framework_id": framework.framework_id,
                     "resources": [scalar("cpus", 0.1), scalar("mem", 32), scalar("disk", 10)]}  # fmt: skip
-        operations.append({"type": "LAUNCH_GROUP",
-                           "launch_group": {"executor": executor, "task_group": {"tasks": group}}})  # fmt: skip
-    await framework.accept(offer, operations)
-    await framework.until(lambda: all(framework.states.get(i) == "TASK_RUNNING" for i in ids), 600)
+        operation = {"type": "LAUNCH_GROUP", "launch_group": {"executor": executor, "task_group": {"tasks": group}}}
+        if p % batch == 0 or not batches:
+            batches.append(([], []))
+        batches[-1][0].append(operation)
+        batches[-1][1].extend(t["task_id"]["value"] for t in group)
+    ids: list[str] = []
+    for i, (operations, batch_ids) in enumerate(batches):
+        await framework.accept(offer if i == 0 else await framework.offer(), operations)
+        await _await_running(framework, batch_ids)
+        ids += batch_ids
     return ids
+
+
+async def _await_running(framework: Framework, ids: list[str]) -> None:
+    def running() -> bool:
+        return all(framework.states.get(i) == "TASK_RUNNING" for i in ids)
+
+    def ended() -> list[str]:
+        return [i for i in ids if framework.states.get(i) not in (None, "TASK_STAGING", "TASK_STARTING",
+                                                                  "TASK_RUNNING")]  # fmt: skip
+
+    # A task that ended never runs: say so at once rather than wait out the timeout.
+    await framework.until(lambda: running() or bool(ended()), 600)
+    if not running():
+        first = ended()[0]
+        raise BenchmarkError(f"{len(ended())} tasks ended before all ran, e.g. {first}: {framework.states[first]}")
 
 
 # --- the run -------------------------------------------------------------------------
@@ -333,9 +359,10 @@ async def run(args: argparse.Namespace, daemons: Daemons) -> None:
     framework = Framework(f"127.0.0.1:{daemons.master_port}", "bench-recovery", failover_timeout=3600)
     await framework.start()
     try:
-        print(f"Launching {args.containers} command tasks and {args.pods} pods of 3 tasks ...", flush=True)
+        print(f"Launching {args.containers} command tasks and {args.pods} pods of {args.pod_size} tasks ...",
+              flush=True)  # fmt: skip
         started = time.perf_counter()
-        await launch_workload(framework, args.containers, args.pods)
+        await launch_workload(framework, args.containers, args.pods, args.pod_size, args.launch_batch)
         print(f"  all running after {time.perf_counter() - started:.1f} s")
         expected = await asyncio.to_thread(containers, daemons)
         executors = int(metrics(daemons).get("slave/executors_running", 0))
@@ -371,7 +398,9 @@ def await_no_containers(daemons: Daemons, timeout: float = 60) -> None:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--containers", type=int, default=100, help="long-running command tasks")
-    parser.add_argument("--pods", type=int, default=2, help="pods of 3 tasks on the default executor, besides")
+    parser.add_argument("--pods", type=int, default=2, help="pods on the default executor, besides")
+    parser.add_argument("--pod-size", type=int, default=3, help="tasks in each pod")
+    parser.add_argument("--launch-batch", type=int, default=10, help="pods launched per ACCEPT, one batch at a time")
     parser.add_argument("--restarts", type=int, default=3, help="kill -9 and restart cycles")
     parser.add_argument("--poll", type=float, default=0.02, help="seconds between polls of the milestones")
     parser.add_argument("--timeout", type=float, default=60, help="seconds a recovery may take before giving up")

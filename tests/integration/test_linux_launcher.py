@@ -6,6 +6,8 @@ import asyncio
 import os
 import shutil
 import signal
+import subprocess
+import sys
 import tempfile
 from pathlib import Path
 
@@ -260,6 +262,31 @@ def test_a_runtime_that_cannot_run_a_container_is_refused_with_its_reason(
     with pytest.raises(NoOciRuntime, match=r"no containers today.*--oci_runtime="):
         LinuxLauncher(linux_env.flags)
     assert LinuxLauncher.available(linux_env.flags) is False
+
+
+def test_a_restarted_agent_does_not_probe_again_what_it_probed_on_this_boot(tmp_path: Path) -> None:
+    """The probe's success is recorded in the runtime directory: the next process (an
+    agent restarted after kill -9) trusts it, until the binary changes."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root")
+    calls = tmp_path / "calls"
+    runtime = tmp_path / "fake-oci"
+    runtime.write_text(f'#!/bin/sh\necho "$3" >> {calls}\n')
+    runtime.chmod(0o755)
+    record_dir = tmp_path / "run"
+
+    def start() -> list[str]:
+        code = "import sys; from mesilla.containerizer.launcher.runtime import find_runtime; "
+        code += "print(find_runtime(sys.argv[1], sys.argv[2]))"
+        found = subprocess.run([sys.executable, "-c", code, str(runtime), str(record_dir)],
+                               capture_output=True, text=True, check=True).stdout.strip()  # fmt: skip
+        assert found == str(runtime)
+        return calls.read_text().split()
+
+    assert start() == ["run", "delete"]
+    assert start() == ["run", "delete"]  # recorded: no second container
+    runtime.write_text(runtime.read_text() + "# upgraded\n")
+    assert start() == ["run", "delete", "run", "delete"]
 
 
 async def test_destroying_a_held_container_never_runs_it(linux_env: LinuxEnv) -> None:

@@ -34,7 +34,6 @@ import os
 from collections.abc import Callable
 from typing import Any
 
-import jwt
 from aiohttp import web
 
 from mesilla.common.authentication import Principal, principal_of
@@ -93,6 +92,8 @@ class ExecutorTokens:
         return cls(key)
 
     def sign(self, framework_id: str, executor_id: str, container_id: str) -> str:
+        import jwt  # here, not at the top: with cryptography it costs every agent's start ~0.1 s
+
         claims = {"fid": framework_id, "eid": executor_id, "cid": container_id}
         return jwt.encode(claims, self._key, algorithm="HS256")
 
@@ -100,6 +101,8 @@ class ExecutorTokens:
         scheme, _, token = request.headers.get("Authorization", "").partition(" ")
         if scheme.lower() != "bearer":
             return "Missing 'Authorization: Bearer' executor token"
+        import jwt
+
         try:
             claims = jwt.decode(token.strip(), self._key, algorithms=["HS256"])
         except jwt.InvalidTokenError:

@@ -21,6 +21,7 @@ from mesilla.agent.agent import Agent, AgentStatus
 from mesilla.agent.container_calls import recover_standalone
 from mesilla.agent.executors import COMMAND_EXECUTOR_MODULE
 from mesilla.agent.state import Executor, ExecutorState, Framework
+from mesilla.common.blocking import in_thread
 from mesilla.common.durations import format_duration
 from mesilla.containerizer.types import ContainerTermination
 from mesilla.v1.mesos import ContainerID, ExecutorInfo, Reason, TaskState
@@ -85,7 +86,10 @@ async def recover(agent: Agent) -> None:
     """Recovers the checkpointed agent, if any; on return the agent may register."""
     started = time.monotonic()
     flags = agent.flags
-    state = checkpoints.recover_agent(flags.work_dir, flags.strict)
+    # In a thread: at a thousand containers reading takes seconds on a loaded host, and a
+    # loop blocked that long accepts no connection meanwhile: the executors' SUBSCRIBEs (held
+    # until `executors_recovered`) queue in the listen backlog with everything else.
+    state = await in_thread(checkpoints.recover_agent, flags.work_dir, flags.strict)
     if flags.recover == "cleanup":
         log.info("--recover=cleanup: destroying every container of the previous agent")
         await agent.containerizer.recover(set())
@@ -149,7 +153,8 @@ async def _await_reregistration(agent: Agent, executors: list[Executor]) -> None
     while loop.time() < deadline:
         if all(e.state is not ExecutorState.REGISTERING for e in executors):
             return
-        await asyncio.sleep(0.05)
+        # Short: the agent re-registers only after this returns, and the check is cheap.
+        await asyncio.sleep(0.01)
     for executor in executors:
         if executor.state is not ExecutorState.REGISTERING:
             continue

@@ -147,16 +147,18 @@ class Containerizer:
     # --- recovery -------------------------------------------------------------
 
     async def recover(self, checkpointed: set[ContainerID]) -> None:
+        # One walk of the runtime directory: it holds every container, and is read
+        # while the restarted agent's executors wait to re-subscribe.
+        found = self._runtime.containers()
         # Standalone containers (no executor) are the containerizer's own to recover.
         roots = {cid.root() for cid in checkpointed} | {
-            cid for cid in self._runtime.containers()
-            if cid.parent is None and self._runtime.is_standalone(cid)
+            cid for cid in found if cid.parent is None and self._runtime.is_standalone(cid)
         }  # fmt: skip
         states: list[ContainerRuntimeState] = []
         # Not the agent's, whether still alive or not: destroyed below, so that
         # isolators release what they hold for them too.
         unknown: set[ContainerID] = set()
-        for container_id in self._runtime.containers():
+        for container_id in found:
             termination = self._runtime.read_termination(container_id)
             if termination is not None:
                 if container_id.root() in roots:
@@ -191,7 +193,7 @@ class Containerizer:
 
         for orphan in sorted(orphans, key=lambda cid: -len(cid.path())):
             await self._destroy_orphan(orphan)
-        for container_id in self._runtime.containers():
+        for container_id in found:
             if container_id.root() not in roots and container_id.parent is None:
                 await in_thread(self._runtime.remove, container_id)
 

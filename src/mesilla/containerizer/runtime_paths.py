@@ -135,13 +135,13 @@ class RuntimeDir:
 
         def walk(directory: str, parent: ContainerID | None) -> None:
             try:
-                names = sorted(os.listdir(directory))
+                # scandir: the entries' types come with the listing, no stat for each.
+                with os.scandir(directory) as entries:
+                    names = sorted(e.name for e in entries if e.is_dir())
             except FileNotFoundError:
                 return
             for name in names:
                 child_dir = os.path.join(directory, name)
-                if not os.path.isdir(child_dir):
-                    continue
                 container_id = ContainerID(value=name, parent=parent)
                 try:
                     validate_container_id(container_id)

@@ -17,7 +17,7 @@ gives up after MESOS_RECOVERY_TIMEOUT (at once when the framework does not
 checkpoint, as Mesos's executor library). While the agent refuses connections
 (nothing listens: it is down or restarting) the driver instead asks again
 after a twentieth of the outage so far, at least 0.1 s, at most the backoff
-maximum: a restarted agent gives its executors only
+maximum, less a random part of up to half: a restarted agent gives its executors only
 --executor_reregistration_timeout, and Mesos's agent tells its PID executors
 to reconnect at once, which an HTTP executor can only learn by asking.
 """
@@ -414,8 +414,11 @@ class ExecutorDriver:
             await self._calls.close()
 
     def _agent_poll(self, outage: float) -> float:
-        """The wait before asking an agent that refused the connection again."""
-        return min(max(outage * AGENT_POLL_FRACTION, AGENT_POLL_MIN), self.backoff_max)
+        """The wait before asking an agent that refused the connection again: jittered
+        (half to all of it), so that the executors an agent's restart left all asking
+        at the same instant do not knock at once, every time, while it starts."""
+        interval = min(max(outage * AGENT_POLL_FRACTION, AGENT_POLL_MIN), self.backoff_max)
+        return random.uniform(interval / 2, interval)
 
     async def _session(self) -> None:
         body = self._call(

@@ -20,6 +20,10 @@ def _driver(backoff_max: str) -> ExecutorDriver:
     )
 
 
+def _polls(driver: ExecutorDriver, outage: float) -> list[float]:
+    return [driver._agent_poll(outage) for _ in range(200)]
+
+
 @pytest.mark.parametrize(
     ("outage", "wait"),
     [
@@ -30,8 +34,15 @@ def _driver(backoff_max: str) -> ExecutorDriver:
     ],
 )
 def test_refused_agent_is_polled_after_a_share_of_the_outage(outage: float, wait: float) -> None:
-    assert _driver("2secs")._agent_poll(outage) == pytest.approx(wait)
+    polls = _polls(_driver("2secs"), outage)
+    assert all(wait / 2 <= poll <= wait for poll in polls)
+
+
+def test_the_polls_are_spread_so_executors_do_not_knock_together() -> None:
+    polls = _polls(_driver("2secs"), 10.0)
+    assert len(set(polls)) > 1
+    assert min(polls) < 0.4 < max(polls)
 
 
 def test_the_backoff_maximum_bounds_the_poll_too() -> None:
-    assert _driver("50ms")._agent_poll(0.0) == pytest.approx(0.05)
+    assert all(0.025 <= poll <= 0.05 for poll in _polls(_driver("50ms"), 0.0))

@@ -117,7 +117,7 @@ class LinuxLauncher(Launcher):
             raise LaunchError(
                 "The linux launcher needs conmon: apt-get install conmon, or use --launcher=posix"
             )
-        binary = find_runtime(flags.get("oci_runtime"))
+        binary = find_runtime(flags.get("oci_runtime"), flags.runtime_dir)
         self._flags = flags
         self._runtime = OciRuntime(binary, os.path.join(flags.runtime_dir, os.path.basename(binary)))
         self._containers: dict[ContainerID, _Container] = {}
@@ -128,7 +128,10 @@ class LinuxLauncher(Launcher):
         if os.geteuid() != 0 or not monitor.available():
             return False
         try:
-            find_runtime(flags.get("oci_runtime") if flags is not None else None)
+            if flags is None:
+                find_runtime(None)
+            else:
+                find_runtime(flags.get("oci_runtime"), flags.get("runtime_dir"))
         except NoOciRuntime:
             return False
         return True

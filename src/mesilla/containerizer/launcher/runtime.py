@@ -6,12 +6,15 @@ containers lives beside our checkpoints, and `list` returns only ours.
 `find_runtime` picks `--oci_runtime` or the first of crun, runc that really
 runs a container here (crun refuses a cgroup v1 hybrid host, for example):
 a binary that exists is not enough. The probe runs once per process and
-binary.
+binary, and once per boot where the caller names a directory to remember it in
+(the agent's runtime directory): a restarted agent, which must re-register
+within moments, does not run a container first to learn what it knew.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import shutil
@@ -20,6 +23,7 @@ import tempfile
 from dataclasses import dataclass
 from typing import Any
 
+from mesilla.common import files
 from mesilla.common.errors import ConfigurationError
 from mesilla.containerizer.launcher.base import LaunchError
 
@@ -99,12 +103,13 @@ class NoOciRuntime(LaunchError, ConfigurationError):
     """No OCI runtime runs a container on this host; the message says why for each tried."""
 
 
-def find_runtime(wanted: str | None) -> str:
+def find_runtime(wanted: str | None, record_dir: str | None = None) -> str:
     """The absolute path of `wanted` (else of the first of CANDIDATES) if it runs a
-    container here; raises NoOciRuntime with each candidate's reason otherwise."""
+    container here; raises NoOciRuntime with each candidate's reason otherwise.
+    A probe that succeeded is recorded in `record_dir`, if given, for this boot."""
     reasons = []
     for name in [wanted] if wanted else CANDIDATES:
-        binary, reason = _probe(name)
+        binary, reason = _probe(name, record_dir)
         if binary is not None:
             return binary
         reasons.append(f"{name}: {reason}")
@@ -115,7 +120,7 @@ def find_runtime(wanted: str | None) -> str:
     )
 
 
-def _probe(name: str) -> tuple[str | None, str]:
+def _probe(name: str, record_dir: str | None) -> tuple[str | None, str]:
     """(absolute path, '') if `name` runs a trivial container here, else (None, why not)."""
     if name not in _probed:
         binary = shutil.which(name)
@@ -124,9 +129,42 @@ def _probe(name: str) -> tuple[str | None, str]:
         elif os.geteuid() != 0:
             _probed[name] = (None, "the linux launcher needs root")
         else:
-            reason = _run_probe_container(binary)
-            _probed[name] = (binary if not reason else None, reason)
+            record = os.path.join(record_dir, f"probed-{name}.json") if record_dir else None
+            identity = _probe_identity(binary)
+            if record is not None and identity is not None and _read_record(record) == identity:
+                _probed[name] = (binary, "")
+            else:
+                reason = _run_probe_container(binary)
+                _probed[name] = (binary if not reason else None, reason)
+                if not reason and record is not None and identity is not None:
+                    _write_record(record, identity)
     return _probed[name]
+
+
+def _probe_identity(binary: str) -> dict[str, Any] | None:
+    """What a recorded probe holds for: this binary file, unchanged, on this boot."""
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as f:
+            boot_id = f.read().strip()
+        st = os.stat(binary)
+    except OSError:
+        return None
+    return {"binary": binary, "boot_id": boot_id, "inode": st.st_ino, "size": st.st_size,
+            "mtime_ns": st.st_mtime_ns}  # fmt: skip
+
+
+def _read_record(path: str) -> Any:
+    try:
+        with open(path, "rb") as f:
+            return json.loads(f.read())
+    except (OSError, ValueError):
+        return None
+
+
+def _write_record(path: str, identity: dict[str, Any]) -> None:
+    """Best effort: without the record the next start probes again."""
+    with contextlib.suppress(OSError):
+        files.write_atomically(path, json.dumps(identity).encode(), durable=False)
 
 
 def _run_probe_container(binary: str) -> str:

@@ -193,6 +193,8 @@ def _reconcile_tasks(agent: Agent, event: AgentEvent) -> None:
     for task_id in msg.task_ids:
         if framework is not None and framework.executor_of_task(task_id.value) is not None:
             continue
+        if agent.status_updates.pending(msg.framework_id.value, task_id.value):
+            continue  # asked again before its answer was acknowledged: that answer is on its way
         info = framework.info if framework is not None else msg.framework_info
         aware = info is not None and partition_aware(info)
         status_updates.agent_update(

@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 from tests.integration.agent_fake_master import AgentProcess, FakeMaster
 
+from mesilla.agent import master_link
 from mesilla.agent.master_link import MasterLink
 from mesilla.v1.internal import (
     AgentCall,
@@ -143,4 +144,23 @@ async def test_a_call_made_while_registering_reaches_the_master_after_registered
     finally:
         running.cancel()
         await asyncio.gather(running, return_exceptions=True)
+        await master.stop()
+
+
+async def test_an_unanswered_register_is_sent_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A REGISTER whose REGISTERED never comes (a connection a lossy network left half-open:
+    the chaos run's seed 40 hung an agent so for good) is sent again, as Mesos's agent
+    retries its registration until it is registered."""
+    monkeypatch.setattr(master_link, "REGISTRATION_TIMEOUT", 0.5)
+    master = FakeMaster()
+    master.hold_registered = asyncio.Event()  # never set: no REGISTERED on any stream
+    await master.start()
+    link = MasterLink(master.address, 0.1)
+    running = asyncio.create_task(link.run(_Registering()))
+    try:
+        await master.wait_for(lambda: master.registering >= 2)
+    finally:
+        running.cancel()
+        await asyncio.gather(running, return_exceptions=True)
+        master.hold_registered.set()
         await master.stop()

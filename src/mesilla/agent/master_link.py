@@ -49,6 +49,9 @@ MAX_BATCHED_UPDATES = 100
 
 # Mesos's REGISTER_RETRY_INTERVAL_MAX: backoff doubles up to this.
 REGISTER_RETRY_INTERVAL_MAX = 60.0
+# A REGISTER unanswered this long is sent again, as Mesos's agent retries its registration
+# until it is registered: a connection left half-open by a lossy network would hang it forever.
+REGISTRATION_TIMEOUT = REGISTER_RETRY_INTERVAL_MAX
 
 
 class Registrant(Protocol):
@@ -144,11 +147,18 @@ class MasterLink:
         call = AgentCall(
             type=AgentCallType.REGISTER, agent_id=register.agent_info.id, register=register
         )
-        async with session.post(
+        request = session.post(
             self.url,
             data=codec.encode(call),
             headers={"Content-Type": "application/json", "Accept": "application/json"},
-        ) as response:
+        )
+        try:
+            async with asyncio.timeout(REGISTRATION_TIMEOUT):
+                response = await request
+        except TimeoutError:
+            log.warning("No answer from the master to REGISTER within %ss: again", REGISTRATION_TIMEOUT)
+            return False
+        async with response:
             if response.status != 200:
                 text = await response.text()
                 log.warning("The master refused registration (%d): %s", response.status, text)
@@ -162,11 +172,13 @@ class MasterLink:
                     # Not wait_for: on Python 3.11 it swallows a cancellation that
                     # comes with the read's completion (say the master dying as
                     # the agent is told to stop), and the agent would never stop.
-                    async with asyncio.timeout(ping_timeout):
+                    async with asyncio.timeout(ping_timeout if registered else REGISTRATION_TIMEOUT):
                         chunk = await response.content.readany()
                 except TimeoutError:
                     log.warning(
-                        "No pings from the master within %ss: re-registering", ping_timeout
+                        "No %s from the master within %ss: re-registering",
+                        "pings" if registered else "REGISTERED",
+                        ping_timeout if registered else REGISTRATION_TIMEOUT,
                     )
                     return registered
                 if not chunk:

@@ -156,7 +156,7 @@ class MasterLink:
             async with asyncio.timeout(REGISTRATION_TIMEOUT):
                 response = await request
         except TimeoutError:
-            log.warning("No answer from the master to REGISTER within %ss: again", REGISTRATION_TIMEOUT)
+            log.warning("No answer to REGISTER within %ss: sending it again", REGISTRATION_TIMEOUT)
             return False
         async with response:
             if response.status != 200:
@@ -172,14 +172,12 @@ class MasterLink:
                     # Not wait_for: on Python 3.11 it swallows a cancellation that
                     # comes with the read's completion (say the master dying as
                     # the agent is told to stop), and the agent would never stop.
-                    async with asyncio.timeout(ping_timeout if registered else REGISTRATION_TIMEOUT):
+                    wait = ping_timeout if registered else REGISTRATION_TIMEOUT
+                    async with asyncio.timeout(wait):
                         chunk = await response.content.readany()
                 except TimeoutError:
-                    log.warning(
-                        "No %s from the master within %ss: re-registering",
-                        "pings" if registered else "REGISTERED",
-                        ping_timeout if registered else REGISTRATION_TIMEOUT,
-                    )
+                    what = "pings" if registered else "REGISTERED"
+                    log.warning("No %s from the master within %ss: re-registering", what, wait)
                     return registered
                 if not chunk:
                     return registered

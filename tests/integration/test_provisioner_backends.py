@@ -250,6 +250,30 @@ async def test_recover_removes_orphans_and_keeps_known(
     assert mount_points_under(str(tmp_path)) == [os.path.realpath(kept_info.rootfs)]
 
 
+async def test_agents_sharing_a_store_keep_their_own_rootfses(
+    tmp_path: Path, images: Path, destroy_after: list[tuple[Provisioner, ContainerID]]
+) -> None:
+    # Two agents of one host, one image store: each keeps its rootfses under its own
+    # --work_dir (as Mesos), so one's recovery cannot take the other's for orphans.
+    def agent_flags(name: str) -> Flags:
+        flags = provisioner_flags(tmp_path, "overlay")
+        flags.set("work_dir", str(tmp_path / name))
+        return flags
+
+    first = await Provisioner.create(agent_flags("agent-a"))
+    running = ContainerID(value="running")
+    destroy_after.append((first, running))
+    info = await first.provision(running, docker_image("layered:latest"))
+    assert info.rootfs.startswith(str(tmp_path / "agent-a" / "provisioner") + "/")
+
+    second = await Provisioner.create(agent_flags("agent-b"))
+    await second.recover([])
+    await second.close()
+
+    assert in_rootfs(info.rootfs, "cat /etc/upper-marker") == "upper\n"
+    assert mount_points_under(str(tmp_path)) == [os.path.realpath(info.rootfs)]
+
+
 async def test_prune_keeps_images_in_use(
     tmp_path: Path, images: Path, destroy_after: list[tuple[Provisioner, ContainerID]]
 ) -> None:

@@ -215,9 +215,8 @@ class Cluster:
             self.agents.append(Daemon("agent", [
                 f"--ip={self.agent_ips[i]}", f"--port={port}", f"--master={self.master_address}",
                 f"--work_dir={self.agent_dir(i)}", f"--runtime_dir={self.runtime_dir(i)}",
-                # Each agent's own store parent: the provisioner keeps its rootfses beside the
-                # store (`<docker_store_dir>/../provisioner`), and an agent's recovery removes
-                # every rootfs there it does not know, the other agent's running ones too.
+                # Each agent's own store: a store's recovery clears its staging area, which
+                # holds the pulls in progress of every agent using it.
                 f"--cgroups_root={self.cgroups_root}", f"--docker_store_dir={root / f'store-{i}' / 'docker'}",
                 "--registration_backoff_factor=100ms", *(agent_flags or []),
             ], self.log_dir / f"agent-{i}.log"))  # fmt: skip

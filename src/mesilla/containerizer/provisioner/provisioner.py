@@ -1,6 +1,7 @@
 """The provisioner: a container's image pulled into the store and stacked into a rootfs.
 
-Per container, under `<docker_store_dir>/../provisioner` (Mesos's layout):
+Per container, under `<work_dir>/provisioner` (Mesos's layout; a containerizer run
+without an agent, and so with no `--work_dir`, uses `<docker_store_dir>/../provisioner`):
 
     containers/<id>[/containers/<child id>...]/
         images.json                         images provisioned for it (layers in use)
@@ -80,9 +81,7 @@ class Provisioner:
         log.info("Provisioning rootfses with the %s backend", backend.name)
         store = DockerStore(store_dir, flags.docker_registry, progress=progress)
         await store.recover()
-        return cls(
-            store, backend, os.path.join(os.path.dirname(store_dir), "provisioner")
-        )
+        return cls(store, backend, provisioner_dir(flags, store_dir))
 
     async def close(self) -> None:
         await self.store.close()
@@ -222,6 +221,14 @@ class Provisioner:
         for point in mount_points_under(container_dir):
             unmount(self.provisioner_dir, point)
         await in_thread(remove, self.provisioner_dir, container_dir)
+
+
+def provisioner_dir(flags: Flags, store_dir: str) -> str:
+    """The agent's own directory of rootfses: under its `--work_dir`, as Mesos's, so that
+    two agents sharing one image store never take each other's rootfses for orphans."""
+    work_dir = flags.get("work_dir")
+    base = os.path.abspath(work_dir) if work_dir else os.path.dirname(store_dir)
+    return os.path.join(base, "provisioner")
 
 
 def _docker_name(image: Image) -> str:

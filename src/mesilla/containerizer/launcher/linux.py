@@ -469,9 +469,7 @@ class LinuxLauncher(Launcher):
     async def recover(self, states: list[ContainerRuntimeState]) -> set[ContainerID]:
         known = {state.container_id for state in states}
         found = set(self._scan(os.path.join(self._flags.runtime_dir, CONTAINERS_DIR), None))
-        found |= {
-            ContainerID.from_path(entry["id"].split(".")) for entry in await self._runtime.list()
-        }
+        found |= {ContainerID.from_path(rid.split(".")) for rid in self._runtime.ids()}
         for container_id in sorted(found, key=lambda cid: len(cid.path())):
             if container_id in self._containers:
                 continue

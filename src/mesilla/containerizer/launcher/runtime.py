@@ -92,11 +92,16 @@ class OciRuntime:
         code, out = await self.run("state", runtime_id, check=False)
         return json.loads(out) if code == 0 else None
 
-    async def list(self) -> list[dict[str, Any]]:
-        if not os.path.isdir(self.root):
+    def ids(self) -> list[str]:
+        """The ids of the containers the runtime has state for, read from its state
+        directory (one directory per container, as `knows` reads it): `runc list` loads
+        and checks every container's state first, 0.6-1.1 s of a restarted agent's
+        recovery at a thousand containers."""
+        try:
+            with os.scandir(self.root) as entries:
+                return [entry.name for entry in entries if entry.is_dir(follow_symlinks=False)]
+        except FileNotFoundError:
             return []
-        _, out = await self.run("list", "--format", "json")
-        return json.loads(out) or []
 
 
 class NoOciRuntime(LaunchError, ConfigurationError):

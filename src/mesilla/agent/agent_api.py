@@ -407,6 +407,10 @@ class AgentApi:
             require_recovered(self.agent)
             return await self._streaming(request)
         call = await read_message(request, api.Call)
+        if call.type not in _ANSWERED_WHILE_RECOVERING:
+            # Before any check, as Mesos: a restarted agent answers its executors' calls
+            # with this while it recovers, and each answer costs it little.
+            require_recovered(self.agent)
         check_accept(request, api.Response, streaming=True)
         if call.type is api.CallType.UNKNOWN:
             raise BadRequest("Expecting 'type' to be present")
@@ -414,8 +418,6 @@ class AgentApi:
             validate_ids(call)
         except BadRequest as exc:
             raise BadRequest(f"Failed to validate agent::Call: {exc.reason}", field=exc.field) from exc
-        if call.type not in _ANSWERED_WHILE_RECOVERING:
-            require_recovered(self.agent)
         executor_auth.check_agent_call(
             request, call, self.agent.executor_sandbox, self.files.resolve
         )

@@ -1,7 +1,8 @@
 """The agent API calls an executor makes for its nested containers (`POST /api/v1`).
 
-LAUNCH_CONTAINER, WAIT_CONTAINER (long poll; retried after 1 s while the
-agent is unreachable or answers 503, as when it recovers), KILL_CONTAINER,
+LAUNCH_CONTAINER, WAIT_CONTAINER (long poll; retried after 1 s when the agent
+answers 503, as when it recovers, and once the executor is subscribed again
+when the connection is lost), KILL_CONTAINER,
 REMOVE_CONTAINER and LAUNCH_NESTED_CONTAINER_SESSION, as JSON over the
 driver's HTTP/1.1 helpers (`mesilla.executor.driver`), with the executor's
 bearer token. Calls run in parallel on a small pool of keep-alive connections:
@@ -15,7 +16,7 @@ import json
 import logging
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
-from typing import Any
+from typing import Any, Protocol
 
 from mesilla.executor.driver import AgentEndpoint, HttpConnection, HttpError, HttpResponse, open_stream
 
@@ -25,6 +26,12 @@ Json = dict[str, Any]
 
 AGENT_API = "/api/v1"
 WAIT_RETRY_INTERVAL = 1.0
+
+
+class Subscription(Protocol):
+    """The executor's subscription to the agent (the driver), which WAITs follow."""
+
+    async def until_subscribed(self) -> None: ...
 
 
 class AgentCallError(Exception):
@@ -65,10 +72,11 @@ class Session:
 class AgentClient:
     def __init__(
         self, host: str, port: int, headers: Mapping[str, str] | None = None,
-        unix_socket: str | None = None,
+        unix_socket: str | None = None, subscription: Subscription | None = None,
     ) -> None:  # fmt: skip
         self.endpoint = AgentEndpoint(host, port, dict(headers or {}), unix_socket)
         self._idle: list[HttpConnection] = []
+        self._subscription = subscription
 
     @asynccontextmanager
     async def _connection(self) -> AsyncIterator[HttpConnection]:
@@ -125,7 +133,7 @@ class AgentClient:
                 response = await connection.post(AGENT_API, body)
             except HttpError as exc:
                 log.warning("WAIT_CONTAINER %s interrupted (%s); retrying", container_id["value"], exc)
-                await asyncio.sleep(WAIT_RETRY_INTERVAL)
+                await self._resume()
                 continue
             finally:
                 await connection.close()
@@ -140,6 +148,15 @@ class AgentClient:
             raise AgentCallError(
                 "WAIT_CONTAINER", container_id, response.status, response.body.decode(errors="replace")
             )
+
+    async def _resume(self) -> None:
+        """After a lost WAIT: a moment, then, as Mesos's default executor (which waits
+        again on every container once re-subscribed), until the executor is subscribed:
+        a restarted agent's recovery at a thousand containers slowed under the WAITs
+        that each asked it again every second on their own while it started."""
+        await asyncio.sleep(WAIT_RETRY_INTERVAL)
+        if self._subscription is not None:
+            await self._subscription.until_subscribed()
 
     async def kill_container(self, container_id: Json, signal: int) -> None:
         body = _encode("KILL_CONTAINER", kill_container={"container_id": container_id, "signal": int(signal)})

@@ -76,7 +76,7 @@ class DefaultExecutor(Executor):
         if self._agent is None:
             # The agent API lives at the same endpoint, with the same token.
             self._agent = AgentClient(
-                driver.host, driver.port, driver.auth_headers, driver.unix_socket
+                driver.host, driver.port, driver.auth_headers, driver.unix_socket, subscription=driver
             )
         if self._sender is None:
             self._sender = self._tasks.spawn(self._send_updates(), "update sender")

@@ -300,10 +300,25 @@ class ExecutorDriver:
         self._unacknowledged_updates: dict[str, dict[str, Any]] = {}
         self._unacknowledged_tasks: dict[str, dict[str, Any]] = {}
         self._stopped = asyncio.Event()
-        self.connected = False
+        self._subscribed = asyncio.Event()  # set from SUBSCRIBED until the stream ends
         self.subscribed_event: dict[str, Any] = {}
 
     # --- what executors read ---------------------------------------------------------
+
+    @property
+    def connected(self) -> bool:
+        """Subscribed, on a stream that has not ended yet."""
+        return self._subscribed.is_set()
+
+    @connected.setter
+    def connected(self, value: bool) -> None:
+        if value:
+            self._subscribed.set()
+        else:
+            self._subscribed.clear()
+
+    async def until_subscribed(self) -> None:
+        await self._subscribed.wait()
 
     @property
     def container_id(self) -> dict[str, Any] | None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import AsyncIterator
 from typing import Any
@@ -116,3 +117,55 @@ async def test_unreachable_agent_is_a_connection_error(unused_port: int) -> None
     with pytest.raises(ConnectionError):
         await client.kill_container(CID, 9)
     await client.close()
+
+
+class HeldSubscription:
+    """A subscription that is lost until `resubscribe()`; says when a WAIT waits on it."""
+
+    def __init__(self) -> None:
+        self.waited = asyncio.Event()
+        self._subscribed = asyncio.Event()
+
+    async def until_subscribed(self) -> None:
+        self.waited.set()
+        await self._subscribed.wait()
+
+    def resubscribe(self) -> None:
+        self._subscribed.set()
+
+
+async def test_a_lost_wait_asks_again_only_once_subscribed_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    """As Mesos's default executor: a WAIT whose connection broke (the agent restarting)
+    is sent again after the executor re-subscribes, not on its own while the agent starts."""
+    monkeypatch.setattr(agent_client, "WAIT_RETRY_INTERVAL", 0.01)
+    requests: list[bytes] = []
+
+    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        head = await reader.readuntil(b"\r\n\r\n")
+        length = int(next(line for line in head.split(b"\r\n") if line.lower().startswith(b"content-length"))
+                      .split(b":")[1])  # fmt: skip
+        requests.append(await reader.readexactly(length))
+        if len(requests) > 1:
+            body = json.dumps({"type": "WAIT_CONTAINER", "wait_container": {"exit_status": 0}}).encode()
+            writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+                         b"Content-Length: %d\r\n\r\n%s" % (len(body), body))  # fmt: skip
+            await writer.drain()
+        writer.close()  # the first one: the agent went away mid-call
+
+    server = await asyncio.start_server(serve, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    subscription = HeldSubscription()
+    client = AgentClient("127.0.0.1", port, subscription=subscription)
+    try:
+        wait = asyncio.create_task(client.wait_container(CID))
+        waited = asyncio.create_task(subscription.waited.wait())
+        # Without waiting on the subscription the WAIT would be sent again and answered.
+        await asyncio.wait({wait, waited}, return_when=asyncio.FIRST_COMPLETED)
+        assert waited.done() and not wait.done() and len(requests) == 1
+        subscription.resubscribe()
+        assert await wait == {"exit_status": 0}
+        assert len(requests) == 2
+    finally:
+        await client.close()
+        server.close()
+        await server.wait_closed()

@@ -18,6 +18,12 @@ too) is there with the same pid, still the same process (its start time in
 of running tasks. The agent's own `slave/recovery_time_secs` is shown too.
 Polling is every `--poll` seconds; the figures are on `time.perf_counter`.
 
+Before/after a change: `--compare-python=<other checkout>/.venv/bin/python` runs
+the whole scenario (its own master, agent, executors and workload) once with
+each checkout's code per `--rounds`, alternating which goes first, and prints
+both checkouts' figures and their ratio: on a shared host only runs
+interleaved in time compare.
+
 Everything lives under one temporary directory with its own cgroups root and
 is removed at the end, also after an error, Ctrl-C or SIGTERM.
 
@@ -83,6 +89,7 @@ class Daemons:
     master_port: int
     agent_port: int
     isolation: str
+    python: str = sys.executable  # the checkout whose code the daemons (and so the executors) run
     master: subprocess.Popen[bytes] | None = None
     agent: subprocess.Popen[bytes] | None = None
 
@@ -100,7 +107,7 @@ class Daemons:
 
     def _spawn(self, kind: str, flags: list[str]) -> subprocess.Popen[bytes]:
         with open(self.root / f"{kind}.log", "ab") as log:
-            return subprocess.Popen([sys.executable, "-m", "mesilla", kind, *flags], stdin=subprocess.DEVNULL,
+            return subprocess.Popen([self.python, "-m", "mesilla", kind, *flags], stdin=subprocess.DEVNULL,
                                     stdout=log, stderr=subprocess.STDOUT, start_new_session=True)  # fmt: skip
 
     def start_master(self) -> None:
@@ -352,7 +359,16 @@ def report_log(path: Path) -> None:
         print(f"    {line[:200]}")
 
 
-async def run(args: argparse.Namespace, daemons: Daemons) -> None:
+@dataclass
+class Outcome:
+    """One run of the scenario: its restarts' figures and what they were measured on."""
+
+    results: list[Recovery]
+    containers: int
+    executors: int
+
+
+async def run(args: argparse.Namespace, daemons: Daemons) -> Outcome:
     await asyncio.to_thread(daemons.start_master)
     daemons.start_agent()
     await asyncio.to_thread(daemons.await_agent)
@@ -373,8 +389,8 @@ async def run(args: argparse.Namespace, daemons: Daemons) -> None:
             results.append(await restart_and_measure(daemons, framework, expected, executors, args.poll,
                                                      args.timeout))  # fmt: skip
             await asyncio.sleep(args.settle)
-        report(results, len(expected), executors)
         report_log(daemons.root / "agent.log")
+        return Outcome(results, len(expected), executors)
     finally:
         await framework.close()
         await asyncio.to_thread(await_no_containers, daemons)
@@ -395,6 +411,44 @@ def await_no_containers(daemons: Daemons, timeout: float = 60) -> None:
     print(f"  containers still there {timeout}s after TEARDOWN", file=sys.stderr)
 
 
+def one_run(args: argparse.Namespace, python: str) -> Outcome | None:
+    """The scenario with `python`'s checkout, under a temporary directory and cgroups root
+    of its own, removed at the end; None when it failed (the reason printed)."""
+    root = Path(tempfile.mkdtemp(prefix="mesilla-bench-recovery-"))
+    daemons = Daemons(root, f"mesilla-bench-{uuid.uuid4().hex[:8]}", free_port(), free_port(), args.isolation,
+                      python)  # fmt: skip
+    try:
+        return asyncio.run(run(args, daemons))
+    except (BenchmarkError, FrameworkError) as exc:
+        print(f"\nbenchmark failed: {exc}", file=sys.stderr)
+        return None
+    finally:
+        daemons.stop()
+        finish(root, [daemons.cgroups_root], [daemons.runtime_dir])
+
+
+MILESTONES = (
+    ("/health answering", lambda r: r.http_s),
+    ("every executor re-subscribed", lambda r: r.executors_s),
+    ("re-registered (master)", lambda r: r.master_s),
+    ("slave/recovery_time_secs", lambda r: r.agent_metric_s),
+)
+
+
+def compare(outcomes: dict[str, list[Recovery]]) -> None:
+    """p50 of each milestone per checkout, and this checkout's over the other's."""
+    (this, mine), (other, theirs) = outcomes.items()
+    print(f"\nThis checkout ({this}) against {other}, p50 over {len(mine)} and {len(theirs)} restarts:")
+    for label, value in MILESTONES:
+        a = [v for v in map(value, mine) if v is not None]
+        b = [v for v in map(value, theirs) if v is not None]
+        if not a or not b:
+            print(f"  {label:<32} never reached by one of them")
+            continue
+        pa, pb = Stats.of(a).p50, Stats.of(b).p50
+        print(f"  {label:<32} {pa:.3f} s vs {pb:.3f} s: ratio {pa / pb:.2f}")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--containers", type=int, default=100, help="long-running command tasks")
@@ -406,27 +460,32 @@ def main() -> int:
     parser.add_argument("--timeout", type=float, default=60, help="seconds a recovery may take before giving up")
     parser.add_argument("--settle", type=float, default=2, help="seconds between restarts")
     parser.add_argument("--isolation", default="filesystem/linux,posix/cpu,posix/mem")
+    parser.add_argument("--compare-python", help="another checkout's python, run interleaved with this one")
+    parser.add_argument("--rounds", type=int, default=1, help="runs of each checkout with --compare-python")
     args = parser.parse_args()
     if os.geteuid() != 0:
         print("recovery.py needs root (the linux launcher)", file=sys.stderr)
         return 2
     print(machine_report())
     interrupt_on_sigterm()
-    root = Path(tempfile.mkdtemp(prefix="mesilla-bench-recovery-"))
-    daemons = Daemons(root, f"mesilla-bench-{uuid.uuid4().hex[:8]}", free_port(), free_port(), args.isolation)
-    code = 0
+    pythons = [sys.executable] + ([args.compare_python] if args.compare_python else [])
+    outcomes: dict[str, list[Recovery]] = {python: [] for python in pythons}
     try:
-        asyncio.run(run(args, daemons))
+        for round_ in range(args.rounds if args.compare_python else 1):
+            for python in pythons[::-1] if round_ % 2 else pythons:
+                if args.compare_python:
+                    print(f"\nRound {round_ + 1}/{args.rounds}: {python}", flush=True)
+                outcome = one_run(args, python)
+                if outcome is None:
+                    return 1
+                report(outcome.results, outcome.containers, outcome.executors)
+                outcomes[python] += outcome.results
     except KeyboardInterrupt:
         print("\ninterrupted: cleaning up", file=sys.stderr)
-        code = 130
-    except (BenchmarkError, FrameworkError) as exc:
-        print(f"\nbenchmark failed: {exc}", file=sys.stderr)
-        code = 1
-    finally:
-        daemons.stop()
-        finish(root, [daemons.cgroups_root], [daemons.runtime_dir])
-    return code
+        return 130
+    if args.compare_python:
+        compare(outcomes)
+    return 0
 
 
 if __name__ == "__main__":

@@ -99,6 +99,7 @@ class _Container:
     destroyed: bool = False
     # Known only for containers forked here; a recovered one is treated as sharing.
     own_pid_namespace: bool = False
+    recovered: bool = False  # by a restarted agent: its monitor_pid is not yet confirmed
 
     @property
     def rid(self) -> str:
@@ -378,13 +379,16 @@ class LinuxLauncher(Launcher):
 
     async def _await_exit(self, container: _Container) -> None:
         try:
+            followed = False
             if container.monitor_pid is not None:
                 rid = container.rid
-                await monitor.wait_exit(
+                followed = await monitor.wait_exit(
                     container.monitor_pid, lambda pid: monitor.is_monitor(pid, rid)
                 )
-            else:
-                # The monitor died before the container: follow the init itself.
+            if not followed and (container.monitor_pid is None or container.recovered):
+                # The monitor died before the container (a recovered one's, while the
+                # agent was down, is no longer its monitor): follow the init itself.
+                container.monitor_pid = None
                 state = await self._runtime.state(container.rid)
                 if state is not None and state.get("status") in ("created", "running", "paused"):
                     await monitor.wait_exit(int(state["pid"]))
@@ -475,16 +479,14 @@ class LinuxLauncher(Launcher):
                 continue
             directory = self.directory(container_id)
             monitor_dir = os.path.join(directory, MONITOR_DIR)
+            # Whether the monitor is still this container's is checked once, by its watcher.
             container = _Container(
                 container_id,
                 directory,
                 pid=monitor.read_pid(monitor_dir, "init.pid"),
                 monitor_pid=monitor.read_pid(monitor_dir, "pid"),
+                recovered=True,
             )
-            if container.monitor_pid is not None and not monitor.is_monitor(
-                container.monitor_pid, container.rid
-            ):
-                container.monitor_pid = None
             self._containers[container_id] = container
             self._watch(container)
         return found - known

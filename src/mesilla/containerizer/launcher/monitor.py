@@ -216,18 +216,20 @@ def is_monitor(pid: int, runtime_id: str) -> bool:
     )
 
 
-async def wait_exit(pid: int, identity: Callable[[int], bool] | None = None) -> None:
+async def wait_exit(pid: int, identity: Callable[[int], bool] | None = None) -> bool:
     """Resolves when process `pid` is gone; not our child, so a pidfd, not waitpid.
+    True once it has been followed to its end; False when there was no such process.
 
     `identity` confirms, once the pidfd pins the process, that `pid` was not reused.
     """
     try:
         fd = os.pidfd_open(pid)
     except ProcessLookupError:
-        return
+        return False
     try:
         if identity is not None and not identity(pid):
-            return
+            return False
         await wait_readable(fd)
+        return True
     finally:
         os.close(fd)

@@ -160,6 +160,7 @@ def decode_update_records(path: str, records: list[bytes]) -> list[UpdateRecord]
 @dataclass
 class TaskCheckpoint:
     task_id: str
+    updates_path: str  # its `task.updates`, where its update stream goes on
     task: Task | None = None
     records: list[UpdateRecord] = field(default_factory=list)
 
@@ -293,20 +294,21 @@ class _Reader:
             state.libprocess_pid = self.guarded(_read_text, libprocess_path)
         state.http = os.path.exists(paths.http_marker_path(*args))
         state.completed = os.path.exists(paths.executor_sentinel_path(*args))
-        tasks_dir = os.path.join(paths.run_meta_dir(*args), "tasks")
+        run_meta = paths.run_meta_dir(*args)
+        tasks_dir = os.path.join(run_meta, "tasks")
         pending = paths.pending_task_group_path(*args)
         if os.path.exists(pending):
             self.guarded(_discard_pending_group, pending, tasks_dir)
         for task_id in listdir_ids(tasks_dir):
-            state.tasks[task_id] = self.task(*args[1:], task_id)
+            state.tasks[task_id] = self.task(paths.run_task_dir(run_meta, task_id), task_id)
         return state
 
-    def task(self, agent: str, fw: str, ex: str, cid: str, task_id: str) -> TaskCheckpoint:
-        state = TaskCheckpoint(task_id)
-        info_path = paths.task_info_path(self.work_dir, agent, fw, ex, cid, task_id)
+    def task(self, task_dir: str, task_id: str) -> TaskCheckpoint:
+        updates_path = os.path.join(task_dir, paths.TASK_UPDATES)
+        state = TaskCheckpoint(task_id, updates_path)
+        info_path = os.path.join(task_dir, paths.TASK_INFO)
         if os.path.exists(info_path):
             state.task = self.guarded(read_message, info_path, Task)
-        updates_path = paths.task_updates_path(self.work_dir, agent, fw, ex, cid, task_id)
         if os.path.exists(updates_path):
             records = self.guarded(
                 lambda p: decode_update_records(p, read_records(p)), updates_path

@@ -64,15 +64,9 @@ def _rebuild_executor(
             if record.type == "UPDATE" and record.update is not None:
                 task.state = record.update.status.state
                 task.statuses.append(record.update.status)
-        stream_path = paths.task_updates_path(
-            agent.flags.work_dir,
-            agent.info.id.value,
-            fw,
-            state.executor_id,
-            run.container_id,
-            task_state.task_id,
+        agent.status_updates.recover(
+            fw, task_state.task_id, task_state.records, task_state.updates_path
         )
-        agent.status_updates.recover(fw, task_state.task_id, task_state.records, stream_path)
         if not task.state.terminal:
             executor.launched_tasks[task_state.task_id] = task
         elif agent.status_updates.has_stream(fw, task_state.task_id):

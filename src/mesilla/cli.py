@@ -8,6 +8,7 @@ its own, handing each flag to the side(s) that know it, so that a crash or a
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 import os
 import signal
@@ -78,7 +79,20 @@ def _refuse_unsafe_to_ignore(flags: Flags) -> None:
 
 
 def _daemon_run(kind: str) -> Callable[[Flags], Awaitable[object]]:
-    """The daemon's `run` (imported only for the daemon chosen)."""
+    """The daemon's `run` (imported only for the daemon chosen), with the garbage collector
+    off meanwhile and what the imports made frozen after: importing a daemon makes objects
+    that live as long as it, so collecting them is work lost (a fifth of the agent's import,
+    which a restarted agent pays before it recovers), and so is every later full collection
+    walking them again."""
+    gc.disable()
+    try:
+        return _import_daemon(kind)
+    finally:
+        gc.freeze()
+        gc.enable()
+
+
+def _import_daemon(kind: str) -> Callable[[Flags], Awaitable[object]]:
     if kind == "master":
         from mesilla.master.main import run as master
         return master

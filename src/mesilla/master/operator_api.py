@@ -23,7 +23,7 @@ import msgspec
 from aiohttp import web
 
 from mesilla import MESOS_VERSION
-from mesilla.common import attached_files, secrets
+from mesilla.common import attached_files, documents, secrets
 from mesilla.common.authorization import require
 from mesilla.common.errors import BadRequest, NotFound
 from mesilla.common.http import (
@@ -289,7 +289,9 @@ class OperatorApi:
         if seen is not None:
             body = encoding.encode(secrets.redact(seen.encode(response)), m.Response)
             return web.Response(body=body, content_type=encoding.content_type)
-        return json_response(response, encoding=encoding)
+        if encoding.protobuf:
+            return json_response(response, encoding=encoding)
+        return await documents.answer(request, response)
 
     def _check(self, call: m.Call) -> None:
         try:

@@ -140,8 +140,14 @@ def _mutation(
 class Book:
     def __init__(self, db: Database) -> None:
         self.db = db
+        self.networks: dict[str, Doc] = {}
+        self.subnets: dict[str, Doc] = {}
+        self.ports: dict[str, Doc] = {}
+        self.trunks: dict[str, Doc] = {}
+        # By table name, as the database names them (the same dicts as above).
         self.tables: dict[str, dict[str, Doc]] = {
-            "networks": {}, "subnets": {}, "ports": {}, "trunks": {}, "trunk_tokens": {},
+            "networks": self.networks, "subnets": self.subnets, "ports": self.ports,
+            "trunks": self.trunks, "trunk_tokens": {},
         }
         self._addresses: dict[str, SubnetAddresses] = {}
         self._segments: dict[str, TrunkSegments] = {}
@@ -174,22 +180,6 @@ class Book:
     async def close(self) -> None:
         async with self._lock:
             await self.db.close()
-
-    @property
-    def networks(self) -> dict[str, Doc]:
-        return self.tables["networks"]
-
-    @property
-    def subnets(self) -> dict[str, Doc]:
-        return self.tables["subnets"]
-
-    @property
-    def ports(self) -> dict[str, Doc]:
-        return self.tables["ports"]
-
-    @property
-    def trunks(self) -> dict[str, Doc]:
-        return self.tables["trunks"]
 
     # --- indexes ---------------------------------------------------------------------
 

@@ -91,7 +91,7 @@ async def setup_cost(root: Path, config_dir: Path, runs: int) -> dict[str, Stats
         started = time.perf_counter()
         netns.create(path)
         bind.append((time.perf_counter() - started) * 1000)
-        netns.remove(path)
+        netns.remove(str(root), path)
         print(f"  set-up {i}/{runs}", end="\r", flush=True)
     print()
     return {"prepare": Stats.of(prepare), "cleanup": Stats.of(cleanup), "bind": Stats.of(bind)}

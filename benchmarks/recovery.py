@@ -35,7 +35,6 @@ import os
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 import urllib.error
 import urllib.request
@@ -50,9 +49,8 @@ from _cleanup import finish
 from _framework import Framework, FrameworkError, Json, scalar
 from _machine import (
     Stats,
-    interrupt_on_sigterm,
-    machine_report,
     process_start_seconds,
+    start,
     verdict,
 )
 
@@ -407,12 +405,7 @@ def main() -> int:
     parser.add_argument("--settle", type=float, default=2, help="seconds between restarts")
     parser.add_argument("--isolation", default="filesystem/linux,posix/cpu,posix/mem")
     args = parser.parse_args()
-    if os.geteuid() != 0:
-        print("recovery.py needs root (the linux launcher)", file=sys.stderr)
-        return 2
-    print(machine_report())
-    interrupt_on_sigterm()
-    root = Path(tempfile.mkdtemp(prefix="mesilla-bench-recovery-"))
+    root = start("recovery.py", "root (the linux launcher)", "recovery")
     daemons = Daemons(root, f"mesilla-bench-{uuid.uuid4().hex[:8]}", free_port(), free_port(), args.isolation)
     code = 0
     try:

@@ -287,11 +287,12 @@ async def framework_json(framework: Framework) -> dict[str, object]:
     out["unreachable_tasks"] = await rendered(framework.unreachable_tasks.values(), task_json)
     out["completed_tasks"] = await rendered(framework.completed_tasks, task_json)
     out["offers"] = await rendered(framework.offers.values(), offer_json)
-    out["executors"] = [
-        executor_json(executor, framework.id, agent_id)
-        for agent_id, executors in framework.executors.items()
-        for executor in executors.values()
-    ]
+    placed = (
+        (agent_id, executor)
+        for agent_id, by_id in framework.executors.items()
+        for executor in by_id.values()
+    )
+    out["executors"] = await rendered(placed, lambda at: executor_json(at[1], framework.id, at[0]))
     if info.labels is not None:
         out["labels"] = labels_json(info.labels)
     out["offer_constraints"] = {}

@@ -145,14 +145,17 @@ async def get_frameworks(master: Master) -> m.GetFrameworks:
     )
 
 
-def get_executors(master: Master) -> m.GetExecutors:
+async def get_executors(master: Master) -> m.GetExecutors:
+    placed = (
+        (agent_id, executor)
+        for framework in master.frameworks.values()
+        for agent_id, executors in framework.executors.items()
+        for executor in executors.values()
+    )
     return m.GetExecutors(
-        executors=[
-            m.ExecutorResponse(executor_info=executor, agent_id=AgentID(value=agent_id))
-            for framework in master.frameworks.values()
-            for agent_id, executors in framework.executors.items()
-            for executor in executors.values()
-        ]
+        executors=await rendered(  # type: ignore[arg-type]
+            placed, lambda at: m.ExecutorResponse(executor_info=at[1], agent_id=AgentID(value=at[0]))
+        )
     )
 
 
@@ -178,7 +181,7 @@ def _itself(task: Task) -> Task:
 async def get_state(master: Master) -> m.GetState:
     return m.GetState(
         get_tasks=await get_tasks(master),
-        get_executors=get_executors(master),
+        get_executors=await get_executors(master),
         get_frameworks=await get_frameworks(master),
         get_agents=await get_agents(master),
     )

@@ -226,7 +226,7 @@ def agent_info_json(info: AgentInfo) -> dict[str, object]:
 
 def agent_json(agent: Agent) -> dict[str, object]:
     total = agent.total_resources
-    used = Resources.sum(agent.used_resources().values())
+    used = agent.total_used_resources()
     out = agent_info_json(agent.info)
     out["pid"] = agent.pid
     out["registered_time"] = agent.registered_time
@@ -249,7 +249,7 @@ def agent_json(agent: Agent) -> dict[str, object]:
 def _framework_fields(framework: Framework) -> dict[str, object]:
     """A framework's own fields in `/state`, without its tasks, offers and executors."""
     info = framework.info
-    used = Resources.sum(framework.used_resources().values())
+    used = framework.total_used_resources()
     offered = framework.offered_resources()
     out: dict[str, object] = {
         "id": framework.id,

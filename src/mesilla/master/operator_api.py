@@ -104,7 +104,7 @@ def agent_response(agent: Agent) -> m.AgentResponse:
         reregistered_time=time_info(agent.reregistered_time),
         # As registered; rebuilding them through `Resources` costs GET_STATE seconds at 10,000 agents.
         total_resources=list(agent.info.resources),
-        allocated_resources=Resources.sum(agent.used_resources().values()).to_list()
+        allocated_resources=agent.total_used_resources().to_list()
         if agent.tasks or agent.executors
         else [],
         offered_resources=_offered(agent.offers, agent.offered_resources),
@@ -122,7 +122,7 @@ def framework_response(framework: Framework) -> m.FrameworkResponse:
         reregistered_time=time_info(framework.reregistered_time),
         unregistered_time=time_info(framework.unregistered_time),
         offers=list(framework.offers.values()),
-        allocated_resources=Resources.sum(framework.used_resources().values()).to_list(),
+        allocated_resources=framework.total_used_resources().to_list(),
         offered_resources=_offered(framework.offers, framework.offered_resources),
     )
 

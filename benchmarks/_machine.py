@@ -13,8 +13,10 @@ import signal
 import statistics
 import subprocess
 import sys
+import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from types import FrameType
 
 
@@ -154,28 +156,26 @@ def verdict(value: float, target: float, lower_is_better: bool = True) -> str:
     return "meets target" if met else "misses target"
 
 
-def status_kb(pid: int, field: str = "VmRSS") -> int | None:
-    """A `kB` field of /proc/<pid>/status (VmRSS, VmHWM, ...); None once gone."""
+def _kb_field(path: str, name: str) -> int | None:
+    """The `kB` value on the `name:` line of a /proc file; None once its process is gone."""
     try:
-        with open(f"/proc/{pid}/status") as f:
+        with open(path) as f:
             for line in f:
-                if line.startswith(field + ":"):
+                if line.startswith(name + ":"):
                     return int(line.split()[1])
     except (OSError, ValueError):
         return None
     return None
+
+
+def status_kb(pid: int, field: str = "VmRSS") -> int | None:
+    """A `kB` field of /proc/<pid>/status (VmRSS, VmHWM, ...); None once gone."""
+    return _kb_field(f"/proc/{pid}/status", field)
 
 
 def pss_kb(pid: int) -> int | None:
     """Proportional set size: shared pages split between their users."""
-    try:
-        with open(f"/proc/{pid}/smaps_rollup") as f:
-            for line in f:
-                if line.startswith("Pss:"):
-                    return int(line.split()[1])
-    except (OSError, ValueError):
-        return None
-    return None
+    return _kb_field(f"/proc/{pid}/smaps_rollup", "Pss")
 
 
 def process_start_seconds(pid: int) -> float | None:
@@ -207,3 +207,17 @@ def interrupt_on_sigterm() -> None:
         raise KeyboardInterrupt(f"signal {signum}")
 
     signal.signal(signal.SIGTERM, handler)
+
+
+def start(script: str, needs: str, directory: str, *, ready: bool = True) -> Path:
+    """The opening of a benchmark that runs as root: the machine's details, SIGTERM made
+    Ctrl-C, and a fresh temporary directory `mesilla-bench-<directory>-*` to run in.
+
+    Exits 2, once it has said what `script` `needs`, when not root or not `ready`.
+    """
+    if os.geteuid() != 0 or not ready:
+        print(f"{script} needs {needs}", file=sys.stderr)
+        sys.exit(2)
+    print(machine_report())
+    interrupt_on_sigterm()
+    return Path(tempfile.mkdtemp(prefix=f"mesilla-bench-{directory}-"))

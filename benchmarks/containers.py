@@ -40,7 +40,6 @@ import shutil
 import subprocess
 import sys
 import tarfile
-import tempfile
 import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
@@ -53,11 +52,10 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _cleanup import sweep
 from _machine import (
     Stats,
-    interrupt_on_sigterm,
     load_average,
-    machine_report,
     pss_kb,
     ratio,
+    start,
     status_kb,
     verdict,
 )
@@ -467,14 +465,9 @@ def main() -> int:
                         help="Mesilla isolators (Mesos names)")  # fmt: skip
     parser.add_argument("--backend", default="overlay", help="image provisioner backend")
     args = parser.parse_args()
-    if os.geteuid() != 0:
-        print("containers.py needs root (runc, cgroups, mounts)", file=sys.stderr)
-        return 2
-    print(machine_report())
-    interrupt_on_sigterm()
+    root = start("containers.py", "root (runc, cgroups, mounts)", "containers")
     tag = uuid.uuid4().hex[:8]
-    ws = Workspace(Path(tempfile.mkdtemp(prefix="mesilla-bench-containers-")),
-                   f"mesilla-bench-{tag}", f"mesilla-bench-raw-{tag}")  # fmt: skip
+    ws = Workspace(root, f"mesilla-bench-{tag}", f"mesilla-bench-raw-{tag}")
     try:
         asyncio.run(run(args, ws))
     except KeyboardInterrupt:

@@ -222,9 +222,17 @@ class EventStreamClient(asyncio.Protocol):
 
     @classmethod
     async def open(
-        cls, host: str, port: int, path: str, body: Json, on_event: Callable[[EventStreamClient, Json], None]
+        cls,
+        host: str,
+        port: int,
+        path: str,
+        body: Json,
+        on_event: Callable[[EventStreamClient, Json], None],
+        source: str | None = None,
     ) -> EventStreamClient:
-        _, protocol = await asyncio.get_running_loop().create_connection(lambda: cls(on_event), host, port)
+        _, protocol = await asyncio.get_running_loop().create_connection(
+            lambda: cls(on_event), host, port, local_addr=(source, 0) if source else None
+        )
         assert protocol.transport is not None
         protocol.transport.write(_request(host, port, path, body))
         return protocol
@@ -376,6 +384,21 @@ class Caller:
                 connection.transport.close()
 
 
+# One source address of the loopback per this many agents: a (source, master) pair has
+# only the ~28,000 ports of ip_local_port_range, and 50,000 agents each hold a stream.
+AGENTS_PER_SOURCE = 20_000
+
+
+def _source_address(index: int) -> str | None:
+    """Agent `index`'s source on the loopback (127.0.0.1 for the first ones, as before)."""
+    group = index // AGENTS_PER_SOURCE
+    return f"127.0.0.{group + 1}" if group else None
+
+
+def _nr_open() -> int:
+    return int(Path("/proc/sys/fs/nr_open").read_text())
+
+
 def _uuid() -> str:
     return base64.b64encode(uuid.uuid4().bytes).decode()
 
@@ -437,7 +460,9 @@ class SimulatedAgents:
         await gate.acquire()
         call = {"type": "REGISTER", "register": {"agent_info": info}}
         try:
-            stream = await EventStreamClient.open(self.host, self.port, self.PATH, call, on_event)
+            stream = await EventStreamClient.open(
+                self.host, self.port, self.PATH, call, on_event, source=_source_address(index)
+            )
             status, headers = await stream.opened
         except ConnectionError as exc:
             gate.release()
@@ -776,10 +801,18 @@ def main() -> int:
     args = parser.parse_args()
     counts = [int(x) for x in args.agents.split(",") if x.strip()]
 
-    # Every simulated agent holds a connection, on both sides.
+    # Every simulated agent holds a connection, on both sides (the master inherits the limit);
+    # root may raise the hard limit too, up to the kernel's nr_open.
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    wanted = min(hard, max(soft, 2 * max(counts) + 1024))
-    resource.setrlimit(resource.RLIMIT_NOFILE, (wanted, hard))
+    wanted = max(soft, 2 * max(counts) + 1024)
+    if wanted > hard:
+        with contextlib.suppress(ValueError, PermissionError):  # without CAP_SYS_RESOURCE
+            resource.setrlimit(resource.RLIMIT_NOFILE, (soft, min(wanted, _nr_open())))
+        hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+    resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, wanted), hard))
+    if max(counts) + 1024 > hard:
+        print(f"  (open files are limited to {hard} here and cannot be raised: "
+              f"at most about {hard - 1024} agents can hold a stream)")
 
     print("Mesilla master scale benchmark")
     print(machine_report())

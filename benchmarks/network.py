@@ -25,7 +25,6 @@ import asyncio
 import json
 import os
 import sys
-import tempfile
 import time
 import uuid
 from pathlib import Path
@@ -35,7 +34,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from _cleanup import run_then_finish
 from _framework import TERMINAL, Framework, FrameworkError, scalar
-from _machine import Stats, interrupt_on_sigterm, machine_report
+from _machine import Stats, start
 
 from mesilla.containerizer.isolators.network import netns
 from mesilla.containerizer.isolators.network.cni import NetworkCniIsolator
@@ -92,7 +91,7 @@ async def setup_cost(root: Path, config_dir: Path, runs: int) -> dict[str, Stats
         started = time.perf_counter()
         netns.create(path)
         bind.append((time.perf_counter() - started) * 1000)
-        netns.remove(path)
+        netns.remove(str(root), path)
         print(f"  set-up {i}/{runs}", end="\r", flush=True)
     print()
     return {"prepare": Stats.of(prepare), "cleanup": Stats.of(cleanup), "bind": Stats.of(bind)}
@@ -170,12 +169,9 @@ def main() -> int:
     parser.add_argument("--setups", type=int, default=200, help="isolator set-ups measured")
     parser.add_argument("--pods", type=int, default=10, help="pods launched each way")
     args = parser.parse_args()
-    if os.geteuid() != 0 or not os.path.exists(f"{PLUGINS}/bridge"):
-        print("network.py needs root and containernetworking-plugins", file=sys.stderr)
-        return 2
-    print(machine_report())
-    interrupt_on_sigterm()
-    root = Path(tempfile.mkdtemp(prefix="mesilla-bench-net-"))
+    root = start(
+        "network.py", "root and containernetworking-plugins", "net", ready=os.path.exists(f"{PLUGINS}/bridge")
+    )
     cgroups_root = f"mesilla-bench-{uuid.uuid4().hex[:8]}"
 
     def body() -> None:

@@ -24,7 +24,6 @@ import argparse
 import asyncio
 import os
 import sys
-import tempfile
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -33,7 +32,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from _cleanup import monitor_pids, run_then_finish
 from _framework import Framework
-from _machine import Stats, interrupt_on_sigterm, machine_report, verdict
+from _machine import Stats, start, verdict
 from pods import MesillaPods, RunningPod
 
 from mesilla.testing.cluster import LocalCluster
@@ -160,12 +159,7 @@ def main() -> int:
     parser.add_argument("--settle", type=float, default=2.0, help="seconds between the last launch and reading")
     parser.add_argument("--isolation", default="filesystem/linux,docker/runtime,posix/cpu,posix/mem")
     args = parser.parse_args()
-    if os.geteuid() != 0:
-        print("pod_density.py needs root (the linux launcher)", file=sys.stderr)
-        return 2
-    print(machine_report())
-    interrupt_on_sigterm()
-    root = Path(tempfile.mkdtemp(prefix="mesilla-bench-density-"))
+    root = start("pod_density.py", "root (the linux launcher)", "density")
     cgroups_root = f"mesilla-bench-{uuid.uuid4().hex[:8]}"
     return run_then_finish(
         lambda: asyncio.run(run(args, root, cgroups_root)),

@@ -56,9 +56,8 @@ from _cleanup import finish
 from _framework import Framework, FrameworkError, Json, scalar
 from _machine import (
     Stats,
-    interrupt_on_sigterm,
-    machine_report,
     process_start_seconds,
+    start,
     verdict,
 )
 
@@ -411,10 +410,10 @@ def await_no_containers(daemons: Daemons, timeout: float = 60) -> None:
     print(f"  containers still there {timeout}s after TEARDOWN", file=sys.stderr)
 
 
-def one_run(args: argparse.Namespace, python: str) -> Outcome | None:
-    """The scenario with `python`'s checkout, under a temporary directory and cgroups root
+def one_run(args: argparse.Namespace, python: str, base: Path) -> Outcome | None:
+    """The scenario with `python`'s checkout, under a directory of `base` and a cgroups root
     of its own, removed at the end; None when it failed (the reason printed)."""
-    root = Path(tempfile.mkdtemp(prefix="mesilla-bench-recovery-"))
+    root = Path(tempfile.mkdtemp(dir=base))
     daemons = Daemons(root, f"mesilla-bench-{uuid.uuid4().hex[:8]}", free_port(), free_port(), args.isolation,
                       python)  # fmt: skip
     try:
@@ -463,11 +462,7 @@ def main() -> int:
     parser.add_argument("--compare-python", help="another checkout's python, run interleaved with this one")
     parser.add_argument("--rounds", type=int, default=1, help="runs of each checkout with --compare-python")
     args = parser.parse_args()
-    if os.geteuid() != 0:
-        print("recovery.py needs root (the linux launcher)", file=sys.stderr)
-        return 2
-    print(machine_report())
-    interrupt_on_sigterm()
+    base = start("recovery.py", "root (the linux launcher)", "recovery")
     pythons = [sys.executable] + ([args.compare_python] if args.compare_python else [])
     outcomes: dict[str, list[Recovery]] = {python: [] for python in pythons}
     try:
@@ -475,7 +470,7 @@ def main() -> int:
             for python in pythons[::-1] if round_ % 2 else pythons:
                 if args.compare_python:
                     print(f"\nRound {round_ + 1}/{args.rounds}: {python}", flush=True)
-                outcome = one_run(args, python)
+                outcome = one_run(args, python, base)
                 if outcome is None:
                     return 1
                 report(outcome.results, outcome.containers, outcome.executors)
@@ -483,6 +478,8 @@ def main() -> int:
     except KeyboardInterrupt:
         print("\ninterrupted: cleaning up", file=sys.stderr)
         return 130
+    finally:
+        os.rmdir(base)  # each run removed its own directory
     if args.compare_python:
         compare(outcomes)
     return 0

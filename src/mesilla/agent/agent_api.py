@@ -222,12 +222,36 @@ class AgentApi:
     def __init__(self, agent: Agent, files: attached_files.Files) -> None:
         self.agent = agent
         self.files = files
-        self._handlers: dict[api.CallType, CallHandler] = {}
         self._streaming: StreamingHandler | None = None
-        self._install_daemon_calls()
-        self._install_state_calls()
-        self._install_file_calls()
-        self._install_other_calls()
+        t = api.CallType
+        # The container calls are added by `container_api` through `register`.
+        self._handlers: dict[api.CallType, CallHandler] = {
+            # The daemon's own facts.
+            t.GET_HEALTH: self._health,
+            t.GET_VERSION: self._version,
+            t.GET_FLAGS: self._flags,
+            t.GET_METRICS: self._metrics,
+            t.GET_LOGGING_LEVEL: self._logging_level,
+            t.SET_LOGGING_LEVEL: self._set_logging_level,
+            # The agent's state.
+            t.GET_STATE: self._state,
+            t.GET_FRAMEWORKS: self._frameworks,
+            t.GET_EXECUTORS: self._executors,
+            t.GET_TASKS: self._tasks,
+            t.GET_AGENT: self._agent_info,
+            t.GET_CONTAINERS: self._containers,
+            # The attached files (sandboxes, the agent's log), as /files serves them.
+            t.LIST_FILES: self._list_files,
+            t.READ_FILE: self._read_file,
+            # Images and resource providers.
+            t.PRUNE_IMAGES: self._prune_images,
+            t.GET_OPERATIONS: self._operations,
+            t.GET_RESOURCE_PROVIDERS: self._resource_providers,
+            t.ADD_RESOURCE_PROVIDER_CONFIG: self._no_resource_providers,
+            t.UPDATE_RESOURCE_PROVIDER_CONFIG: self._no_resource_providers,
+            t.REMOVE_RESOURCE_PROVIDER_CONFIG: self._no_resource_providers,
+            t.MARK_RESOURCE_PROVIDER_GONE: self._no_resource_providers,
+        }
 
     def register(self, call_type: api.CallType, handler: CallHandler) -> None:
         self._handlers[call_type] = handler
@@ -240,163 +264,115 @@ class AgentApi:
         response = api.Response(type=api.CallType(name.upper()), **fields)  # type: ignore[arg-type]
         return json_response(response, encoding=encoding)
 
-    def _install_daemon_calls(self) -> None:
-        """The calls that read the daemon's own facts: health, version, flags, metrics."""
+    # --- the daemon's own facts ---------------------------------------------------------
+
+    async def _health(self, call: api.Call, request: web.Request) -> web.StreamResponse:
+        return self.respond(request, get_health=api.GetHealth(healthy=True))
+
+    async def _version(self, call: api.Call, request: web.Request) -> web.StreamResponse:
+        return self.respond(
+            request,
+            get_version=api.GetVersion(version_info=VersionInfo(version=MESOS_VERSION))
+        )
+
+    async def _flags(self, call: api.Call, request: web.Request) -> web.StreamResponse:
+        values = self.agent.flags.parsed.as_strings()
+        return self.respond(
+            request,
+            get_flags=api.GetFlags(flags=[Flag(name=k, value=v) for k, v in values.items()])
+        )
+
+    async def _metrics(self, call: api.Call, request: web.Request) -> web.StreamResponse:
+        values = metrics(self.agent)
+        return self.respond(
+            request,
+            get_metrics=api.GetMetrics(
+                metrics=[Metric(name=k, value=v) for k, v in sorted(values.items())]
+            )
+        )
+
+    async def _logging_level(self, call: api.Call, request: web.Request) -> web.StreamResponse:
+        return self.respond(request, get_logging_level=GetLoggingLevel(level=VERBOSITY.level()))
+
+    async def _set_logging_level(self, call: api.Call, request: web.Request) -> web.StreamResponse:
+        if call.set_logging_level is None:
+            raise BadRequest("Expecting 'set_logging_level' to be present")
+        set_logging_level(call.set_logging_level)
+        return web.Response(status=200)
+
+    # --- the agent's state --------------------------------------------------------------
+
+    async def _state(self, call: api.Call, request: web.Request) -> web.StreamResponse:
         agent = self.agent
-        t = api.CallType
-
-        async def health(call: api.Call, request: web.Request) -> web.StreamResponse:
-            return self.respond(request, get_health=api.GetHealth(healthy=True))
-
-        async def version(call: api.Call, request: web.Request) -> web.StreamResponse:
-            return self.respond(
-                request,
-                get_version=api.GetVersion(version_info=VersionInfo(version=MESOS_VERSION))
+        return self.respond(
+            request,
+            get_state=api.GetState(
+                get_tasks=get_tasks(agent),
+                get_executors=get_executors(agent),
+                get_frameworks=get_frameworks(agent),
             )
+        )
 
-        async def flags(call: api.Call, request: web.Request) -> web.StreamResponse:
-            values = agent.flags.parsed.as_strings()
-            return self.respond(
-                request,
-                get_flags=api.GetFlags(flags=[Flag(name=k, value=v) for k, v in values.items()])
+    async def _frameworks(self, call: api.Call, request: web.Request) -> web.StreamResponse:
+        return self.respond(request, get_frameworks=get_frameworks(self.agent))
+
+    async def _executors(self, call: api.Call, request: web.Request) -> web.StreamResponse:
+        return self.respond(request, get_executors=get_executors(self.agent))
+
+    async def _tasks(self, call: api.Call, request: web.Request) -> web.StreamResponse:
+        return self.respond(request, get_tasks=get_tasks(self.agent))
+
+    async def _agent_info(self, call: api.Call, request: web.Request) -> web.StreamResponse:
+        return self.respond(request, get_agent=api.GetAgent(agent_info=self.agent.info))
+
+    async def _containers(self, call: api.Call, request: web.Request) -> web.StreamResponse:
+        return self.respond(
+            request,
+            get_containers=await get_containers(
+                self.agent, call.get_containers or api.GetContainersCall()
             )
+        )
 
-        async def get_metrics(call: api.Call, request: web.Request) -> web.StreamResponse:
-            values = metrics(agent)
-            return self.respond(
-                request,
-                get_metrics=api.GetMetrics(
-                    metrics=[Metric(name=k, value=v) for k, v in sorted(values.items())]
-                )
-            )
+    # --- files --------------------------------------------------------------------------
 
-        async def logging_level(call: api.Call, request: web.Request) -> web.StreamResponse:
-            return self.respond(
-                request, get_logging_level=GetLoggingLevel(level=VERBOSITY.level())
-            )
+    async def _list_files(self, call: api.Call, request: web.Request) -> web.StreamResponse:
+        if call.list_files is None:
+            raise BadRequest("Expecting 'list_files' to be present")
+        listing = attached_files.list_files(self.files, request, call.list_files.path)
+        return self.respond(request, list_files=listing)
 
-        for call_type, handler in {
-            t.GET_HEALTH: health,
-            t.GET_VERSION: version,
-            t.GET_FLAGS: flags,
-            t.GET_METRICS: get_metrics,
-            t.GET_LOGGING_LEVEL: logging_level,
-        }.items():
-            self.register(call_type, handler)
+    async def _read_file(self, call: api.Call, request: web.Request) -> web.StreamResponse:
+        if call.read_file is None:
+            raise BadRequest("Expecting 'read_file' to be present")
+        return self.respond(
+            request, read_file=attached_files.read_file(self.files, request, call.read_file)
+        )
 
-    def _install_state_calls(self) -> None:
-        """The calls that read the agent's state."""
-        agent = self.agent
-        t = api.CallType
+    # --- images and resource providers --------------------------------------------------
 
-        async def state(call: api.Call, request: web.Request) -> web.StreamResponse:
-            return self.respond(
-                request,
-                get_state=api.GetState(
-                    get_tasks=get_tasks(agent),
-                    get_executors=get_executors(agent),
-                    get_frameworks=get_frameworks(agent),
-                )
-            )
+    async def _prune_images(self, call: api.Call, request: web.Request) -> web.StreamResponse:
+        excluded = (call.prune_images or {}).get("excluded_images") or []
+        try:
+            images = codec.convert(excluded, list[Image])
+        except BadRequest as exc:
+            raise BadRequest(f"Invalid 'prune_images.excluded_images': {exc.reason}") from None
+        await self.agent.containerizer.prune_images(images)
+        return web.Response(status=200)
 
-        async def frameworks(call: api.Call, request: web.Request) -> web.StreamResponse:
-            return self.respond(request, get_frameworks=get_frameworks(agent))
+    async def _operations(self, call: api.Call, request: web.Request) -> web.StreamResponse:
+        # Operations come with resource providers, which this agent does not have.
+        return self.respond(request, get_operations=GetOperations())
 
-        async def executors(call: api.Call, request: web.Request) -> web.StreamResponse:
-            return self.respond(request, get_executors=get_executors(agent))
+    async def _resource_providers(self, call: api.Call, request: web.Request) -> web.StreamResponse:
+        return self.respond(request, get_resource_providers=api.GetResourceProviders())
 
-        async def tasks(call: api.Call, request: web.Request) -> web.StreamResponse:
-            return self.respond(request, get_tasks=get_tasks(agent))
-
-        async def agent_info(call: api.Call, request: web.Request) -> web.StreamResponse:
-            return self.respond(request, get_agent=api.GetAgent(agent_info=agent.info))
-
-        async def containers(call: api.Call, request: web.Request) -> web.StreamResponse:
-            return self.respond(
-                request,
-                get_containers=await get_containers(
-                    agent, call.get_containers or api.GetContainersCall()
-                )
-            )
-
-        for call_type, handler in {
-            t.GET_STATE: state,
-            t.GET_FRAMEWORKS: frameworks,
-            t.GET_EXECUTORS: executors,
-            t.GET_TASKS: tasks,
-            t.GET_AGENT: agent_info,
-            t.GET_CONTAINERS: containers,
-        }.items():
-            self.register(call_type, handler)
-
-    def _install_file_calls(self) -> None:
-        """The attached files (sandboxes, the agent's log), as /files serves them."""
-        t = api.CallType
-
-        async def list_files(call: api.Call, request: web.Request) -> web.StreamResponse:
-            if call.list_files is None:
-                raise BadRequest("Expecting 'list_files' to be present")
-            listing = attached_files.list_files(self.files, request, call.list_files.path)
-            return self.respond(request, list_files=listing)
-
-        async def read_file(call: api.Call, request: web.Request) -> web.StreamResponse:
-            if call.read_file is None:
-                raise BadRequest("Expecting 'read_file' to be present")
-            return self.respond(
-                request, read_file=attached_files.read_file(self.files, request, call.read_file)
-            )
-
-        self.register(t.LIST_FILES, list_files)
-        self.register(t.READ_FILE, read_file)
-
-    def _install_other_calls(self) -> None:
-        """Logging, images and resource providers."""
-        agent = self.agent
-        t = api.CallType
-
-        async def operations(call: api.Call, request: web.Request) -> web.StreamResponse:
-            # Operations come with resource providers, which this agent does not have.
-            return self.respond(request, get_operations=GetOperations())
-
-        async def resource_providers(call: api.Call, request: web.Request) -> web.StreamResponse:
-            return self.respond(request, get_resource_providers=api.GetResourceProviders())
-
-        async def no_resource_providers(call: api.Call, request: web.Request) -> web.StreamResponse:
-            raise BadRequest(
-                f"{call.type.value}: this agent has no resource providers "
-                "(there is no --resource_provider_config_dir)"
-            )
-
-        async def set_level(call: api.Call, request: web.Request) -> web.StreamResponse:
-            if call.set_logging_level is None:
-                raise BadRequest("Expecting 'set_logging_level' to be present")
-            set_logging_level(call.set_logging_level)
-            return web.Response(status=200)
-
-        async def prune_images(call: api.Call, request: web.Request) -> web.StreamResponse:
-            excluded = (call.prune_images or {}).get("excluded_images") or []
-            try:
-                images = codec.convert(excluded, list[Image])
-            except BadRequest as exc:
-                raise BadRequest(f"Invalid 'prune_images.excluded_images': {exc.reason}") from None
-            await agent.containerizer.prune_images(images)
-            return web.Response(status=200)
-
-        for call_type in (
-            t.ADD_RESOURCE_PROVIDER_CONFIG,
-            t.UPDATE_RESOURCE_PROVIDER_CONFIG,
-            t.REMOVE_RESOURCE_PROVIDER_CONFIG,
-            t.MARK_RESOURCE_PROVIDER_GONE,
-        ):
-            self.register(call_type, no_resource_providers)
-
-        for call_type, handler in {
-            t.GET_OPERATIONS: operations,
-            t.GET_RESOURCE_PROVIDERS: resource_providers,
-            t.SET_LOGGING_LEVEL: set_level,
-            t.PRUNE_IMAGES: prune_images,
-        }.items():
-            self.register(call_type, handler)
+    async def _no_resource_providers(
+        self, call: api.Call, request: web.Request
+    ) -> web.StreamResponse:
+        raise BadRequest(
+            f"{call.type.value}: this agent has no resource providers "
+            "(there is no --resource_provider_config_dir)"
+        )
 
     def register_streaming(self, handler: StreamingHandler) -> None:
         """The handler of requests whose body is a RecordIO stream of Calls."""

@@ -40,7 +40,8 @@ original exception stays the cause.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
     # Only named here: the executors import this module (TaskOwner's Closed), and the
@@ -85,43 +86,68 @@ class HttpError(MesillaError):
 
 
 class BadRequest(HttpError):
-    status = 400
+    """Malformed or invalid input; the message names the field."""
 
 
 class Unauthorized(HttpError):
-    status = 401
+    """No credentials, or credentials that do not authenticate."""
 
 
 class Forbidden(HttpError):
-    status = 403
+    """Authenticated, but not allowed: e.g. a wrong Mesos-Stream-Id."""
 
 
 class NotFound(HttpError):
-    status = 404
+    """No such container, file, framework, ..."""
 
 
 class NotAcceptable(HttpError):
-    status = 406
+    """The client accepts none of the media types this endpoint answers in."""
 
 
 class Conflict(HttpError):
-    status = 409
+    """The request contradicts the state: e.g. a second input attached to one container."""
 
 
 class PayloadTooLarge(HttpError):
-    status = 413
+    """The body is larger than the endpoint reads."""
 
 
 class UnsupportedMediaType(HttpError):
-    status = 415
+    """The body's Content-Type is not one the endpoint parses."""
 
 
 class TemporaryRedirect(HttpError):
-    status = 307
+    """Not the leading master."""
 
 
 class ServiceUnavailable(HttpError):
-    status = 503
+    """No leader yet, or still recovering."""
+
+
+class _WithStatus(Protocol):
+    status: int
+
+
+def assign_statuses(statuses: Mapping[type[_WithStatus], int]) -> None:
+    """Gives each error class its HTTP status from one table (its subclasses inherit it)."""
+    for error, status in statuses.items():
+        error.status = status
+
+
+# The HTTP status of each class above: one table, read as the tree in this module's docstring.
+assign_statuses({
+    BadRequest: 400,
+    Unauthorized: 401,
+    Forbidden: 403,
+    NotFound: 404,
+    NotAcceptable: 406,
+    Conflict: 409,
+    PayloadTooLarge: 413,
+    UnsupportedMediaType: 415,
+    TemporaryRedirect: 307,
+    ServiceUnavailable: 503,
+})
 
 
 # --- lifecycle ----------------------------------------------------------------

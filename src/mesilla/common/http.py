@@ -21,7 +21,6 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-import msgspec
 from aiohttp import web
 
 from mesilla.common import negotiation, recordio, secrets
@@ -82,6 +81,29 @@ class Router:
         return sorted(self._routes)
 
 
+# A larger answer goes out in slices of this size, the event loop handed back between them
+# (as the socket drains): a GET_STATE of 80 MB at 10,000 agents, written at once, held
+# the loop about 130 ms copying it into the transport's buffer.
+BODY_SLICE = 1 << 20
+
+
+async def _in_slices(request: web.Request, response: web.StreamResponse) -> web.StreamResponse:
+    """`response`, sent in `BODY_SLICE` pieces if it is a plain answer with a large body."""
+    body = response.body if type(response) is web.Response else None
+    if request.method == "HEAD" or not isinstance(body, bytes) or len(body) <= BODY_SLICE:
+        return response
+    sliced = web.StreamResponse(
+        status=response.status, reason=response.reason, headers=response.headers
+    )
+    sliced.content_length = len(body)
+    await sliced.prepare(request)
+    view = memoryview(body)
+    for start in range(0, len(body), BODY_SLICE):
+        await sliced.write(view[start : start + BODY_SLICE])
+    await sliced.write_eof()
+    return sliced
+
+
 def _error_response(exc: HttpError) -> web.Response:
     return web.Response(status=exc.status, text=exc.reason, headers=exc.headers)
 
@@ -106,7 +128,7 @@ def make_app(router: Router, authentication: Authentication | None = None) -> we
                 f"but received '{request.method}'",
                 headers={"Allow": ", ".join(sorted(route.methods))},
             )
-        return await route.handler(request)
+        return await _in_slices(request, await route.handler(request))
 
     @web.middleware
     async def errors(request: web.Request, handler: Handler) -> web.StreamResponse:
@@ -189,7 +211,7 @@ def json_response(
 
 def jsonp_response(request: web.Request, obj: Any) -> web.Response:
     """For the v0 JSON endpoints, which accept `?jsonp=callback`."""
-    body = secrets.redact(msgspec.json.encode(obj))
+    body = secrets.redact(codec.encode(obj))
     callback = request.query.get("jsonp")
     if callback:
         return web.Response(

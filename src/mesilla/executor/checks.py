@@ -282,10 +282,11 @@ class Checker:
             self._task = None
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            await asyncio.gather(self._task, return_exceptions=True)
-            self._task = None
+        """As `pause`, and waits until the probe in flight, if any, has ended."""
+        task = self._task
+        self.pause()
+        if task is not None:
+            await asyncio.gather(task, return_exceptions=True)
 
     async def _run(self) -> None:
         health, check = self._health, self._check

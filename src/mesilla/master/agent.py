@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from mesilla.common.http import EventStream
@@ -73,12 +74,13 @@ class Agent:
 
     def used_resources(self) -> dict[str, Resources]:
         """framework_id -> resources of its live tasks and executors on this agent."""
-        tasks = (
-            (framework_id, task)
-            for framework_id, by_id in self.tasks.items()
-            for task in by_id.values()
-        )
-        return accounting.used_resources(tasks, self.executors)
+        return accounting.used_resources(self._placed_tasks(), self.executors)
+
+    def total_used_resources(self) -> Resources:
+        return accounting.total_used(self._placed_tasks(), self.executors)
+
+    def _placed_tasks(self) -> Iterator[tuple[str, Task]]:
+        return ((framework_id, task) for framework_id, by_id in self.tasks.items() for task in by_id.values())
 
     def offered_resources(self) -> Resources:
         return self._offered(self.offers)

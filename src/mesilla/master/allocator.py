@@ -28,6 +28,7 @@ import random
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 from mesilla.common.resources import UNRESERVED, Resources, to_fixed
 from mesilla.common.tasks import Loop, TaskOwner
@@ -35,6 +36,8 @@ from mesilla.master.metrics import Timer
 from mesilla.master.offer_filters import RefuseFilters
 
 log = logging.getLogger(__name__)
+
+_T = TypeVar("_T")
 
 Allocations = dict[str, dict[str, dict[str, Resources]]]
 """framework_id -> agent_id -> role -> resources."""
@@ -60,6 +63,14 @@ def _vector(resources: Resources) -> Sequence[int]:
         if i is not None and type(value) is int:
             vec[i] += value
     return vec
+
+
+def _known(table: dict[str, _T], key: str, what: str) -> _T:
+    """`table[key]`, or a KeyError that says which `what` the allocator does not know."""
+    found = table.get(key)
+    if found is None:
+        raise KeyError(f"{what} {key} is not known to the allocator")
+    return found
 
 
 def _overlap(left: Resources, right: Resources) -> Resources:
@@ -227,10 +238,7 @@ class HierarchicalDRFAllocator:
         self.request_allocation()
 
     def _framework(self, framework_id: str) -> _Framework:
-        fw = self._frameworks.get(framework_id)
-        if fw is None:
-            raise KeyError(f"framework {framework_id} is not known to the allocator")
-        return fw
+        return _known(self._frameworks, framework_id, "framework")
 
     def _set_roles(self, fw: _Framework, roles: list[str], suppressed: set[str]) -> None:
         for role in fw.roles:
@@ -321,10 +329,7 @@ class HierarchicalDRFAllocator:
         self.request_allocation()
 
     def _agent(self, agent_id: str) -> _Agent:
-        agent = self._agents.get(agent_id)
-        if agent is None:
-            raise KeyError(f"agent {agent_id} is not known to the allocator")
-        return agent
+        return _known(self._agents, agent_id, "agent")
 
     def _change_total(self, vec: Sequence[int], sign: int) -> None:
         for i, value in enumerate(vec):

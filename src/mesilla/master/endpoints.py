@@ -23,7 +23,9 @@ from aiohttp import web
 
 import mesilla
 from mesilla import MESOS_VERSION
+from mesilla.common import documents, secrets
 from mesilla.common.authorization import require
+from mesilla.common.documents import Pieces
 from mesilla.common.errors import BadRequest
 from mesilla.common.http import Handler, Router, jsonp_response, metrics_timeout, numify
 from mesilla.common.models import (
@@ -36,6 +38,7 @@ from mesilla.common.resources import Resources
 from mesilla.master import authorize, metrics
 from mesilla.master.agent import Agent
 from mesilla.master.framework import Framework
+from mesilla.v1 import codec
 from mesilla.v1.mesos import (
     AgentInfo,
     CommandInfo,
@@ -61,8 +64,9 @@ T = TypeVar("T")
 
 async def rendered(
     items: Iterable[T], render: Callable[[T], Any] | Callable[[T], Awaitable[Any]]
-) -> list[msgspec.Raw]:
-    """Each item rendered and encoded as JSON, handing the event loop back every `RENDER_SLICE` seconds.
+) -> Pieces:
+    """Each item rendered, encoded as JSON and redacted, handing the event loop back every
+    `RENDER_SLICE` seconds.
 
     At 10,000 agents `/state` and GET_STATE take hundreds of milliseconds;
     done in one go, every scheduler and agent stream would stall meanwhile.
@@ -70,7 +74,7 @@ async def rendered(
     (the answer is then as of the moment each item was rendered). Encoding each
     item on its own gives the very bytes of encoding the whole at once.
     """
-    out: list[msgspec.Raw] = []
+    out: list[bytes] = []
     clock = time.perf_counter
     due = clock() + RENDER_SLICE
     for item in list(items):
@@ -80,8 +84,8 @@ async def rendered(
         value = render(item)
         if inspect.isawaitable(value):
             value = await value
-        out.append(msgspec.Raw(msgspec.json.encode(value)))
-    return out
+        out.append(secrets.redact(codec.encode(value)))
+    return Pieces(out)
 
 
 def install(router: Router, master: Master) -> None:
@@ -92,7 +96,7 @@ def install(router: Router, master: Master) -> None:
     def view(render: Any, action: str | None = None, obj: str | None = None) -> Handler:
         """`action`: what the principal must be authorized for (view_flags, get_endpoints)."""
 
-        async def handler(request: web.Request) -> web.Response:
+        async def handler(request: web.Request) -> web.StreamResponse:
             if action is not None:
                 require(master.authorizer, request, action, obj)
             body = render(master, request.query)
@@ -100,8 +104,8 @@ def install(router: Router, master: Master) -> None:
                 body = await body
             seen = authorize.viewer(master, request)
             if seen is not None:
-                body = msgspec.json.decode(seen.encode(body))
-            return jsonp_response(request, body)
+                return jsonp_response(request, msgspec.json.decode(seen.encode(body)))
+            return await documents.answer(request, body, jsonp=request.query.get("jsonp"))
 
         return handler
 
@@ -222,7 +226,7 @@ def agent_info_json(info: AgentInfo) -> dict[str, object]:
 
 def agent_json(agent: Agent) -> dict[str, object]:
     total = agent.total_resources
-    used = Resources.sum(agent.used_resources().values())
+    used = agent.total_used_resources()
     out = agent_info_json(agent.info)
     out["pid"] = agent.pid
     out["registered_time"] = agent.registered_time
@@ -245,7 +249,7 @@ def agent_json(agent: Agent) -> dict[str, object]:
 def _framework_fields(framework: Framework) -> dict[str, object]:
     """A framework's own fields in `/state`, without its tasks, offers and executors."""
     info = framework.info
-    used = Resources.sum(framework.used_resources().values())
+    used = framework.total_used_resources()
     offered = framework.offered_resources()
     out: dict[str, object] = {
         "id": framework.id,
@@ -283,11 +287,12 @@ async def framework_json(framework: Framework) -> dict[str, object]:
     out["unreachable_tasks"] = await rendered(framework.unreachable_tasks.values(), task_json)
     out["completed_tasks"] = await rendered(framework.completed_tasks, task_json)
     out["offers"] = await rendered(framework.offers.values(), offer_json)
-    out["executors"] = [
-        executor_json(executor, framework.id, agent_id)
-        for agent_id, executors in framework.executors.items()
-        for executor in executors.values()
-    ]
+    placed = (
+        (agent_id, executor)
+        for agent_id, by_id in framework.executors.items()
+        for executor in by_id.values()
+    )
+    out["executors"] = await rendered(placed, lambda at: executor_json(at[1], framework.id, at[0]))
     if info.labels is not None:
         out["labels"] = labels_json(info.labels)
     out["offer_constraints"] = {}

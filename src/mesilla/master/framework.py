@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import deque
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from mesilla.common.http import EventStream
@@ -74,8 +75,13 @@ class Framework:
 
     def used_resources(self) -> dict[str, Resources]:
         """agent_id -> resources of its live tasks and executors (what the allocator calls `used`)."""
-        tasks = ((task.agent_id.value, task) for task in self.tasks.values())
-        return accounting.used_resources(tasks, self.executors)
+        return accounting.used_resources(self._placed_tasks(), self.executors)
+
+    def total_used_resources(self) -> Resources:
+        return accounting.total_used(self._placed_tasks(), self.executors)
+
+    def _placed_tasks(self) -> Iterator[tuple[str, Task]]:
+        return ((task.agent_id.value, task) for task in self.tasks.values())
 
     def offered_resources(self) -> Resources:
         return self._offered(self.offers)

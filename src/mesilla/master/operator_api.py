@@ -23,7 +23,7 @@ import msgspec
 from aiohttp import web
 
 from mesilla import MESOS_VERSION
-from mesilla.common import attached_files, secrets
+from mesilla.common import attached_files, documents, secrets
 from mesilla.common.authorization import require
 from mesilla.common.errors import BadRequest, NotFound
 from mesilla.common.http import (
@@ -104,7 +104,7 @@ def agent_response(agent: Agent) -> m.AgentResponse:
         reregistered_time=time_info(agent.reregistered_time),
         # As registered; rebuilding them through `Resources` costs GET_STATE seconds at 10,000 agents.
         total_resources=list(agent.info.resources),
-        allocated_resources=Resources.sum(agent.used_resources().values()).to_list()
+        allocated_resources=agent.total_used_resources().to_list()
         if agent.tasks or agent.executors
         else [],
         offered_resources=_offered(agent.offers, agent.offered_resources),
@@ -122,7 +122,7 @@ def framework_response(framework: Framework) -> m.FrameworkResponse:
         reregistered_time=time_info(framework.reregistered_time),
         unregistered_time=time_info(framework.unregistered_time),
         offers=list(framework.offers.values()),
-        allocated_resources=Resources.sum(framework.used_resources().values()).to_list(),
+        allocated_resources=framework.total_used_resources().to_list(),
         offered_resources=_offered(framework.offers, framework.offered_resources),
     )
 
@@ -145,14 +145,17 @@ async def get_frameworks(master: Master) -> m.GetFrameworks:
     )
 
 
-def get_executors(master: Master) -> m.GetExecutors:
+async def get_executors(master: Master) -> m.GetExecutors:
+    placed = (
+        (agent_id, executor)
+        for framework in master.frameworks.values()
+        for agent_id, executors in framework.executors.items()
+        for executor in executors.values()
+    )
     return m.GetExecutors(
-        executors=[
-            m.ExecutorResponse(executor_info=executor, agent_id=AgentID(value=agent_id))
-            for framework in master.frameworks.values()
-            for agent_id, executors in framework.executors.items()
-            for executor in executors.values()
-        ]
+        executors=await rendered(  # type: ignore[arg-type]
+            placed, lambda at: m.ExecutorResponse(executor_info=at[1], agent_id=AgentID(value=at[0]))
+        )
     )
 
 
@@ -178,7 +181,7 @@ def _itself(task: Task) -> Task:
 async def get_state(master: Master) -> m.GetState:
     return m.GetState(
         get_tasks=await get_tasks(master),
-        get_executors=get_executors(master),
+        get_executors=await get_executors(master),
         get_frameworks=await get_frameworks(master),
         get_agents=await get_agents(master),
     )
@@ -289,7 +292,9 @@ class OperatorApi:
         if seen is not None:
             body = encoding.encode(secrets.redact(seen.encode(response)), m.Response)
             return web.Response(body=body, content_type=encoding.content_type)
-        return json_response(response, encoding=encoding)
+        if encoding.protobuf:
+            return json_response(response, encoding=encoding)
+        return await documents.answer(request, response)
 
     def _check(self, call: m.Call) -> None:
         try:

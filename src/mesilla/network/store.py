@@ -34,6 +34,7 @@ resources stay in the class that keeps that invariant.
 from __future__ import annotations
 
 import asyncio
+import functools
 import hashlib
 import ipaddress
 import random
@@ -41,8 +42,8 @@ import secrets
 import sqlite3
 import time
 import uuid
-from collections.abc import Callable, Iterable
-from typing import Any, TypeVar
+from collections.abc import Callable, Coroutine, Iterable
+from typing import Any, Concatenate, ParamSpec, TypeVar
 
 from mesilla.network import errors, ipam, segmentation
 from mesilla.network.database import Database, Row
@@ -57,6 +58,7 @@ TOKEN_PREFIX = "mesilla-trunk-"
 
 Doc = dict[str, Any]
 T = TypeVar("T")
+P = ParamSpec("P")
 
 
 def _now() -> str:
@@ -122,11 +124,30 @@ class Change:
         self.rows.append((table, key, None))
 
 
+def _mutation(
+    plan: Callable[Concatenate[Book, Change, P], T],
+) -> Callable[Concatenate[Book, P], Coroutine[Any, Any, T]]:
+    """Makes a method that plans a change (into its `change`, raising a NeutronError to
+    refuse) the mutation that plans and commits it, under the book's lock."""
+
+    @functools.wraps(plan)
+    async def mutation(book: Book, /, *args: P.args, **kwargs: P.kwargs) -> T:
+        return await book._mutate(lambda change: plan(book, change, *args, **kwargs))
+
+    return mutation
+
+
 class Book:
     def __init__(self, db: Database) -> None:
         self.db = db
+        self.networks: dict[str, Doc] = {}
+        self.subnets: dict[str, Doc] = {}
+        self.ports: dict[str, Doc] = {}
+        self.trunks: dict[str, Doc] = {}
+        # By table name, as the database names them (the same dicts as above).
         self.tables: dict[str, dict[str, Doc]] = {
-            "networks": {}, "subnets": {}, "ports": {}, "trunks": {}, "trunk_tokens": {},
+            "networks": self.networks, "subnets": self.subnets, "ports": self.ports,
+            "trunks": self.trunks, "trunk_tokens": {},
         }
         self._addresses: dict[str, SubnetAddresses] = {}
         self._segments: dict[str, TrunkSegments] = {}
@@ -159,22 +180,6 @@ class Book:
     async def close(self) -> None:
         async with self._lock:
             await self.db.close()
-
-    @property
-    def networks(self) -> dict[str, Doc]:
-        return self.tables["networks"]
-
-    @property
-    def subnets(self) -> dict[str, Doc]:
-        return self.tables["subnets"]
-
-    @property
-    def ports(self) -> dict[str, Doc]:
-        return self.tables["ports"]
-
-    @property
-    def trunks(self) -> dict[str, Doc]:
-        return self.tables["trunks"]
 
     # --- indexes ---------------------------------------------------------------------
 
@@ -225,10 +230,11 @@ class Book:
         for listener in self.listeners:
             listener()
 
-    async def _mutate(self, plan: Callable[[], tuple[Change, T]]) -> T:
+    async def _mutate(self, plan: Callable[[Change], T]) -> T:
         """Runs `plan` (which raises a NeutronError to refuse) and commits what it planned."""
         async with self._lock:
-            change, result = plan()
+            change = Change()
+            result = plan(change)
             commit = asyncio.ensure_future(self._commit(change))
             try:
                 await asyncio.shield(commit)
@@ -309,66 +315,53 @@ class Book:
 
     # --- networks --------------------------------------------------------------------
 
-    async def create_networks(self, specs: list[Doc]) -> list[Doc]:
-        def plan() -> tuple[Change, list[Doc]]:
-            change = Change()
-            return change, [change.put("networks", _new_doc(spec)) for spec in specs]
+    @_mutation
+    def create_networks(self, change: Change, specs: list[Doc]) -> list[Doc]:
+        return [change.put("networks", _new_doc(spec)) for spec in specs]
 
-        return await self._mutate(plan)
-
-    async def update(self, resource: str, key: str, changes: Doc) -> Doc:
+    @_mutation
+    def update(self, change: Change, resource: str, key: str, changes: Doc) -> Doc:
         """Changes plain attributes (names, flags, tags); a port's host moves its subports too."""
-        def plan() -> tuple[Change, Doc]:
-            doc = {"network": self.network, "subnet": self.subnet,
-                   "port": self.port, "trunk": self.trunk}[resource](key)
-            change = Change()
-            if resource == "subnet" and "dns_nameservers" in changes:
-                for server in changes["dns_nameservers"]:
-                    ipam.parse_address(server, "dns_nameservers")
-            new = change.put(resource + "s", _revised(doc, changes))
-            trunk_id = self._trunk_of_parent.get(key) if resource == "port" else None
-            if trunk_id is not None and "binding:host_id" in changes:
-                for sub in self.trunks[trunk_id]["sub_ports"]:
-                    change.put("ports", _revised(self.ports[sub["port_id"]],
-                                                 {"binding:host_id": changes["binding:host_id"]}))
-            return change, new
+        doc = {"network": self.network, "subnet": self.subnet,
+               "port": self.port, "trunk": self.trunk}[resource](key)
+        if resource == "subnet" and "dns_nameservers" in changes:
+            for server in changes["dns_nameservers"]:
+                ipam.parse_address(server, "dns_nameservers")
+        new = change.put(resource + "s", _revised(doc, changes))
+        trunk_id = self._trunk_of_parent.get(key) if resource == "port" else None
+        if trunk_id is not None and "binding:host_id" in changes:
+            for sub in self.trunks[trunk_id]["sub_ports"]:
+                change.put("ports", _revised(self.ports[sub["port_id"]],
+                                             {"binding:host_id": changes["binding:host_id"]}))
+        return new
 
-        return await self._mutate(plan)
-
-    async def delete_network(self, net_id: str) -> None:
+    @_mutation
+    def delete_network(self, change: Change, net_id: str) -> None:
         """Refused while ports other than pooled subports are on it; its subnets and pooled
         subports (taken off their trunks) go with it."""
-        def plan() -> tuple[Change, None]:
-            self.network(net_id)
-            ports = [p for p in self.ports.values() if p["network_id"] == net_id]
-            if not all(_pooled(p) for p in ports):
-                raise errors.NetworkInUse(net_id)
-            change = Change()
-            pooled = {p["id"] for p in ports}
-            for trunk_id in {self._trunk_of_subport[p] for p in pooled if p in self._trunk_of_subport}:
-                trunk = self.trunks[trunk_id]
-                kept = [s for s in trunk["sub_ports"] if s["port_id"] not in pooled]
-                change.put("trunks", _revised(trunk, {"sub_ports": kept}))
-            for port_id in pooled:
-                change.delete("ports", port_id)
-            for subnet in self._subnets_of(net_id):
-                change.delete("subnets", subnet["id"])
-            change.delete("networks", net_id)
-            return change, None
-
-        await self._mutate(plan)
+        self.network(net_id)
+        ports = [p for p in self.ports.values() if p["network_id"] == net_id]
+        if not all(_pooled(p) for p in ports):
+            raise errors.NetworkInUse(net_id)
+        pooled = {p["id"] for p in ports}
+        for trunk_id in {self._trunk_of_subport[p] for p in pooled if p in self._trunk_of_subport}:
+            trunk = self.trunks[trunk_id]
+            kept = [s for s in trunk["sub_ports"] if s["port_id"] not in pooled]
+            change.put("trunks", _revised(trunk, {"sub_ports": kept}))
+        for port_id in pooled:
+            change.delete("ports", port_id)
+        for subnet in self._subnets_of(net_id):
+            change.delete("subnets", subnet["id"])
+        change.delete("networks", net_id)
 
     # --- subnets ---------------------------------------------------------------------
 
-    async def create_subnets(self, specs: list[Doc]) -> list[Doc]:
-        def plan() -> tuple[Change, list[Doc]]:
-            change = Change()
-            planned: list[Doc] = []
-            for spec in specs:
-                planned.append(change.put("subnets", self._plan_subnet(spec, planned)))
-            return change, planned
-
-        return await self._mutate(plan)
+    @_mutation
+    def create_subnets(self, change: Change, specs: list[Doc]) -> list[Doc]:
+        planned: list[Doc] = []
+        for spec in specs:
+            planned.append(change.put("subnets", self._plan_subnet(spec, planned)))
+        return planned
 
     def _plan_subnet(self, spec: Doc, planned: list[Doc]) -> Doc:
         self.network(spec["network_id"])
@@ -427,30 +420,21 @@ class Book:
             "segment_id": None, "service_types": [],
         })
 
-    async def delete_subnet(self, subnet_id: str) -> None:
-        def plan() -> tuple[Change, None]:
-            self.subnet(subnet_id)
-            if self._addresses[subnet_id].allocated:
-                raise errors.SubnetInUse(subnet_id)
-            change = Change()
-            change.delete("subnets", subnet_id)
-            return change, None
-
-        await self._mutate(plan)
+    @_mutation
+    def delete_subnet(self, change: Change, subnet_id: str) -> None:
+        self.subnet(subnet_id)
+        if self._addresses[subnet_id].allocated:
+            raise errors.SubnetInUse(subnet_id)
+        change.delete("subnets", subnet_id)
 
     # --- ports -----------------------------------------------------------------------
 
-    async def create_ports(self, specs: list[Doc]) -> list[Doc]:
+    @_mutation
+    def create_ports(self, change: Change, specs: list[Doc]) -> list[Doc]:
         """All or none: a bulk request that fails in any port creates no port."""
-        def plan() -> tuple[Change, list[Doc]]:
-            change = Change()
-            reserved: dict[str, set[IPAddress]] = {}
-            macs: set[tuple[str, str]] = set()
-            return change, [
-                change.put("ports", self._plan_port(spec, reserved, macs)) for spec in specs
-            ]
-
-        return await self._mutate(plan)
+        reserved: dict[str, set[IPAddress]] = {}
+        macs: set[tuple[str, str]] = set()
+        return [change.put("ports", self._plan_port(spec, reserved, macs)) for spec in specs]
 
     def _plan_port(self, spec: Doc, reserved: dict[str, set[IPAddress]],
                    macs: set[tuple[str, str]]) -> Doc:
@@ -531,35 +515,28 @@ class Book:
                 take(subnet_id, ip_or_none)
         return [{"subnet_id": s, "ip_address": str(ip)} for s, ip in chosen]
 
-    async def delete_port(self, port_id: str) -> None:
+    @_mutation
+    def delete_port(self, change: Change, port_id: str) -> None:
         """Frees its addresses; refused while it is a trunk's parent or subport."""
-        def plan() -> tuple[Change, None]:
-            self.port(port_id)
-            if port_id in self._trunk_of_parent:
-                raise errors.PortInUseAsTrunkParent(port_id, self._trunk_of_parent[port_id])
-            if port_id in self._trunk_of_subport:
-                raise errors.PortInUseAsSubPort(port_id, self._trunk_of_subport[port_id])
-            change = Change()
-            change.delete("ports", port_id)
-            return change, None
-
-        await self._mutate(plan)
+        self.port(port_id)
+        if port_id in self._trunk_of_parent:
+            raise errors.PortInUseAsTrunkParent(port_id, self._trunk_of_parent[port_id])
+        if port_id in self._trunk_of_subport:
+            raise errors.PortInUseAsSubPort(port_id, self._trunk_of_subport[port_id])
+        change.delete("ports", port_id)
 
     # --- trunks ----------------------------------------------------------------------
 
-    async def create_trunk(self, spec: Doc) -> Doc:
-        def plan() -> tuple[Change, Doc]:
-            parent = self.port(spec["port_id"])
-            if parent["id"] in self._trunk_of_parent:
-                raise errors.TrunkPortInUse(parent["id"])
-            if parent["id"] in self._trunk_of_subport:
-                raise errors.ParentPortInUse(parent["id"])
-            change = Change()
-            trunk = _new_doc({**spec, "sub_ports": []})
-            trunk["sub_ports"] = self._plan_attach(change, trunk, parent, spec["sub_ports"])
-            return change, change.put("trunks", trunk)
-
-        return await self._mutate(plan)
+    @_mutation
+    def create_trunk(self, change: Change, spec: Doc) -> Doc:
+        parent = self.port(spec["port_id"])
+        if parent["id"] in self._trunk_of_parent:
+            raise errors.TrunkPortInUse(parent["id"])
+        if parent["id"] in self._trunk_of_subport:
+            raise errors.ParentPortInUse(parent["id"])
+        trunk = _new_doc({**spec, "sub_ports": []})
+        trunk["sub_ports"] = self._plan_attach(change, trunk, parent, spec["sub_ports"])
+        return change.put("trunks", trunk)
 
     def _live_trunk(self, trunk_id: str) -> Doc:
         trunk = self.trunk(trunk_id)
@@ -567,16 +544,13 @@ class Book:
             raise errors.Conflict(f"Trunk {trunk_id} is currently disabled.")
         return trunk
 
-    async def add_subports(self, trunk_id: str, subs: list[Doc]) -> Doc:
+    @_mutation
+    def add_subports(self, change: Change, trunk_id: str, subs: list[Doc]) -> Doc:
         """All or none, as Neutron's add_subports."""
-        def plan() -> tuple[Change, Doc]:
-            trunk = self._live_trunk(trunk_id)
-            change = Change()
-            added = self._plan_attach(change, trunk, self.ports[trunk["port_id"]], subs)
-            subports = [*trunk["sub_ports"], *added]
-            return change, change.put("trunks", _revised(trunk, {"sub_ports": subports}))
-
-        return await self._mutate(plan)
+        trunk = self._live_trunk(trunk_id)
+        added = self._plan_attach(change, trunk, self.ports[trunk["port_id"]], subs)
+        subports = [*trunk["sub_ports"], *added]
+        return change.put("trunks", _revised(trunk, {"sub_ports": subports}))
 
     def _plan_attach(self, change: Change, trunk: Doc, parent: Doc, subs: list[Doc]) -> list[Doc]:
         segments = self._segments.get(trunk["id"], TrunkSegments(trunk["id"]))
@@ -626,54 +600,43 @@ class Book:
             }))
         return added
 
-    async def remove_subports(self, trunk_id: str, subs: list[Doc]) -> Doc:
-        def plan() -> tuple[Change, Doc]:
-            trunk = self._live_trunk(trunk_id)
-            gone: set[str] = set()
-            for sub in subs:
-                if not isinstance(sub, dict) or "port_id" not in sub:
-                    raise errors.HTTPBadRequest(
-                        f"Invalid input for sub_ports. Reason: {sub} must have 'port_id'."
-                    )
-                port_id = str(sub["port_id"])
-                if self._trunk_of_subport.get(port_id) != trunk_id or port_id in gone:
-                    raise errors.SubPortNotFound(trunk_id, port_id)
-                gone.add(port_id)
-            change = Change()
-            self._plan_detach(change, gone)
-            kept = [s for s in trunk["sub_ports"] if s["port_id"] not in gone]
-            return change, change.put("trunks", _revised(trunk, {"sub_ports": kept}))
-
-        return await self._mutate(plan)
+    @_mutation
+    def remove_subports(self, change: Change, trunk_id: str, subs: list[Doc]) -> Doc:
+        trunk = self._live_trunk(trunk_id)
+        gone: set[str] = set()
+        for sub in subs:
+            if not isinstance(sub, dict) or "port_id" not in sub:
+                raise errors.HTTPBadRequest(
+                    f"Invalid input for sub_ports. Reason: {sub} must have 'port_id'."
+                )
+            port_id = str(sub["port_id"])
+            if self._trunk_of_subport.get(port_id) != trunk_id or port_id in gone:
+                raise errors.SubPortNotFound(trunk_id, port_id)
+            gone.add(port_id)
+        self._plan_detach(change, gone)
+        kept = [s for s in trunk["sub_ports"] if s["port_id"] not in gone]
+        return change.put("trunks", _revised(trunk, {"sub_ports": kept}))
 
     def _plan_detach(self, change: Change, port_ids: Iterable[str]) -> None:
         for port_id in port_ids:
             change.put("ports", _revised(self.ports[port_id], {"device_id": "", "binding:host_id": ""}))
 
-    async def delete_trunk(self, trunk_id: str) -> None:
+    @_mutation
+    def delete_trunk(self, change: Change, trunk_id: str) -> None:
         """Detaches its subports and revokes the tokens scoped to it."""
-        def plan() -> tuple[Change, None]:
-            trunk = self.trunk(trunk_id)
-            change = Change()
-            self._plan_detach(change, [s["port_id"] for s in trunk["sub_ports"]])
-            for digest, entry in self.tables["trunk_tokens"].items():
-                if entry["trunk_id"] == trunk_id:
-                    change.delete("trunk_tokens", digest)
-            change.delete("trunks", trunk_id)
-            return change, None
+        trunk = self.trunk(trunk_id)
+        self._plan_detach(change, [s["port_id"] for s in trunk["sub_ports"]])
+        for digest, entry in self.tables["trunk_tokens"].items():
+            if entry["trunk_id"] == trunk_id:
+                change.delete("trunk_tokens", digest)
+        change.delete("trunks", trunk_id)
 
-        await self._mutate(plan)
-
-    async def mint_trunk_token(self, trunk_id: str) -> str:
+    @_mutation
+    def mint_trunk_token(self, change: Change, trunk_id: str) -> str:
         """A new token that may manage the subports of `trunk_id` only (`mesilla.network.access`)."""
         token = TOKEN_PREFIX + secrets.token_urlsafe(32)
-
-        def plan() -> tuple[Change, str]:
-            self.trunk(trunk_id)
-            change = Change()
-            change.put("trunk_tokens", {"id": token_digest(token), "trunk_id": trunk_id,
-                                        "created_at": _now()})
-            return change, token
-
-        return await self._mutate(plan)
+        self.trunk(trunk_id)
+        change.put("trunk_tokens", {"id": token_digest(token), "trunk_id": trunk_id,
+                                    "created_at": _now()})
+        return token
 

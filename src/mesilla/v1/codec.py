@@ -16,11 +16,13 @@ from typing import Any, TypeVar
 
 import msgspec
 
+from mesilla.common import documents
 from mesilla.common.errors import BadRequest
 
 T = TypeVar("T")
 
-_encoder = msgspec.json.Encoder()
+# Knows `documents.Pieces`, the pre-encoded lists of the large answers.
+_encoder = msgspec.json.Encoder(enc_hook=documents.enc_hook)
 
 
 def decode(data: bytes | str, type_: type[T]) -> T:

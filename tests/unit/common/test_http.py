@@ -3,7 +3,7 @@ from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
 from mesilla.common.errors import BadRequest
-from mesilla.common.http import Router, make_app, numify, read_message
+from mesilla.common.http import BODY_SLICE, Router, make_app, numify, read_message
 from mesilla.v1.scheduler import Call
 
 
@@ -83,3 +83,30 @@ def test_numify_refuses_what_stout_refuses(text: str) -> None:
 
 def test_numify_takes_wider_types() -> None:
     assert numify("99999999999", 64) == 99999999999
+
+
+async def test_a_large_answer_arrives_whole_in_slices() -> None:
+    # Bodies over a slice are written piecewise (the loop is handed back between
+    # pieces); what the client reads is the same answer: status, headers, bytes.
+    body = bytes(range(256)) * (3 * BODY_SLICE // 256 + 7)
+
+    async def large(request: web.Request) -> web.Response:
+        return web.Response(
+            status=203, body=body, content_type="application/json", headers={"X-Mark": "1"}
+        )
+
+    router = Router("master")
+    router.add("/large", large)
+    router.add("/small", _ok)
+    async with TestClient(TestServer(make_app(router))) as client:
+        resp = await client.get("/large")
+        assert resp.status == 203
+        assert resp.headers["Content-Type"] == "application/json"
+        assert resp.headers["X-Mark"] == "1"
+        assert resp.headers["Content-Length"] == str(len(body))
+        assert await resp.read() == body
+        resp = await client.head("/large")
+        assert resp.status == 203
+        assert resp.headers["Content-Length"] == str(len(body))
+        resp = await client.get("/small")
+        assert await resp.text() == "/small"

@@ -16,6 +16,7 @@ import pytest
 
 from mesilla.common.flags import parse
 from mesilla.common.resources import Resources
+from mesilla.master import offers as offers_module
 from mesilla.master.agent import Agent
 from mesilla.master.framework import Framework
 from mesilla.master.main import MASTER_FLAGS
@@ -147,3 +148,41 @@ async def test_an_invalid_group_is_answered_task_error_and_keeps_nothing(master:
     assert (errors[0].message or "").startswith("Executor pod needs")
     assert not framework.tasks and not agent.tasks and not agent.executors
     assert not agent_stream.of_type("RUN_TASK_GROUP")
+
+
+async def test_offers_are_made_a_slice_at_a_time_and_skip_an_agent_gone_meanwhile(
+    master: Master, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A slice of no time: the offerer hands the loop back before each agent.
+    monkeypatch.setattr(offers_module, "SLICE", 0.0)
+    resources = Resources.parse("cpus:4;mem:1024").to_list()
+    agents = []
+    for name in ("a", "b"):
+        agent = await master.agent_links.register(
+            Recording(),  # type: ignore[arg-type]
+            f"stream-{name}",
+            internal.Register(agent_info=AgentInfo(hostname=name, port=5051, resources=resources)),
+            "127.0.0.1",
+        )
+        assert agent is not None
+        agents.append(agent)
+    framework_stream = Recording()
+    framework = await master.framework_streams.subscribe(
+        framework_stream,  # type: ignore[arg-type]
+        "framework-stream",
+        sched.Subscribe(framework_info=FrameworkInfo(user="u", name="f")),
+    )
+    assert framework is not None
+
+    allocations = master.allocator.allocate()
+    assert set(allocations[framework.id]) == {a.id for a in agents}
+    await asyncio.sleep(0)  # the offerer has started and handed the loop back
+    gone = next(a for a in agents if a.id != next(iter(allocations[framework.id])))
+    await master.agent_links.mark_unreachable(gone)
+    await until(lambda: framework_stream.of_type("OFFERS"))
+
+    [event] = framework_stream.of_type("OFFERS")
+    assert [o.agent_id.value for o in event.offers.offers] == [next(iter(allocations[framework.id]))]
+    assert set(master.offers) == {o.id.value for o in event.offers.offers}
+    # What the gone agent had been allocated went back to the allocator.
+    assert gone.id not in master.allocator.allocation(framework.id)

@@ -33,11 +33,11 @@ def shares_to_weight(shares: int) -> int:
     return 1 + ((shares - 2) * 9999) // 262142
 
 
-class CgroupsCpuIsolator(CgroupsIsolator):
+class CgroupsCpuIsolator(CgroupsIsolator[tuple[int, int | None]]):
     name = "cgroups/cpu"
     controller = "cpu"
 
-    def _settings(
+    def settings(
         self, resources: list[Resource], limits: dict[str, float]
     ) -> tuple[int, int | None] | None:
         """(shares, CFS quota in us or None for no cap); None without a `cpus` request."""
@@ -59,22 +59,14 @@ class CgroupsCpuIsolator(CgroupsIsolator):
         quota = None if cap is None else max(MIN_CFS_QUOTA_US, int(cap * CFS_PERIOD_US))
         return shares, quota
 
-    def launch_resources(
-        self, resources: list[Resource], limits: dict[str, float]
-    ) -> dict[str, Any]:
-        settings = self._settings(resources, limits)
-        if settings is None:
-            return {}
+    def fragment(self, settings: tuple[int, int | None]) -> dict[str, Any]:
         shares, quota = settings
         cpu: dict[str, Any] = {"shares": shares}
         if quota is not None:
             cpu.update(quota=quota, period=CFS_PERIOD_US)
         return {"cpu": cpu}
 
-    def apply(self, state: CgroupState) -> None:
-        settings = self._settings(state.resources, state.limits)
-        if settings is None:
-            return
+    def write(self, state: CgroupState, settings: tuple[int, int | None]) -> None:
         shares, quota = settings
         cgroup = state.cgroup
         if cgroup.version == 1:

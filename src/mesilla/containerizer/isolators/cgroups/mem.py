@@ -52,7 +52,7 @@ def _mem_resource(megabytes: float) -> Resource:
     return Resource(name="mem", type=ValueType.SCALAR, scalar=Scalar(value=megabytes))
 
 
-class CgroupsMemIsolator(CgroupsIsolator):
+class CgroupsMemIsolator(CgroupsIsolator[tuple[int, int | None]]):
     name = "cgroups/mem"
     controller = "memory"
 
@@ -61,7 +61,7 @@ class CgroupsMemIsolator(CgroupsIsolator):
         self._listeners: dict[ContainerID, OomListener] = {}
         self._listening: dict[ContainerID, asyncio.Event] = {}
 
-    def _limits(
+    def settings(
         self, resources: list[Resource], limits: dict[str, float]
     ) -> tuple[int, int | None] | None:
         """(soft limit, hard limit or None for unlimited) in bytes; None without `mem`."""
@@ -78,19 +78,11 @@ class CgroupsMemIsolator(CgroupsIsolator):
             return soft, soft
         return soft, None if math.isinf(limit) else max(MIN_MEMORY, int(limit * MB))
 
-    def launch_resources(
-        self, resources: list[Resource], limits: dict[str, float]
-    ) -> dict[str, Any]:
-        settings = self._limits(resources, limits)
-        if settings is None:
-            return {}
+    def fragment(self, settings: tuple[int, int | None]) -> dict[str, Any]:
         soft, hard = settings
         return {"memory": {"limit": -1 if hard is None else hard, "reservation": soft}}
 
-    def apply(self, state: CgroupState) -> None:
-        settings = self._limits(state.resources, state.limits)
-        if settings is None:
-            return
+    def write(self, state: CgroupState, settings: tuple[int, int | None]) -> None:
         soft, hard = settings
         cgroup = state.cgroup
         current = _hard_limit(cgroup)

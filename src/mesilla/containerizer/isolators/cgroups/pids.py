@@ -18,7 +18,7 @@ from mesilla.containerizer.isolators.cgroups.subsystem import (
 from mesilla.v1.mesos import Resource
 
 
-class CgroupsPidsIsolator(CgroupsIsolator):
+class CgroupsPidsIsolator(CgroupsIsolator[int | str]):
     name = "cgroups/pids"
     controller = "pids"
 
@@ -31,15 +31,15 @@ class CgroupsPidsIsolator(CgroupsIsolator):
             )
         self.max_pids: int | None = maximum
 
-    def launch_resources(
-        self, resources: list[Resource], limits: dict[str, float]
-    ) -> dict[str, Any]:
-        return {} if self.max_pids is None else {"pids": {"limit": self.max_pids}}
+    def settings(self, resources: list[Resource], limits: dict[str, float]) -> int | str:
+        """pids.max: the agent's --cgroups_max_pids, else "max" (no limit, but written still)."""
+        return "max" if self.max_pids is None else self.max_pids
 
-    def apply(self, state: CgroupState) -> None:
-        state.cgroup.write(
-            "pids", "pids.max", "max" if self.max_pids is None else self.max_pids
-        )
+    def fragment(self, settings: int | str) -> dict[str, Any]:
+        return {} if isinstance(settings, str) else {"pids": {"limit": settings}}
+
+    def write(self, state: CgroupState, settings: int | str) -> None:
+        state.cgroup.write("pids", "pids.max", settings)
 
     def statistics(self, state: CgroupState) -> dict[str, Any]:
         cgroup = state.cgroup

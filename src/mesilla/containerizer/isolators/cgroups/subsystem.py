@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from mesilla.common.resources import Resources
 from mesilla.containerizer.cgroups import (
@@ -31,6 +31,8 @@ from mesilla.containerizer.types import (
     ContainerRuntimeState,
 )
 from mesilla.v1.mesos import ContainerID, Resource
+
+S = TypeVar("S")  # a subsystem's settings
 
 
 class IsolatorConfigError(ValueError):
@@ -53,7 +55,7 @@ class CgroupState:
         return scalar(self.resources, name)
 
 
-class CgroupsIsolator(Isolator):
+class CgroupsIsolator(Isolator, Generic[S]):
     controller: str = ""  # the v2 name (`cpu`, `memory`, `pids`)
     supports_nesting = True
 
@@ -68,17 +70,33 @@ class CgroupsIsolator(Isolator):
             )
         self.containers: dict[ContainerID, CgroupState] = {}
 
-    # What each subsystem defines.
+    # What each subsystem defines: its settings, computed (and checked) once from the
+    # resources and limits, then given as OCI configuration or written to control files.
+
+    def settings(self, resources: list[Resource], limits: dict[str, float]) -> S | None:
+        """What these resources and limits set (IsolatorConfigError where invalid); None: nothing."""
+        raise NotImplementedError
+
+    def fragment(self, settings: S) -> dict[str, Any]:
+        """The OCI `linux.resources` fragment of `settings`."""
+        raise NotImplementedError
+
+    def write(self, state: CgroupState, settings: S) -> None:
+        """Writes the control files of `settings` into `state.cgroup`."""
+        raise NotImplementedError
 
     def launch_resources(
         self, resources: list[Resource], limits: dict[str, float]
     ) -> dict[str, Any]:
         """The OCI `linux.resources` fragment for these resources and limits."""
-        raise NotImplementedError
+        settings = self.settings(resources, limits)
+        return {} if settings is None else self.fragment(settings)
 
     def apply(self, state: CgroupState) -> None:
         """Writes the control files for `state.resources` and `state.limits`."""
-        raise NotImplementedError
+        settings = self.settings(state.resources, state.limits)
+        if settings is not None:
+            self.write(state, settings)
 
     def statistics(self, state: CgroupState) -> dict[str, Any]:
         raise NotImplementedError
@@ -140,7 +158,7 @@ class CgroupsIsolator(Isolator):
         state = self.containers.get(container_id)
         if state is None:
             return
-        self.launch_resources(resources, limits)  # validates before anything is written
+        self.settings(resources, limits)  # checks them before anything is written
         state.resources, state.limits = list(resources), dict(limits)
         self.apply(state)
 

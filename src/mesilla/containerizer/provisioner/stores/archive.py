@@ -13,13 +13,14 @@ The calls are blocking; the store runs them in a thread.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
 import tarfile
-from collections.abc import Callable
-from types import TracebackType
-from typing import IO, Any, Protocol, Self
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager
+from typing import IO, Any
 
 from mesilla.common import files
 from mesilla.containerizer.provisioner.errors import (
@@ -37,17 +38,8 @@ from mesilla.containerizer.provisioner.stores.reference import (
 _REF_NAME = "org.opencontainers.image.ref.name"
 
 
-class _Member(Protocol):
-    def read(self, size: int = -1) -> bytes: ...
-    def close(self) -> None: ...
-    def __enter__(self) -> Self: ...
-    def __exit__(
-        self,
-        kind: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-        /,
-    ) -> None: ...
+# Opens a member of the image (a file of the layout, or of the tarball) for reading.
+_Opener = Callable[[str], AbstractContextManager[IO[bytes]]]
 
 
 class ArchiveSource:
@@ -161,7 +153,8 @@ class ArchiveSource:
 
     def _exists(self, member: str) -> bool:
         try:
-            self._open(member).close()
+            with self._open(member):
+                pass
         except (FileNotFoundError, KeyError):
             return False
         return True
@@ -176,7 +169,7 @@ class ArchiveSource:
 
 def _locate(
     directory: str, name: str, reference: ImageReference
-) -> tuple[str, Callable[[str], _Member]]:
+) -> tuple[str, _Opener]:
     tag = reference.tag or DEFAULT_TAG
     tarballs = [f"{name}.tar", f"{reference.repository}:{tag}.tar"]
     layouts = [name, reference.repository]
@@ -197,54 +190,24 @@ def _locate(
     )
 
 
-def _directory_opener(root: str) -> Callable[[str], _Member]:
-    def open_member(member: str) -> _Member:
+def _directory_opener(root: str) -> _Opener:
+    def open_member(member: str) -> AbstractContextManager[IO[bytes]]:
         return open(os.path.join(root, member), "rb")
 
     return open_member
 
 
-def _tar_opener(path: str) -> Callable[[str], _Member]:
-    def open_member(member: str) -> _Member:
-        tar = tarfile.open(path, "r:")
-        try:
+def _tar_opener(path: str) -> _Opener:
+    @contextlib.contextmanager
+    def open_member(member: str) -> Iterator[IO[bytes]]:
+        with tarfile.open(path, "r:") as tar:
             source = tar.extractfile(os.path.normpath(member))
-        except KeyError:
-            tar.close()
-            raise
-        if source is None:
-            tar.close()
-            raise KeyError(member)
-        return _ClosingMember(source, tar)
+            if source is None:
+                raise KeyError(member)
+            with source:
+                yield source
 
     return open_member
-
-
-class _ClosingMember:
-    """A tar member's file that closes its tarball too."""
-
-    def __init__(self, source: IO[bytes], tar: tarfile.TarFile) -> None:
-        self._source = source
-        self._tar = tar
-
-    def read(self, size: int = -1) -> bytes:
-        return self._source.read(size)
-
-    def close(self) -> None:
-        self._source.close()
-        self._tar.close()
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(
-        self,
-        kind: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-        /,
-    ) -> None:
-        self.close()
 
 
 def _blob_path(digest: str) -> str:

@@ -16,7 +16,8 @@ from tests.integration.agent_fake_master import AgentProcess, FakeMaster
 from mesilla.agent import main as agent_main
 from mesilla.agent import paths
 from mesilla.common.flags import parse
-from mesilla.v1.internal import AgentEvent, AgentEventType, KillTask, RunTask
+from mesilla.common.resources import Resources
+from mesilla.v1.internal import AgentEvent, AgentEventType, KillTask, RunTask, RunTaskGroup
 from mesilla.v1.mesos import (
     AgentID,
     CommandInfo,
@@ -24,6 +25,7 @@ from mesilla.v1.mesos import (
     ExecutorInfo,
     FrameworkID,
     FrameworkInfo,
+    TaskGroupInfo,
     TaskID,
     TaskInfo,
 )
@@ -157,6 +159,45 @@ async def test_executor_that_died_while_the_agent_was_down(
         failed = await master.wait_update("t-dies", "TASK_FAILED")
         assert failed.status.reason.value == "REASON_EXECUTOR_TERMINATED"
         assert failed.status.source.value == "SOURCE_AGENT"
+    finally:
+        await second.stop()
+        await first.stop()
+
+
+async def test_pod_task_that_ended_while_the_agent_was_down_is_reported(
+    master: FakeMaster, tmp_path: Any
+) -> None:
+    """The default executor's WAIT, cut by the agent's stop, goes again once the executor
+    has re-subscribed to the restarted agent, which answers with the task's end."""
+    first, second = _agents(master, tmp_path)
+    go = tmp_path / "go"
+    try:
+        await first.start()
+        await master.wait_for(lambda: master.registers)
+        executor = ExecutorInfo(
+            executor_id=ExecutorID(value="pod"),
+            type="DEFAULT",
+            resources=Resources.parse("cpus:0.1;mem:32").to_list(),
+        )
+        task = TaskInfo(
+            name="t-pod",
+            task_id=TaskID(value="t-pod"),
+            agent_id=AgentID(value=master.agent_id or ""),
+            executor=executor,
+            command=CommandInfo(value=f"while [ ! -e {go} ]; do sleep 0.05; done"),
+            resources=Resources.parse("cpus:0.1;mem:16").to_list(),
+        )
+        group = RunTaskGroup(
+            framework_info=FRAMEWORK, executor_info=executor, task_group=TaskGroupInfo(tasks=[task])
+        )
+        await master.send(AgentEvent(type=AgentEventType.RUN_TASK_GROUP, run_task_group=group))
+        await master.wait_update("t-pod", "TASK_RUNNING")
+        await first.stop(destroy=False)
+        master.drop_stream()
+        go.touch()  # the task ends while no agent runs
+
+        await second.start()
+        await master.wait_update("t-pod", "TASK_FINISHED")
     finally:
         await second.stop()
         await first.stop()

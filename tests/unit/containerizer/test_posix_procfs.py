@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -17,6 +18,9 @@ def session() -> Iterator[int]:
     """A sleeping process leading a session of its own (ended afterwards)."""
     process = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], start_new_session=True)
     try:
+        # Popen returns once forked; the child calls setsid() on its own time after.
+        while os.getsid(process.pid) != process.pid:
+            time.sleep(0.001)
         yield process.pid
     finally:
         process.kill()

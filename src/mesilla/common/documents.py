@@ -15,7 +15,7 @@ ACL-filtered views); `chunks` is the piecewise way.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 import msgspec
@@ -113,18 +113,29 @@ async def answer(
         parts = [jsonp.encode() + b"(", *parts, b");"]
         content_type = "text/javascript"
     response = web.StreamResponse(headers={"Content-Type": content_type})
-    response.content_length = _length(parts)
+    return await send(request, response, _length(parts), _spliced(parts))
+
+
+async def send(
+    request: web.Request,
+    response: web.StreamResponse,
+    length: int,
+    parts: Iterable[bytes | memoryview],
+) -> web.StreamResponse:
+    """`response` prepared with `length` and, unless `request` is a HEAD, `parts` written
+    joined about `CHUNK` bytes at a time, each write waiting for the socket to drain."""
+    response.content_length = length
     await response.prepare(request)
-    if request.method == "HEAD":
-        await response.write_eof()
-        return response
-    batch: list[bytes] = []
-    size = 0
-    for part in _spliced(parts):
-        batch.append(part)
-        size += len(part)
-        if size >= CHUNK:
+    if request.method != "HEAD":
+        batch: list[bytes | memoryview] = []
+        size = 0
+        for part in parts:
+            batch.append(part)
+            size += len(part)
+            if size >= CHUNK:
+                await response.write(batch[0] if len(batch) == 1 else b"".join(batch))
+                batch, size = [], 0
+        if batch:
             await response.write(b"".join(batch))
-            batch, size = [], 0
-    await response.write_eof(b"".join(batch))
+    await response.write_eof()
     return response

@@ -2,8 +2,9 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
+from mesilla.common.documents import CHUNK
 from mesilla.common.errors import BadRequest
-from mesilla.common.http import BODY_SLICE, Router, make_app, numify, read_message
+from mesilla.common.http import Router, make_app, numify, read_message
 from mesilla.v1.scheduler import Call
 
 
@@ -88,7 +89,7 @@ def test_numify_takes_wider_types() -> None:
 async def test_a_large_answer_arrives_whole_in_slices() -> None:
     # Bodies over a slice are written piecewise (the loop is handed back between
     # pieces); what the client reads is the same answer: status, headers, bytes.
-    body = bytes(range(256)) * (3 * BODY_SLICE // 256 + 7)
+    body = bytes(range(256)) * (3 * CHUNK // 256 + 7)
 
     async def large(request: web.Request) -> web.Response:
         return web.Response(

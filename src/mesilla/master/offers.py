@@ -43,6 +43,8 @@ class Offerer:
         self._allocator = parts.allocator
         self._outbox = parts.outbox
         self._owner = parts.owner
+        # Offers booked by `_offer` and not yet sent: removed meanwhile, they need no RESCIND.
+        self._unsent: set[str] = set()
         self._counters = parts.counters
         self._offer_timeout = offer_timeout
         self._timers: dict[str, asyncio.TimerHandle] = {}
@@ -86,8 +88,11 @@ class Offerer:
                     ):
                         self._allocator.recover_resources(framework_id, agent_id, resources)
                         continue
-                    offers.append(self._make_offer(framework, agent, role, resources))
+                    offer = self._make_offer(framework, agent, role, resources)
+                    self._unsent.add(offer.id.value)
+                    offers.append(offer)
             framework = self._book.frameworks.get(framework_id)
+            self._unsent.difference_update(offer.id.value for offer in offers)
             offers = [offer for offer in offers if offer.id.value in self._book.offers]
             if offers and framework is not None:
                 self._outbox.offers(framework, offers)
@@ -137,7 +142,9 @@ class Offerer:
                 offer.framework_id.value, offer.agent_id.value, Resources.from_list(offer.resources)
             )
         framework = self._book.frameworks.get(offer.framework_id.value)
-        if rescind and framework is not None:
+        if offer_id in self._unsent:
+            self._unsent.discard(offer_id)
+        elif rescind and framework is not None:
             self._outbox.rescind(framework, offer.id)
 
     def remove_all(self, offers: dict[str, Offer], *, rescind: bool, recover: bool = True) -> None:

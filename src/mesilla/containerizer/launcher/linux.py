@@ -370,7 +370,7 @@ class LinuxLauncher(Launcher):
 
     async def start(self, container_id: ContainerID) -> None:
         container = self._get(container_id)
-        await self._runtime.start(container.rid)
+        await self._runtime.start(container.rid, container.pid)
 
     # --- the running container ------------------------------------------------
 

@@ -21,6 +21,7 @@ import os
 import shutil
 import signal
 import stat
+import subprocess
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -70,31 +71,16 @@ async def spawn(
     os.makedirs(exit_dir, exist_ok=True)
     argv = _conmon_argv(binary, runtime, runtime_id, bundle, directory, console_socket)
     read_end, write_end = os.pipe()
-    streams: list[int] = []
     try:
-        streams.append(_open_stream(stdin, os.O_RDONLY))
-        for path in (stdout, stderr):
-            streams.append(_open_stream(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND))
-        proc = await asyncio.create_subprocess_exec(
-            *argv,
-            stdin=streams[0],
-            stdout=streams[1],
-            stderr=streams[2],
-            cwd=directory,
-            pass_fds=(write_end,),
-            env={**os.environ, "_OCI_SYNCPIPE": str(write_end)},
-            start_new_session=True,
-        )
+        proc = _start(argv, directory, write_end, stdin, stdout, stderr)
     finally:
         os.close(write_end)
-        for fd in streams:
-            os.close(fd)
     try:
         # The first conmon exits once its daemon half is forked; the daemon
         # writes {"data": <init pid>} (or a negative value and a message) when
         # the runtime's create returned.
         reply = await _read_line(read_end)
-        await proc.wait()
+        await _reap(proc)
     finally:
         os.close(read_end)
     try:
@@ -142,6 +128,43 @@ def _conmon_argv(
         # Not conmon's own --terminal: that one keeps the master and logs what it reads.
         argv += ["--runtime-opt", "--console-socket", "--runtime-opt", console_socket]
     return argv
+
+
+def _start(
+    argv: list[str], directory: str, sync: int, stdin: str | None, stdout: str, stderr: str
+) -> subprocess.Popen[bytes]:
+    """conmon, started directly rather than through asyncio's subprocess machinery (a
+    transport and a child watcher's thread: ~2 ms more a launch); vfork'd, it returns
+    once conmon has exec'd."""
+    streams: list[int] = []
+    try:
+        streams.append(_open_stream(stdin, os.O_RDONLY))
+        for path in (stdout, stderr):
+            streams.append(_open_stream(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND))
+        return subprocess.Popen(
+            argv,
+            stdin=streams[0],
+            stdout=streams[1],
+            stderr=streams[2],
+            cwd=directory,
+            pass_fds=(sync,),
+            env={**os.environ, "_OCI_SYNCPIPE": str(sync)},
+            start_new_session=True,
+        )
+    finally:
+        for fd in streams:
+            os.close(fd)
+
+
+async def _reap(proc: subprocess.Popen[bytes]) -> None:
+    """Waits for the first conmon (it exits at once) through a pidfd, and reaps it."""
+    with contextlib.suppress(ProcessLookupError):  # reaped already by a waitpid(-1) elsewhere
+        fd = os.pidfd_open(proc.pid)
+        try:
+            await wait_readable(fd)
+        finally:
+            os.close(fd)
+    proc.wait()
 
 
 def _open_stream(path: str | None, flags: int) -> int:

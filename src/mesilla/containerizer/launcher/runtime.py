@@ -28,6 +28,11 @@ from mesilla.common.errors import ConfigurationError
 from mesilla.containerizer.launcher.base import LaunchError
 
 CANDIDATES = ("crun", "runc")
+# runc's handshake between `create` and `start`: the created init blocks opening
+# this FIFO (in the container's state directory) for writing; `runc start` opens
+# it for reading, takes the byte init writes just before it execs, and removes it
+# (runc tells a created container from a running one by the FIFO being there).
+EXEC_FIFO = "exec.fifo"
 
 _probed: dict[str, tuple[str | None, str]] = {}
 
@@ -65,8 +70,29 @@ class OciRuntime:
             )
         return proc.returncode, out.decode()
 
-    async def start(self, runtime_id: str) -> None:
-        await self.run("start", runtime_id)
+    async def start(self, runtime_id: str, pid: int | None = None) -> None:
+        """Lets the created container's init exec. With runc and the init's `pid`, does
+        what `runc start` does (EXEC_FIFO) without a runc process: ~13 ms of each launch,
+        and a Go start-up's CPU. Anything unexpected is left to `runc start` to report."""
+        if self.name != "runc" or pid is None:
+            await self.run("start", runtime_id)
+            return
+        fifo = os.path.join(self.root, runtime_id, EXEC_FIFO)
+        try:
+            # Not blocking: a blocking open would wait for an init that may be dead.
+            fd = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        except FileNotFoundError:
+            await self.run("start", runtime_id)
+            return
+        try:
+            started = await _take_exec_byte(fd, pid)
+        finally:
+            os.close(fd)
+        if not started:
+            raise OciRuntimeError(
+                f"'{self.name} start {runtime_id}' failed: container process is already dead"
+            )
+        files.remove_file(self.root, fifo)
 
     async def kill(self, runtime_id: str, signal: int, *, all_processes: bool = False) -> bool:
         """Signals the container; False when it has no process left to signal."""
@@ -102,6 +128,41 @@ class OciRuntime:
                 return [entry.name for entry in entries if entry.is_dir(follow_symlinks=False)]
         except FileNotFoundError:
             return []
+
+
+async def _take_exec_byte(fifo: int, pid: int) -> bool:
+    """Reads the exec FIFO to its end, as `runc start` does: our open lets init's
+    open return; it writes one byte and execs, which closes its end. False when
+    init ended without writing (it was killed, or was never there)."""
+    try:
+        pidfd = os.pidfd_open(pid)
+    except ProcessLookupError:
+        pidfd = None
+    loop = asyncio.get_running_loop()
+    woken = asyncio.Event()
+    watched = [fifo] if pidfd is None else [fifo, pidfd]
+    for fd in watched:
+        loop.add_reader(fd, woken.set)
+    received = b""
+    try:
+        while True:
+            # Readiness first: before init's open has returned, a read would see
+            # no writer and end at once; poll reports the end only after a writer.
+            if pidfd is not None:
+                await woken.wait()
+                woken.clear()
+            try:
+                chunk = os.read(fifo, 64)
+            except BlockingIOError:  # written nothing yet, its end still open
+                continue
+            if not chunk:
+                return received != b""
+            received += chunk
+    finally:
+        for fd in watched:
+            loop.remove_reader(fd)
+        if pidfd is not None:
+            os.close(pidfd)
 
 
 class NoOciRuntime(LaunchError, ConfigurationError):

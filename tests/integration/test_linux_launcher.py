@@ -133,6 +133,7 @@ async def test_container_without_image_sees_the_host_and_its_sandbox(
         f'cd "$MESOS_SANDBOX" && echo $$ > pid && cat /proc/1/comm > init && cat {marker} > tmp_marker && '
         "readlink /proc/self/ns/pid > pidns && "
         "(touch /usr/mesilla-test 2>/dev/null && echo writable || echo readonly) > usr && "
+        "(touch /mesilla-test 2>/dev/null && echo writable || echo readonly) > top && "
         "/usr/bin/env true"
     )
     try:
@@ -153,6 +154,8 @@ async def test_container_without_image_sees_the_host_and_its_sandbox(
     assert read("tmp_marker") == "from the host"  # /tmp is the host's, as in Mesos
     assert read("usr") == "readonly"  # the host is shared read-only
     assert not os.path.exists("/usr/mesilla-test")
+    # Its top level is the host view every container without an image shares.
+    assert read("top") == "readonly"
     await launcher.destroy(cid)
 
 

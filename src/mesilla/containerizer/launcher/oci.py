@@ -248,6 +248,7 @@ def config(
     cgroups_path: str | None,
     resources: dict[str, Any],
     hostname: str | None = None,
+    readonly_rootfs: bool = False,
 ) -> dict[str, Any]:
     linux: dict[str, Any] = {"namespaces": namespace_specs, "resources": resources}
     if cgroups_path is not None:
@@ -255,7 +256,7 @@ def config(
     spec: dict[str, Any] = {
         "ociVersion": OCI_VERSION,
         "process": process_spec,
-        "root": {"path": rootfs, "readonly": False},
+        "root": {"path": rootfs, "readonly": readonly_rootfs},
         "mounts": mounts,
         "linux": linux,
     }

@@ -447,14 +447,18 @@ class LinuxLauncher(Launcher):
 
     async def _release(self, rid: str, directory: str) -> None:
         """Removes the runtime's container, the bundle and the monitor's files."""
-        await self._runtime.delete(rid)
         shm = os.path.join(directory, SHM_DIR)
         if os.path.ismount(shm):
             files.unmount(self._flags.runtime_dir, shm, detach=True)
         trees = [os.path.join(directory, name) for name in (BUNDLE_DIR, MONITOR_DIR, SHM_DIR)]
+        steps = [self._runtime.delete(rid)]
         if any(os.path.lexists(tree) for tree in trees):
-            # A pod's teardown would otherwise stall the loop for ~100 ms.
-            await in_thread(_remove_trees, self._flags.runtime_dir, trees)
+            # In a thread: a pod's teardown would otherwise stall the loop for ~100 ms.
+            # Beside the runtime's delete, which reads only its own state.
+            steps.append(in_thread(_remove_trees, self._flags.runtime_dir, trees))
+        for result in await asyncio.gather(*steps, return_exceptions=True):
+            if isinstance(result, BaseException):
+                raise result
         for path in (os.path.join(directory, CONTAINERS_DIR), directory):
             with contextlib.suppress(OSError):
                 # only when nothing else (checkpoints, children) is left

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 from mesilla.common.fds import wait_readable
 from mesilla.containerizer.launcher.base import LaunchError
-from mesilla.containerizer.launcher.runtime import OciRuntime
+from mesilla.containerizer.launcher.runtime import OciRuntime, reap
 
 CONMON = "conmon"
 
@@ -80,7 +80,7 @@ async def spawn(
         # writes {"data": <init pid>} (or a negative value and a message) when
         # the runtime's create returned.
         reply = await _read_line(read_end)
-        await _reap(proc)
+        await reap(proc)
     finally:
         os.close(read_end)
     try:
@@ -148,23 +148,14 @@ def _start(
             stderr=streams[2],
             cwd=directory,
             pass_fds=(sync,),
-            env={**os.environ, "_OCI_SYNCPIPE": str(sync)},
+            # The C locale: no locale files to load at each start (the container's
+            # environment is its config's, not conmon's).
+            env={**os.environ, "LC_ALL": "C", "_OCI_SYNCPIPE": str(sync)},
             start_new_session=True,
         )
     finally:
         for fd in streams:
             os.close(fd)
-
-
-async def _reap(proc: subprocess.Popen[bytes]) -> None:
-    """Waits for the first conmon (it exits at once) through a pidfd, and reaps it."""
-    with contextlib.suppress(ProcessLookupError):  # reaped already by a waitpid(-1) elsewhere
-        fd = os.pidfd_open(proc.pid)
-        try:
-            await wait_readable(fd)
-        finally:
-            os.close(fd)
-    proc.wait()
 
 
 def _open_stream(path: str | None, flags: int) -> int:

@@ -25,6 +25,7 @@ from typing import Any
 
 from mesilla.common import files
 from mesilla.common.errors import ConfigurationError
+from mesilla.common.fds import wait_readable
 from mesilla.containerizer.launcher.base import LaunchError
 
 CANDIDATES = ("crun", "runc")
@@ -55,20 +56,13 @@ class OciRuntime:
 
     async def run(self, *args: str, check: bool = True) -> tuple[int, str]:
         """Runs one runtime command; returns its exit code and stdout."""
-        proc = await asyncio.create_subprocess_exec(
-            *self.argv(*args),
-            stdin=asyncio.subprocess.DEVNULL,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE,
-        )
-        out, err = await proc.communicate()
-        assert proc.returncode is not None
-        if check and proc.returncode != 0:
+        code, out, err = await communicate(self.argv(*args))
+        if check and code != 0:
             raise OciRuntimeError(
-                f"'{self.name} {' '.join(args)}' failed with exit code {proc.returncode}: "
+                f"'{self.name} {' '.join(args)}' failed with exit code {code}: "
                 f"{err.decode(errors='replace').strip()}"
             )
-        return proc.returncode, out.decode()
+        return code, out.decode()
 
     async def start(self, runtime_id: str, pid: int | None = None) -> None:
         """Lets the created container's init exec. With runc and the init's `pid`, does
@@ -128,6 +122,55 @@ class OciRuntime:
                 return [entry.name for entry in entries if entry.is_dir(follow_symlinks=False)]
         except FileNotFoundError:
             return []
+
+
+async def communicate(argv: list[str]) -> tuple[int, bytes, bytes]:
+    """(exit code, stdout, stderr) of `argv`, as asyncio's `communicate`, but started
+    with a vfork'd Popen, its pipes read from the loop and its end seen through a
+    pidfd: no transport and child-watcher thread for each of a teardown's calls."""
+    # Returns once the child has exec'd (vfork), as asyncio's own start does.
+    proc = subprocess.Popen(  # noqa: ASYNC220
+        argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
+    assert proc.stdout is not None and proc.stderr is not None
+    loop = asyncio.get_running_loop()
+    received = {f.fileno(): bytearray() for f in (proc.stdout, proc.stderr)}
+    reading = set(received)
+    ended: asyncio.Future[None] = loop.create_future()
+
+    def drain(fd: int) -> None:
+        data = os.read(fd, 65536)
+        received[fd] += data
+        if not data:
+            loop.remove_reader(fd)
+            reading.discard(fd)
+            if not reading and not ended.done():
+                ended.set_result(None)
+
+    for fd in received:
+        os.set_blocking(fd, False)
+        loop.add_reader(fd, drain, fd)
+    try:
+        await ended
+    finally:
+        for fd in reading:
+            loop.remove_reader(fd)
+        proc.stdout.close()
+        proc.stderr.close()
+    code = await reap(proc)
+    out, err = received.values()
+    return code, bytes(out), bytes(err)
+
+
+async def reap(proc: subprocess.Popen[bytes]) -> int:
+    """Waits for our child `proc` to end, through a pidfd, and reaps it; its exit code."""
+    with contextlib.suppress(ProcessLookupError):  # reaped already by a waitpid(-1) elsewhere
+        fd = os.pidfd_open(proc.pid)
+        try:
+            await wait_readable(fd)
+        finally:
+            os.close(fd)
+    return proc.wait()
 
 
 async def _take_exec_byte(fifo: int, pid: int) -> bool:

@@ -15,6 +15,7 @@ import pytest
 from tests.fixtures.linux_launcher import LinuxEnv
 
 from mesilla.containerizer.launcher import monitor
+from mesilla.containerizer.launcher.base import LaunchError
 from mesilla.containerizer.launcher.linux import LinuxLauncher
 from mesilla.containerizer.launcher.runtime import NoOciRuntime
 from mesilla.containerizer.types import ContainerRuntimeState
@@ -86,6 +87,38 @@ async def test_first_process_is_held_before_exec_until_start(linux_env: LinuxEnv
     assert await launcher.wait(cid) == 0
     assert os.path.exists(marker)
     await launcher.destroy(cid)
+
+
+async def test_a_started_container_runs_its_command_and_the_runtime_says_so(
+    linux_env: LinuxEnv,
+) -> None:
+    # start takes runc's exec FIFO itself: runc must see what its own start leaves.
+    launcher = linux_env.launcher()
+    cid = ContainerID(value="started")
+    pid = await linux_env.run(launcher, cid, "exec sleep 1000")
+    state = await launcher.runtime.state("started")
+    assert state is not None and state["status"] == "running"
+    # Returned once the init has exec'd, as `runc start` does.
+    with open(f"/proc/{pid}/cmdline", "rb") as f:
+        assert f.read().split(b"\0")[0] != b"/usr/sbin/runc"
+    await launcher.destroy(cid)
+    assert linux_env.runtime_ids() == []
+
+
+async def test_starting_a_container_whose_init_was_killed_fails(linux_env: LinuxEnv) -> None:
+    launcher = linux_env.launcher()
+    cid = ContainerID(value="gone")
+    config = linux_env.config("gone")
+    marker = os.path.join(config.sandbox, "ran")
+    pid = await launcher.fork(
+        cid, ["/bin/sh", "-c", f"touch {marker}"], config, linux_env.launch_info(config)
+    )
+    os.kill(pid, signal.SIGKILL)
+    with pytest.raises(LaunchError, match="already dead"):
+        await launcher.start(cid)
+    await launcher.destroy(cid)
+    assert not os.path.exists(marker)
+    assert linux_env.runtime_ids() == [] and linux_env.monitors() == []
 
 
 def _descendants(pid: int) -> list[int]:

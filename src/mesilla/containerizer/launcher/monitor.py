@@ -14,7 +14,6 @@ conmon reports the init's end as an exit code where a signal N reads as
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import json
 import os
@@ -169,15 +168,20 @@ def _open_stream(path: str | None, flags: int) -> int:
 
 
 async def _read_line(fd: int) -> bytes:
-    loop = asyncio.get_running_loop()
-    reader = asyncio.StreamReader()
-    transport, _ = await loop.connect_read_pipe(
-        lambda: asyncio.StreamReaderProtocol(reader), os.fdopen(os.dup(fd), "rb")
-    )
-    try:
-        return await reader.readline()
-    finally:
-        transport.close()
+    """The first line written to the pipe `fd` (all of it, if it ends first), read from the
+    loop without a transport."""
+    os.set_blocking(fd, False)
+    line = b""
+    while b"\n" not in line:
+        await wait_readable(fd)
+        try:
+            chunk = os.read(fd, 4096)
+        except BlockingIOError:
+            continue
+        if not chunk:
+            break
+        line += chunk
+    return line.partition(b"\n")[0]
 
 
 def _last_line(path: str) -> str:

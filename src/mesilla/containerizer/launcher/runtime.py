@@ -179,21 +179,22 @@ async def _take_exec_byte(fifo: int, pid: int) -> bool:
     init ended without writing (it was killed, or was never there)."""
     try:
         pidfd = os.pidfd_open(pid)
-    except ProcessLookupError:
-        pidfd = None
+    except ProcessLookupError:  # gone: no writer left, whatever it wrote is there
+        try:
+            return os.read(fifo, 64) != b""
+        except BlockingIOError:
+            return False
     loop = asyncio.get_running_loop()
     woken = asyncio.Event()
-    watched = [fifo] if pidfd is None else [fifo, pidfd]
-    for fd in watched:
+    for fd in (fifo, pidfd):
         loop.add_reader(fd, woken.set)
     received = b""
     try:
         while True:
             # Readiness first: before init's open has returned, a read would see
             # no writer and end at once; poll reports the end only after a writer.
-            if pidfd is not None:
-                await woken.wait()
-                woken.clear()
+            await woken.wait()
+            woken.clear()
             try:
                 chunk = os.read(fifo, 64)
             except BlockingIOError:  # written nothing yet, its end still open
@@ -202,10 +203,9 @@ async def _take_exec_byte(fifo: int, pid: int) -> bool:
                 return received != b""
             received += chunk
     finally:
-        for fd in watched:
+        for fd in (fifo, pidfd):
             loop.remove_reader(fd)
-        if pidfd is not None:
-            os.close(pidfd)
+        os.close(pidfd)
 
 
 class NoOciRuntime(LaunchError, ConfigurationError):

@@ -147,9 +147,7 @@ def _start(
             stderr=streams[2],
             cwd=directory,
             pass_fds=(sync,),
-            # The C locale: no locale files to load at each start (the container's
-            # environment is its config's, not conmon's).
-            env={**os.environ, "LC_ALL": "C", "_OCI_SYNCPIPE": str(sync)},
+            env={**os.environ, "_OCI_SYNCPIPE": str(sync)},
             start_new_session=True,
         )
     finally:

@@ -238,11 +238,13 @@ class LinuxLauncher(Launcher):
         if launch_info.rootfs and capabilities is None and bounding is None:
             # Root keeps only what cannot reach past its rootfs (oci.DEFAULT_CAPABILITIES).
             bounding = [c for c in oci.DEFAULT_CAPABILITIES if c in oci.capability_names(None)]
+        tty_info = config.container_info.tty_info if config.container_info else None
+        window_size = tty_info.window_size if tty_info else None
         if debug:
             assert parent_pid is not None and container_id.parent is not None
             argv = _enter_filesystem_of(
                 parent_pid, user, self._debug_capabilities(container_id.parent, capabilities), argv,
-                config.console_socket,
+                config.console_socket, window_size,
             )
             if config.console_socket is not None:
                 # enter.py sends the terminal's master from inside the container.
@@ -251,7 +253,6 @@ class LinuxLauncher(Launcher):
             # Entering takes root and every capability; enter.py drops them after.
             user, capabilities, bounding = oci.User(0, 0), None, None
         hostname = config.container_info.hostname if config.container_info else None
-        tty_info = config.container_info.tty_info if config.container_info else None
         return oci.config(
             process_spec=oci.process(
                 argv,
@@ -263,7 +264,7 @@ class LinuxLauncher(Launcher):
                 bounding=bounding,
                 # A DEBUG command's terminal is enter.py's, not the runtime's.
                 terminal=config.console_socket is not None and not debug,
-                window_size=tty_info.window_size if tty_info else None,
+                window_size=window_size,
             ),
             rootfs=rootfs,
             mounts=mounts,
@@ -515,6 +516,7 @@ def _enter_filesystem_of(
     capabilities: dict[str, list[str]],
     argv: list[str],
     console_socket: str | None = None,
+    window_size: dict[str, Any] | None = None,
 ) -> list[str]:
     """`argv` run in the mount namespace, root and working directory of `pid`.
 
@@ -529,7 +531,9 @@ def _enter_filesystem_of(
     parent's /dev/ptmx once inside: a terminal of the runtime's would be in the
     DEBUG container's own devpts, which the parent's filesystem does not have,
     so `tty` (ttyname) would not find it (as Mesos, whose exec sessions in an
-    image-less task see the host's /dev/pts/N they were given).
+    image-less task see the host's /dev/pts/N they were given). It sizes the
+    terminal (`window_size`) before the command runs: sized by the agent once
+    received, a command that asks at once could find it 0 x 0.
     """
     spec = {
         # enter.py runs in the parent's pid namespace, where the parent has another pid.
@@ -542,6 +546,7 @@ def _enter_filesystem_of(
             for kind in ("bounding", "effective", "permitted", "inheritable", "ambient")
         },
         **({"console_socket": console_socket} if console_socket is not None else {}),
+        **({"window_size": window_size} if window_size else {}),
     }
     return [sys.executable, "-I", "-S", enter.__file__, json.dumps(spec), *argv]
 

@@ -67,6 +67,7 @@ from mesilla.containerizer.types import (
     ContainerConfig,
     ContainerLaunchInfo,
     ContainerRuntimeState,
+    ForkRequest,
 )
 from mesilla.v1.mesos import ContainerID, LinuxInfo
 
@@ -146,13 +147,9 @@ class LinuxLauncher(Launcher):
 
     # --- launch ---------------------------------------------------------------
 
-    async def fork(
-        self,
-        container_id: ContainerID,
-        argv: list[str],
-        config: ContainerConfig,
-        launch_info: ContainerLaunchInfo,
-    ) -> int:
+    async def fork(self, request: ForkRequest) -> int:
+        container_id, argv = request.container_id, request.argv
+        config, launch_info = request.config, request.launch_info
         if container_id in self._containers and not self._containers[container_id].destroyed:
             raise LaunchError(f"Container {container_id} already exists in the linux launcher")
         directory = self.directory(container_id)

@@ -623,6 +623,7 @@ class Containerizer:
                 log.exception("Isolator %s failed to close", isolator.name)
         if self._provisioner is not None:
             await self._provisioner.close()
+        await self._launcher.close()
 
 
 def _isolator_error(

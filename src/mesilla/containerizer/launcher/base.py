@@ -50,3 +50,6 @@ class Launcher:
 
     def pid(self, container_id: ContainerID) -> int | None:
         raise NotImplementedError
+
+    async def close(self) -> None:
+        """Releases what the launcher runs for itself; its containers keep running."""

@@ -24,7 +24,7 @@ import sys
 from typing import Any
 
 from mesilla.common.blocking import in_thread
-from mesilla.containerizer.cgroups import CgroupsError, Hierarchy, cgroup_path
+from mesilla.containerizer.cgroups import CgroupsError, Hierarchy, cgroup_path, remove_everywhere
 from mesilla.containerizer.launcher import monitor, oci
 from mesilla.containerizer.launcher.base import LaunchError
 from mesilla.containerizer.types import ForkRequest
@@ -150,9 +150,8 @@ async def remove_cgroups(flags: Any, rid: str) -> None:
     """What `runc delete` does for runc's containers: kills what is left in the
     container's cgroups and removes them, in every hierarchy (also with the flag
     now off: a restarted agent still cleans up what an earlier one forked)."""
-    hierarchy = Hierarchy.detect(flags.cgroups_hierarchy)
     path = cgroup_path(flags, ContainerID.from_path(rid.split(".")))
-    await hierarchy.cgroup(path).remove(list(hierarchy.mounts))
+    await remove_everywhere(os.path.realpath(flags.cgroups_hierarchy), path)
 
 
 def _mark(monitor_dir: str) -> None:

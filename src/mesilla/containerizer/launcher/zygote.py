@@ -71,7 +71,8 @@ class Zygote:
             return None
         return cls(flags)
 
-    def eligible(self, request: ForkRequest, spec: dict[str, Any]) -> bool:
+    @staticmethod
+    def eligible(request: ForkRequest, spec: dict[str, Any]) -> bool:
         """Whether this container is a default executor the zygote can fork."""
         config, info = request.config, request.launch_info
         namespaces = spec["linux"]["namespaces"]

@@ -11,6 +11,7 @@ from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 
 import pytest
+from tests.integration.faults.workload import alive
 
 from mesilla.containerizer.launcher import monitor
 from mesilla.containerizer.launcher.linux import LinuxLauncher
@@ -105,14 +106,6 @@ def namespace(pid: int, kind: str) -> str:
 def innermost_pid(pid: int) -> str:
     with open(f"/proc/{pid}/status") as f:
         return next(line.split()[-1] for line in f if line.startswith("NSpid:"))
-
-
-def alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    return True
 
 
 def await_dead(pid: int, timeout: float = 30.0) -> None:

@@ -43,6 +43,8 @@ MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 0x1, 0x2, 0x4, 0x8
 MS_REMOUNT, MS_BIND, MS_REC = 0x20, 0x1000, 0x4000
 MS_PRIVATE, MS_SLAVE, MS_STRICTATIME = 1 << 18, 1 << 19, 1 << 24
 MNT_DETACH = 2
+# pivot_root(2) has no libc wrapper; its number by architecture (others keep runc).
+SYS_PIVOT_ROOT = {"x86_64": 155, "aarch64": 41}
 PR_CAPBSET_DROP = 24
 CLONE_NEWNS, CLONE_NEWUTS, CLONE_NEWIPC, CLONE_NEWPID = 0x20000, 0x4000000, 0x8000000, 0x20000000
 _FLAGS = {
@@ -249,7 +251,7 @@ def _filesystem(rootfs: str, mounts: list[dict[str, Any]]) -> None:
     for name, target in _LINKS.items():
         os.symlink(target, os.path.join(dev, name))
     os.chdir(rootfs)
-    _check(_libc.syscall(155, b".", b"."), "pivot_root")  # SYS_pivot_root on x86_64
+    _check(_libc.syscall(SYS_PIVOT_ROOT[os.uname().machine], b".", b"."), "pivot_root")
     _check(_libc.umount2(b".", MNT_DETACH), "unmounting the host's root")
     os.chdir("/")
 

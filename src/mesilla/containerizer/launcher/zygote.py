@@ -4,7 +4,7 @@ With `--fork_default_executors` (the default), the linux launcher starts one
 zygote per agent (`mesilla.executor.zygote`, whose docstring describes it) and
 sends it every default executor that needs nothing only runc can give: no
 image, no network namespace nor other namespace of its own beyond mount, pid,
-IPC and UTS, no TTY, root, cgroup v1. Its container is the same OCI
+IPC and UTS, no TTY, root, cgroup v1, x86_64 or aarch64. Its container is the same OCI
 description (`LinuxLauncher._spec`), applied by the zygote's child in place
 of runc's; the monitor files are conmon's, so waiting, recovery and
 GET_CONTAINERS read them unchanged. `monitor/forked`, written before the
@@ -28,6 +28,7 @@ from mesilla.containerizer.cgroups import CgroupsError, Hierarchy, cgroup_path, 
 from mesilla.containerizer.launcher import monitor, oci
 from mesilla.containerizer.launcher.base import LaunchError
 from mesilla.containerizer.types import ForkRequest
+from mesilla.executor.zygote import SYS_PIVOT_ROOT
 from mesilla.v1.mesos import ContainerID
 
 log = logging.getLogger(__name__)
@@ -62,7 +63,7 @@ class Zygote:
     @classmethod
     def create(cls, flags: Any) -> Zygote | None:
         """A zygote where forked executors are on and possible here; else None."""
-        if not flags.get("fork_default_executors", True):
+        if not flags.get("fork_default_executors", True) or os.uname().machine not in SYS_PIVOT_ROOT:
             return None
         try:
             if Hierarchy.detect(flags.cgroups_hierarchy).version != 1:

@@ -17,7 +17,7 @@ from tests.fixtures.linux_launcher import LinuxEnv
 from mesilla.containerizer.launcher import monitor
 from mesilla.containerizer.launcher.linux import LinuxLauncher
 from mesilla.containerizer.launcher.runtime import NoOciRuntime
-from mesilla.containerizer.types import ContainerRuntimeState
+from mesilla.containerizer.types import ContainerRuntimeState, ForkRequest
 from mesilla.v1.mesos import ContainerID
 
 pytestmark = pytest.mark.root
@@ -73,9 +73,9 @@ async def test_first_process_is_held_before_exec_until_start(linux_env: LinuxEnv
     cid = ContainerID(value="held")
     config = linux_env.config("held")
     marker = os.path.join(config.sandbox, "ran")
-    pid = await launcher.fork(
+    pid = await launcher.fork(ForkRequest(
         cid, ["/bin/sh", "-c", f"touch {marker}"], config, linux_env.launch_info(config)
-    )
+    ))
     # Still the runtime's init waiting to exec, not the command.
     with open(f"/proc/{pid}/cmdline", "rb") as f:
         assert f.read().split(b"\0")[:2] == [b"/usr/sbin/runc", b"init"]
@@ -294,9 +294,9 @@ async def test_destroying_a_held_container_never_runs_it(linux_env: LinuxEnv) ->
     cid = ContainerID(value="never")
     config = linux_env.config("never")
     marker = os.path.join(config.sandbox, "ran")
-    pid = await launcher.fork(
+    pid = await launcher.fork(ForkRequest(
         cid, ["/bin/sh", "-c", f"touch {marker}"], config, linux_env.launch_info(config)
-    )
+    ))
     await launcher.destroy(cid)
     status = await launcher.wait(cid)
     assert status is not None and os.WTERMSIG(status) == signal.SIGKILL
@@ -309,7 +309,7 @@ async def test_a_cancelled_fork_leaves_nothing(linux_env: LinuxEnv) -> None:
     cid = ContainerID(value="cancelled")
     config = linux_env.config("cancelled")
     fork = asyncio.ensure_future(
-        launcher.fork(cid, ["/bin/sleep", "1000"], config, linux_env.launch_info(config))
+        launcher.fork(ForkRequest(cid, ["/bin/sleep", "1000"], config, linux_env.launch_info(config)))
     )
     # Cancel once conmon is on its way (its pid file is the first thing it writes).
     await _await_file(os.path.join(launcher.directory(cid), "monitor", "pid"))

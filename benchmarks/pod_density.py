@@ -62,6 +62,14 @@ def parent_of(pid: int) -> int | None:
         return None
 
 
+def is_forked_monitor(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return b"mesilla.executor.zygote" in f.read()
+    except OSError:
+        return False
+
+
 @dataclass
 class Group:
     """The memory of one kind of process, one rollup each."""
@@ -127,6 +135,8 @@ async def measure(args: argparse.Namespace, cluster: LocalCluster, image: str, r
         print()
         await asyncio.sleep(args.settle)  # the last executors' start-up garbage collected
         executors, inits, conmons = Group("executors"), Group("containers' inits (tini)"), Group("conmon")
+        # A forked executor (--fork_default_executors) has the zygote's monitor for parent.
+        forked = Group("zygote monitors (forked executors' parents)")
         pids = await pods.executor_pids()
         for pod in running:
             pid = pids.get(pod.executor_id)
@@ -135,13 +145,14 @@ async def measure(args: argparse.Namespace, cluster: LocalCluster, image: str, r
             executors.add(pid)
             init = parent_of(pid)
             if init is not None and init != pid:
-                inits.add(init)
+                (forked if is_forked_monitor(init) else inits).add(init)
         for pid in monitor_pids(root / "cluster" / "agent-0" / "run"):
             conmons.add(pid)
         latency = Stats.of([p.sample.latency_ms for p in running])
         print(f"\n{len(running)} pods of one task running on one agent:")
         print(executors.report(TARGET_EXECUTOR_PSS_MB))
         print(inits.report())
+        print(forked.report())
         print(conmons.report(TARGET_CONMON_MB, "Rss"))
         print(f"  launch latency while the agent filled up: {latency.line()}")
         print("Stopping the pods (all at once) ...", flush=True)

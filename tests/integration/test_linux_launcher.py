@@ -18,7 +18,7 @@ from mesilla.containerizer.launcher import monitor
 from mesilla.containerizer.launcher.base import LaunchError
 from mesilla.containerizer.launcher.linux import LinuxLauncher
 from mesilla.containerizer.launcher.runtime import NoOciRuntime
-from mesilla.containerizer.types import ContainerRuntimeState
+from mesilla.containerizer.types import ContainerRuntimeState, ForkRequest
 from mesilla.v1.mesos import ContainerID
 
 pytestmark = pytest.mark.root
@@ -74,9 +74,9 @@ async def test_first_process_is_held_before_exec_until_start(linux_env: LinuxEnv
     cid = ContainerID(value="held")
     config = linux_env.config("held")
     marker = os.path.join(config.sandbox, "ran")
-    pid = await launcher.fork(
+    pid = await launcher.fork(ForkRequest(
         cid, ["/bin/sh", "-c", f"touch {marker}"], config, linux_env.launch_info(config)
-    )
+    ))
     # Still the runtime's init waiting to exec, not the command.
     with open(f"/proc/{pid}/cmdline", "rb") as f:
         assert f.read().split(b"\0")[:2] == [b"/usr/sbin/runc", b"init"]
@@ -110,9 +110,9 @@ async def test_starting_a_container_whose_init_was_killed_fails(linux_env: Linux
     cid = ContainerID(value="gone")
     config = linux_env.config("gone")
     marker = os.path.join(config.sandbox, "ran")
-    pid = await launcher.fork(
+    pid = await launcher.fork(ForkRequest(
         cid, ["/bin/sh", "-c", f"touch {marker}"], config, linux_env.launch_info(config)
-    )
+    ))
     os.kill(pid, signal.SIGKILL)
     with pytest.raises(LaunchError, match="already dead"):
         await launcher.start(cid)
@@ -330,9 +330,9 @@ async def test_destroying_a_held_container_never_runs_it(linux_env: LinuxEnv) ->
     cid = ContainerID(value="never")
     config = linux_env.config("never")
     marker = os.path.join(config.sandbox, "ran")
-    pid = await launcher.fork(
+    pid = await launcher.fork(ForkRequest(
         cid, ["/bin/sh", "-c", f"touch {marker}"], config, linux_env.launch_info(config)
-    )
+    ))
     await launcher.destroy(cid)
     status = await launcher.wait(cid)
     assert status is not None and os.WTERMSIG(status) == signal.SIGKILL
@@ -345,7 +345,7 @@ async def test_a_cancelled_fork_leaves_nothing(linux_env: LinuxEnv) -> None:
     cid = ContainerID(value="cancelled")
     config = linux_env.config("cancelled")
     fork = asyncio.ensure_future(
-        launcher.fork(cid, ["/bin/sleep", "1000"], config, linux_env.launch_info(config))
+        launcher.fork(ForkRequest(cid, ["/bin/sleep", "1000"], config, linux_env.launch_info(config)))
     )
     # Cancel once conmon is on its way (its pid file is the first thing it writes).
     await _await_file(os.path.join(launcher.directory(cid), "monitor", "pid"))

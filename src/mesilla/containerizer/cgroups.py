@@ -322,6 +322,16 @@ def _kill_members(directory: str) -> None:
             continue
 
 
+async def remove_everywhere(root: str, path: str, attempts: int = 50) -> None:
+    """Removes cgroup `path` (killing what is left) in every hierarchy mounted under
+    `root`, named and unified ones included: where an OCI runtime made it (as the
+    parent of a nested container's) without any controller of ours asking."""
+    for entry in sorted(os.listdir(root)):
+        base = os.path.join(root, entry)
+        if not os.path.islink(base) and os.path.ismount(base):
+            await _remove_tree(root, os.path.join(base, path.strip("/")), attempts)
+
+
 async def _remove_tree(root: str, top: str, attempts: int) -> None:
     for attempt in range(attempts):
         if not os.path.isdir(top):

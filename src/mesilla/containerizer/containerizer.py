@@ -68,6 +68,7 @@ from mesilla.containerizer.types import (
     ContainerRuntimeState,
     ContainerState,
     ContainerTermination,
+    ForkRequest,
 )
 from mesilla.v1 import codec
 from mesilla.v1.mesos import ContainerID, ContainerStatus, Image, Reason, Resource
@@ -325,7 +326,9 @@ class Containerizer:
             )
             self._runtime.write_launch_info(container_id, launch_info)
             container.forked = True  # from here on the launcher may hold something to destroy
-            container.pid = await self._launcher.fork(container_id, argv, config, launch_info)
+            container.pid = await self._launcher.fork(
+                ForkRequest(container_id, argv, config, launch_info)
+            )
             self._runtime.write_pid(container_id, container.pid)
 
             container.state = ContainerState.ISOLATING
@@ -620,6 +623,7 @@ class Containerizer:
                 log.exception("Isolator %s failed to close", isolator.name)
         if self._provisioner is not None:
             await self._provisioner.close()
+        await self._launcher.close()
 
 
 def _isolator_error(

@@ -112,6 +112,17 @@ class ContainerLaunchInfo:
     secret_names: set[str] = field(default_factory=set)
 
 
+@dataclass(frozen=True)
+class ForkRequest:
+    """What a launcher's `fork` creates: the container, its first process's argv, the
+    configuration and the isolators' merged launch info (one argument for every launcher)."""
+
+    container_id: ContainerID
+    argv: list[str]
+    config: ContainerConfig
+    launch_info: ContainerLaunchInfo
+
+
 @dataclass
 class ContainerLimitation:
     """An isolator's report that a container went over a limit (it is then destroyed)."""

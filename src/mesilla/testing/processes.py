@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from mesilla.common import files
+from mesilla.containerizer.launcher import monitor, zygote
 from mesilla.testing.cluster import free_port
 
 Json = dict[str, Any]
@@ -340,6 +341,19 @@ class Cluster:
                 found += [(binary, root, rid) for rid in done.stdout.split()]
         return found
 
+    def forked_containers(self) -> list[str]:
+        """Runtime ids of the live executors our agents forked from their zygotes, which
+        no OCI runtime lists: a `monitor/forked` marker and a live `init.identity`."""
+        found = []
+        for i in range(len(self.agents)):
+            for directory in sorted(self.runtime_dir(i).glob("containers/*/monitor")):
+                pid = monitor.read_pid(str(directory), "init.pid")
+                if zygote.is_forked(str(directory)) and pid is not None and (
+                    monitor.identified(pid, str(directory), "init.identity")
+                ):
+                    found.append(directory.parent.name)
+        return found
+
     def mounts(self) -> list[str]:
         prefix = str(self.root) + "/"
         with open("/proc/self/mountinfo") as f:
@@ -361,6 +375,7 @@ class Cluster:
     def leftovers(self) -> list[str]:
         """Containers, processes, mounts and container cgroups still there (daemons excepted)."""
         left = [f"{binary} container {rid}" for binary, _, rid in self.runtime_containers()]
+        left += [f"forked executor {rid}" for rid in self.forked_containers()]
         left += [f"process {pid}: {cmdline}" for pid, cmdline in sorted(self.processes().items())]
         left += [f"mount {m}" for m in self.mounts()]
         left += [f"cgroup {c}" for c in self.cgroups()]

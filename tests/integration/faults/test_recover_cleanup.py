@@ -30,7 +30,9 @@ async def test_recover_cleanup_kills_every_old_container_and_exits(
     await framework.launch(await framework.offer(), [command])
     ids = [tid(command), *map(tid, pod)]
     await framework.until_state(ids, "TASK_RUNNING", 120)
-    assert len(cluster.runtime_containers()) == 4  # 2 executors, 2 nested
+    # The agent's containers: 2 executors (the pod's forked by the zygote), 2 nested.
+    assert len(cluster.runtime_containers()) == 3
+    assert len(cluster.forked_containers()) == 1
     agent = cluster.agents[0]
     agent.kill()
 

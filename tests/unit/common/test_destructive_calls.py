@@ -30,6 +30,9 @@ ALLOWED = {
     # Run as `python -I -S` inside the task's new mount namespace, stdlib only; its one
     # unmount detaches the old root stacked under the new one after pivot_root(".", ".").
     "executor/task_rootfs.py": "a standalone stdlib-only script, after pivot_root",
+    # The zygote's forked children: they rename only their monitor files' temporaries
+    # into place, and the one unmount is of the old root after pivot_root(".", ".").
+    "executor/zygote.py": "the forked executor's own pivot_root and monitor files",
 }
 
 _MODULE_FUNCTIONS = {

@@ -11,7 +11,12 @@ import pytest
 
 from mesilla.containerizer.launcher.base import LaunchError
 from mesilla.containerizer.launcher.posix import PosixLauncher
-from mesilla.containerizer.types import ContainerConfig, ContainerLaunchInfo, ContainerRuntimeState
+from mesilla.containerizer.types import (
+    ContainerConfig,
+    ContainerLaunchInfo,
+    ContainerRuntimeState,
+    ForkRequest,
+)
 from mesilla.v1.mesos import CommandInfo, ContainerID
 
 
@@ -35,9 +40,9 @@ def config(tmp_path: Any) -> ContainerConfig:
 
 async def test_process_is_held_until_start(launcher: PosixLauncher, tmp_path: Any) -> None:
     cid = ContainerID(value="held")
-    pid = await launcher.fork(
+    pid = await launcher.fork(ForkRequest(
         cid, ["sh", "-c", "echo ran > ran"], config(tmp_path), ContainerLaunchInfo()
-    )
+    ))
     assert os.getsid(pid) == pid and os.getpgid(pid) == pid
     # Held: alive, but its command has not run (it would create `ran` at once).
     with open(f"/proc/{pid}/cmdline", "rb") as f:
@@ -54,9 +59,9 @@ async def test_destroy_before_start_never_runs_the_command(
     launcher: PosixLauncher, tmp_path: Any
 ) -> None:
     cid = ContainerID(value="aborted")
-    await launcher.fork(
+    await launcher.fork(ForkRequest(
         cid, ["sh", "-c", "echo ran > ran"], config(tmp_path), ContainerLaunchInfo()
-    )
+    ))
     await launcher.destroy(cid)
     assert not (tmp_path / "sandbox" / "ran").exists()
     assert launcher.pid(cid) is None
@@ -74,7 +79,7 @@ async def test_launch_info_working_directory_environment_and_rlimits(
         rlimits=[("RLMT_NOFILE", 123, 456), ("RLMT_CORE", None, None)],
     )
     script = 'echo "$PWD $FROM_INFO $(ulimit -Sn) $(ulimit -Hn) $(ulimit -c)"'
-    await launcher.fork(cid, ["sh", "-c", script], config(tmp_path), info)
+    await launcher.fork(ForkRequest(cid, ["sh", "-c", script], config(tmp_path), info))
     await launcher.start(cid)
     assert await launcher.wait(cid) == 0
     # The launcher applies the merged info's environment on top of the config's.
@@ -83,7 +88,7 @@ async def test_launch_info_working_directory_environment_and_rlimits(
 
 async def test_exec_failure_is_exit_127(launcher: PosixLauncher, tmp_path: Any) -> None:
     cid = ContainerID(value="noexec")
-    await launcher.fork(cid, ["/no/such/binary"], config(tmp_path), ContainerLaunchInfo())
+    await launcher.fork(ForkRequest(cid, ["/no/such/binary"], config(tmp_path), ContainerLaunchInfo()))
     await launcher.start(cid)
     status = await launcher.wait(cid)
     assert status is not None and os.WEXITSTATUS(status) == 127
@@ -92,10 +97,9 @@ async def test_exec_failure_is_exit_127(launcher: PosixLauncher, tmp_path: Any) 
 
 async def test_refuses_namespaces_and_rootfs(launcher: PosixLauncher, tmp_path: Any) -> None:
     with pytest.raises(LaunchError, match="--launcher=linux"):
-        await launcher.fork(
+        await launcher.fork(ForkRequest(
             ContainerID(value="ns"), ["true"], config(tmp_path),
-            ContainerLaunchInfo(clone_namespaces={"pid"}),
-        )  # fmt: skip
+            ContainerLaunchInfo(clone_namespaces={"pid"}),))  # fmt: skip
 
 
 async def test_recover_reports_orphans_and_reattaches(tmp_path: Any) -> None:
@@ -103,7 +107,7 @@ async def test_recover_reports_orphans_and_reattaches(tmp_path: Any) -> None:
     first = PosixLauncher(flags)
     known, orphan = ContainerID(value="known"), ContainerID(value="orphan")
     for cid in (known, orphan):
-        await first.fork(cid, ["sleep", "1000"], config(tmp_path), ContainerLaunchInfo())
+        await first.fork(ForkRequest(cid, ["sleep", "1000"], config(tmp_path), ContainerLaunchInfo()))
         await first.start(cid)
     second = PosixLauncher(flags)
     try:
@@ -125,7 +129,7 @@ async def test_environment_is_exactly_the_containers(
     cid = ContainerID(value="env")
     cfg = config(tmp_path)
     cfg.environment = {"ONLY": "this"}  # no locale: the supervisor's Python must not add one
-    await launcher.fork(cid, ["/usr/bin/env"], cfg, ContainerLaunchInfo())
+    await launcher.fork(ForkRequest(cid, ["/usr/bin/env"], cfg, ContainerLaunchInfo()))
     await launcher.start(cid)
     assert await launcher.wait(cid) == 0
     assert (tmp_path / "sandbox" / "stdout").read_text() == "ONLY=this\n"

@@ -4,11 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from mesilla.containerizer.types import (
-    ContainerConfig,
-    ContainerLaunchInfo,
-    ContainerRuntimeState,
-)
+from mesilla.containerizer.types import ContainerRuntimeState, ForkRequest
 from mesilla.v1.mesos import ContainerID
 
 
@@ -33,13 +29,7 @@ class Launcher:
         """Re-attaches to live containers; returns those it knows that `states` lacks (orphans)."""
         raise NotImplementedError
 
-    async def fork(
-        self,
-        container_id: ContainerID,
-        argv: list[str],
-        config: ContainerConfig,
-        launch_info: ContainerLaunchInfo,
-    ) -> int:
+    async def fork(self, request: ForkRequest) -> int:
         """Creates the container with its first process held before exec; returns its host pid."""
         raise NotImplementedError
 
@@ -60,3 +50,6 @@ class Launcher:
 
     def pid(self, container_id: ContainerID) -> int | None:
         raise NotImplementedError
+
+    async def close(self) -> None:
+        """Releases what the launcher runs for itself; its containers keep running."""

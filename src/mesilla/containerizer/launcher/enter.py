@@ -89,11 +89,17 @@ def connect_console(path: str | None) -> socket.socket | None:
     return console
 
 
-def allocate_terminal(console: socket.socket, uid: int) -> None:
-    """A pseudo-terminal of the filesystem entered becomes stdin, stdout and stderr (its
-    slave `uid`'s, as Mesos chowns it to the container's user); its master goes over the
-    console socket: one message, the slave's name as data and the master as SCM_RIGHTS."""
+def allocate_terminal(
+    console: socket.socket, uid: int, window_size: dict[str, Any] | None = None
+) -> None:
+    """A pseudo-terminal of the filesystem entered, of `window_size` (TTYInfo's rows and
+    columns), becomes stdin, stdout and stderr (its slave `uid`'s, as Mesos chowns it to
+    the container's user); its master goes over the console socket: one message, the
+    slave's name as data and the master as SCM_RIGHTS."""
     master = os.open("/dev/ptmx", os.O_RDWR | os.O_NOCTTY | os.O_CLOEXEC)
+    if window_size:
+        rows, columns = int(window_size.get("rows", 0)), int(window_size.get("columns", 0))
+        fcntl.ioctl(master, termios.TIOCSWINSZ, struct.pack("HHHH", rows, columns, 0, 0))
     fcntl.ioctl(master, TIOCSPTLCK, struct.pack("i", 0))
     (number,) = struct.unpack("I", fcntl.ioctl(master, TIOCGPTN, struct.pack("I", 0)))
     name = f"/dev/pts/{number}"
@@ -162,7 +168,7 @@ def main(argv: list[str]) -> None:
         console = connect_console(spec.get("console_socket"))
         enter_filesystem(int(spec["target"]))
         if console is not None:
-            allocate_terminal(console, int(spec["uid"]))
+            allocate_terminal(console, int(spec["uid"]), spec.get("window_size"))
         take_terminal()
         drop_privileges(spec)
         os.execvp(argv[1], argv[1:])

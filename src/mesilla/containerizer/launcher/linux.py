@@ -34,7 +34,6 @@ import logging
 import os
 import shutil
 import signal
-import sys
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -42,7 +41,7 @@ from mesilla.common import files
 from mesilla.common.blocking import in_thread
 from mesilla.common.files import write_atomically
 from mesilla.containerizer.cgroups import cgroup_path
-from mesilla.containerizer.launcher import enter, host_rootfs, monitor, oci
+from mesilla.containerizer.launcher import host_rootfs, monitor, oci, zygote
 from mesilla.containerizer.launcher.base import Launcher, LaunchError
 from mesilla.containerizer.launcher.bundle import (
     forget_secrets,
@@ -51,6 +50,7 @@ from mesilla.containerizer.launcher.bundle import (
     oci_mount,
     write_spec,
 )
+from mesilla.containerizer.launcher.debug import enter_filesystem_of
 from mesilla.containerizer.launcher.runtime import (
     NoOciRuntime,
     OciRuntime,
@@ -67,6 +67,7 @@ from mesilla.containerizer.types import (
     ContainerConfig,
     ContainerLaunchInfo,
     ContainerRuntimeState,
+    ForkRequest,
 )
 from mesilla.v1.mesos import ContainerID, LinuxInfo
 
@@ -101,6 +102,11 @@ class _Container:
     # Known only for containers forked here; a recovered one is treated as sharing.
     own_pid_namespace: bool = False
     recovered: bool = False  # by a restarted agent: its monitor_pid is not yet confirmed
+    forked: bool = False  # by the executor zygote (`zygote.py`), not runc
+
+    @property
+    def monitor_dir(self) -> str:
+        return os.path.join(self.directory, MONITOR_DIR)
 
     @property
     def rid(self) -> str:
@@ -123,6 +129,7 @@ class LinuxLauncher(Launcher):
         self._flags = flags
         self._runtime = OciRuntime(binary, os.path.join(flags.runtime_dir, os.path.basename(binary)))
         self._containers: dict[ContainerID, _Container] = {}
+        self._zygote = zygote.Zygote.create(flags)
 
     @staticmethod
     def available(flags: Any = None) -> bool:
@@ -147,13 +154,9 @@ class LinuxLauncher(Launcher):
 
     # --- launch ---------------------------------------------------------------
 
-    async def fork(
-        self,
-        container_id: ContainerID,
-        argv: list[str],
-        config: ContainerConfig,
-        launch_info: ContainerLaunchInfo,
-    ) -> int:
+    async def fork(self, request: ForkRequest) -> int:
+        container_id, argv = request.container_id, request.argv
+        config, launch_info = request.config, request.launch_info
         if container_id in self._containers and not self._containers[container_id].destroyed:
             raise LaunchError(f"Container {container_id} already exists in the linux launcher")
         directory = self.directory(container_id)
@@ -171,8 +174,11 @@ class LinuxLauncher(Launcher):
             os.makedirs(config.sandbox, exist_ok=True)
             spec = self._spec(container_id, argv, config, launch_info)
             await in_thread(write_spec, bundle, spec)
+            forked = self._zygote is not None and self._zygote.eligible(request, spec)
             spawn = asyncio.ensure_future(
-                monitor.spawn(
+                self._zygote.fork(request, spec, monitor_dir)
+                if self._zygote is not None and forked
+                else monitor.spawn(
                     self._runtime,
                     rid,
                     bundle,
@@ -202,6 +208,7 @@ class LinuxLauncher(Launcher):
             await self._release(rid, directory)
             raise
         container = _Container(container_id, directory, monitored.pid, monitored.monitor_pid)
+        container.forked = forked
         container.own_pid_namespace = any(
             n["type"] == "pid" and "path" not in n for n in spec["linux"]["namespaces"]
         )
@@ -238,11 +245,13 @@ class LinuxLauncher(Launcher):
         if launch_info.rootfs and capabilities is None and bounding is None:
             # Root keeps only what cannot reach past its rootfs (oci.DEFAULT_CAPABILITIES).
             bounding = [c for c in oci.DEFAULT_CAPABILITIES if c in oci.capability_names(None)]
+        tty_info = config.container_info.tty_info if config.container_info else None
+        window_size = tty_info.window_size if tty_info else None
         if debug:
             assert parent_pid is not None and container_id.parent is not None
-            argv = _enter_filesystem_of(
+            argv = enter_filesystem_of(
                 parent_pid, user, self._debug_capabilities(container_id.parent, capabilities), argv,
-                config.console_socket,
+                config.console_socket, window_size,
             )
             if config.console_socket is not None:
                 # enter.py sends the terminal's master from inside the container.
@@ -251,7 +260,6 @@ class LinuxLauncher(Launcher):
             # Entering takes root and every capability; enter.py drops them after.
             user, capabilities, bounding = oci.User(0, 0), None, None
         hostname = config.container_info.hostname if config.container_info else None
-        tty_info = config.container_info.tty_info if config.container_info else None
         return oci.config(
             process_spec=oci.process(
                 argv,
@@ -263,7 +271,7 @@ class LinuxLauncher(Launcher):
                 bounding=bounding,
                 # A DEBUG command's terminal is enter.py's, not the runtime's.
                 terminal=config.console_socket is not None and not debug,
-                window_size=tty_info.window_size if tty_info else None,
+                window_size=window_size,
             ),
             rootfs=rootfs,
             readonly_rootfs=not launch_info.rootfs,
@@ -372,7 +380,10 @@ class LinuxLauncher(Launcher):
 
     async def start(self, container_id: ContainerID) -> None:
         container = self._get(container_id)
-        await self._runtime.start(container.rid, container.pid)
+        if container.forked:
+            zygote.start(container.monitor_dir)
+        else:
+            await self._runtime.start(container.rid, container.pid)
 
     # --- the running container ------------------------------------------------
 
@@ -382,15 +393,22 @@ class LinuxLauncher(Launcher):
     async def _await_exit(self, container: _Container) -> None:
         try:
             followed = False
+            rid, monitor_dir = container.rid, container.monitor_dir
             if container.monitor_pid is not None:
-                rid = container.rid
                 followed = await monitor.wait_exit(
-                    container.monitor_pid, lambda pid: monitor.is_monitor(pid, rid)
+                    container.monitor_pid, lambda pid: monitor.is_monitor(pid, rid, monitor_dir)
                 )
             if not followed and (container.monitor_pid is None or container.recovered):
                 # The monitor died before the container (a recovered one's, while the
                 # agent was down, is no longer its monitor): follow the init itself.
                 container.monitor_pid = None
+                if container.forked:
+                    if container.pid is not None:
+                        await monitor.wait_exit(
+                            container.pid,
+                            lambda pid: monitor.identified(pid, monitor_dir, "init.identity"),
+                        )
+                    return
                 state = await self._runtime.state(container.rid)
                 if state is not None and state.get("status") in ("created", "running", "paused"):
                     await monitor.wait_exit(int(state["pid"]))
@@ -420,7 +438,10 @@ class LinuxLauncher(Launcher):
 
     async def kill(self, container_id: ContainerID, signal_number: int) -> None:
         container = self._get(container_id)
-        await self._runtime.kill(container.rid, signal_number)
+        if container.forked:
+            _signal_init(container, signal_number)
+        else:
+            await self._runtime.kill(container.rid, signal_number)
 
     async def destroy(self, container_id: ContainerID) -> None:
         container = self._containers.get(container_id)
@@ -430,7 +451,11 @@ class LinuxLauncher(Launcher):
             # The init of its own pid namespace takes every process with it, and
             # killing it directly spares a runtime process; otherwise --all, which
             # also reaches what shares a pid namespace but sits in our cgroup.
-            if not (container.own_pid_namespace and _kill_init(container)):
+            if container.forked:
+                # A forked executor is pid 1 of its namespace; what joined its cgroups goes too.
+                if not _signal_init(container, signal.SIGKILL):
+                    await zygote.remove_cgroups(self._flags, rid)
+            elif not (container.own_pid_namespace and _signal_init(container, signal.SIGKILL)):
                 await self._runtime.kill(rid, signal.SIGKILL, all_processes=True)
             try:
                 async with asyncio.timeout(DESTROY_GRACE):
@@ -446,19 +471,19 @@ class LinuxLauncher(Launcher):
         await self._release(rid, directory)
 
     async def _release(self, rid: str, directory: str) -> None:
-        """Removes the runtime's container, the bundle and the monitor's files."""
+        """Removes the runtime's container (a forked one's cgroups), the bundle and the monitor's files."""
+        # First: what the container's processes (and conmon, writing the exit) may still touch.
+        if zygote.is_forked(os.path.join(directory, MONITOR_DIR)):
+            await zygote.remove_cgroups(self._flags, rid)
+        else:
+            await self._runtime.delete(rid)
         shm = os.path.join(directory, SHM_DIR)
         if os.path.ismount(shm):
             files.unmount(self._flags.runtime_dir, shm, detach=True)
         trees = [os.path.join(directory, name) for name in (BUNDLE_DIR, MONITOR_DIR, SHM_DIR)]
-        steps = [self._runtime.delete(rid)]
         if any(os.path.lexists(tree) for tree in trees):
-            # In a thread: a pod's teardown would otherwise stall the loop for ~100 ms.
-            # Beside the runtime's delete, which reads only its own state.
-            steps.append(in_thread(_remove_trees, self._flags.runtime_dir, trees))
-        for result in await asyncio.gather(*steps, return_exceptions=True):
-            if isinstance(result, BaseException):
-                raise result
+            # A pod's teardown would otherwise stall the loop for ~100 ms.
+            await in_thread(_remove_trees, self._flags.runtime_dir, trees)
         for path in (os.path.join(directory, CONTAINERS_DIR), directory):
             with contextlib.suppress(OSError):
                 # only when nothing else (checkpoints, children) is left
@@ -467,6 +492,10 @@ class LinuxLauncher(Launcher):
     def pid(self, container_id: ContainerID) -> int | None:
         container = self._containers.get(container_id)
         return None if container is None or container.destroyed else container.pid
+
+    async def close(self) -> None:
+        if self._zygote is not None:
+            await self._zygote.close()
 
     def _get(self, container_id: ContainerID) -> _Container:
         container = self._containers.get(container_id)
@@ -492,6 +521,7 @@ class LinuxLauncher(Launcher):
                 pid=monitor.read_pid(monitor_dir, "init.pid"),
                 monitor_pid=monitor.read_pid(monitor_dir, "pid"),
                 recovered=True,
+                forked=zygote.is_forked(monitor_dir),
             )
             self._containers[container_id] = container
             self._watch(container)
@@ -511,62 +541,13 @@ class LinuxLauncher(Launcher):
 
 
 def _enters_parent(config: ContainerConfig) -> bool:
-    """A DEBUG container: its command runs in its parent's filesystem (`_enter_filesystem_of`)."""
+    """A DEBUG container: its command runs in its parent's filesystem (`enter_filesystem_of`)."""
     return config.container_class is ContainerClass.DEBUG
 
 
-def _enter_filesystem_of(
-    pid: int,
-    user: oci.User,
-    capabilities: dict[str, list[str]],
-    argv: list[str],
-    console_socket: str | None = None,
-) -> list[str]:
-    """`argv` run in the mount namespace, root and working directory of `pid`.
-
-    As Mesos, a DEBUG container (a check, an exec session) sees its parent's
-    filesystem: rootfs, volumes, sandbox. The OCI runtime cannot create a
-    container inside an existing mount namespace without pivoting that
-    namespace's root, so the container starts on the host view, in the
-    parent's pid namespace, as root; `enter.py` moves over, takes the terminal,
-    becomes `user` with `capabilities` (OCI process sets) and execs `argv`.
-
-    With a `console_socket`, enter.py allocates the terminal itself, from the
-    parent's /dev/ptmx once inside: a terminal of the runtime's would be in the
-    DEBUG container's own devpts, which the parent's filesystem does not have,
-    so `tty` (ttyname) would not find it (as Mesos, whose exec sessions in an
-    image-less task see the host's /dev/pts/N they were given).
-    """
-    spec = {
-        # enter.py runs in the parent's pid namespace, where the parent has another pid.
-        "target": _innermost_pid(pid),
-        "uid": user.uid,
-        "gid": user.gid,
-        "additional_gids": user.additional_gids,
-        **{
-            kind: oci.capability_mask(capabilities.get(kind, []))
-            for kind in ("bounding", "effective", "permitted", "inheritable", "ambient")
-        },
-        **({"console_socket": console_socket} if console_socket is not None else {}),
-    }
-    return [sys.executable, "-I", "-S", enter.__file__, json.dumps(spec), *argv]
-
-
-def _innermost_pid(pid: int) -> int:
-    """`pid` as its own pid namespace numbers it (the last of /proc/<pid>/status NSpid)."""
-    try:
-        with open(f"/proc/{pid}/status") as f:
-            for line in f:
-                if line.startswith("NSpid:"):
-                    return int(line.split()[-1])
-    except OSError as exc:
-        raise LaunchError(f"Cannot read the pid namespaces of process {pid}: {exc}") from exc
-    raise LaunchError(f"/proc/{pid}/status has no NSpid line: a kernel of 4.1 or later is needed")
-
-
-def _kill_init(container: _Container) -> bool:
-    """SIGKILLs the container's init through a pidfd, if it still is that process
-    (conmon's child); False when it could not be signalled that way."""
+def _signal_init(container: _Container, number: int) -> bool:
+    """Signals the container's init through a pidfd, if it still is that process
+    (its monitor's child); False when it could not be signalled that way."""
     if container.pid is None or container.monitor_pid is None:
         return False
     try:
@@ -578,7 +559,7 @@ def _kill_init(container: _Container) -> bool:
             parent = int(f.read().rsplit(")", 1)[1].split()[1])
         if parent != container.monitor_pid:
             return False
-        signal.pidfd_send_signal(fd, signal.SIGKILL)
+        signal.pidfd_send_signal(fd, number)
         return True
     except (OSError, ValueError, IndexError):
         return False

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from mesilla.common.fds import wait_readable
 from mesilla.containerizer.launcher.base import LaunchError
 from mesilla.containerizer.launcher.runtime import OciRuntime, reap
+from mesilla.executor.zygote import start_time
 
 CONMON = "conmon"
 
@@ -78,7 +79,7 @@ async def spawn(
         # The first conmon exits once its daemon half is forked; the daemon
         # writes {"data": <init pid>} (or a negative value and a message) when
         # the runtime's create returned.
-        reply = await _read_line(read_end)
+        reply = await read_line(read_end)
         await reap(proc)
     finally:
         os.close(read_end)
@@ -165,7 +166,7 @@ def _open_stream(path: str | None, flags: int) -> int:
     return fd
 
 
-async def _read_line(fd: int) -> bytes:
+async def read_line(fd: int) -> bytes:
     """The first line written to the pipe `fd` (all of it, if it ends first), read from the
     loop without a transport."""
     os.set_blocking(fd, False)
@@ -218,8 +219,11 @@ def wait_status(code: int) -> int:
     return (code & 0xFF) << 8
 
 
-def is_monitor(pid: int, runtime_id: str) -> bool:
-    """Whether `pid` is still conmon for this container (pids get reused)."""
+def is_monitor(pid: int, runtime_id: str, directory: str | None = None) -> bool:
+    """Whether `pid` is still conmon for this container (pids get reused), or the
+    zygote's monitor whose identity is in `directory` (its cmdline is the zygote's)."""
+    if directory is not None and os.path.exists(os.path.join(directory, "identity")):
+        return identified(pid, directory, "identity")
     try:
         with open(f"/proc/{pid}/cmdline", "rb") as f:
             argv = f.read().split(b"\0")
@@ -230,6 +234,16 @@ def is_monitor(pid: int, runtime_id: str) -> bool:
     return state != "Z" and os.path.basename(argv[0]) == CONMON.encode() and (
         runtime_id.encode() in argv
     )
+
+
+def identified(pid: int, directory: str, name: str) -> bool:
+    """Whether `pid` is the live process whose "<pid> <start time>" is in `directory/name`."""
+    try:
+        with open(os.path.join(directory, name)) as f:
+            recorded = f.read().split()
+    except OSError:
+        return False
+    return recorded == [str(pid), str(start_time(pid))]
 
 
 async def wait_exit(pid: int, identity: Callable[[int], bool] | None = None) -> bool:

@@ -32,6 +32,7 @@ from mesilla.containerizer.types import (
     ContainerConfig,
     ContainerLaunchInfo,
     ContainerRuntimeState,
+    ForkRequest,
 )
 from mesilla.v1.mesos import ContainerID
 
@@ -91,13 +92,9 @@ class PosixLauncher(Launcher):
                 orphans.add(container_id)
         return orphans
 
-    async def fork(
-        self,
-        container_id: ContainerID,
-        argv: list[str],
-        config: ContainerConfig,
-        launch_info: ContainerLaunchInfo,
-    ) -> int:
+    async def fork(self, request: ForkRequest) -> int:
+        container_id, argv = request.container_id, request.argv
+        config, launch_info = request.config, request.launch_info
         if container_id in self._containers:
             raise LaunchError(f"Container {container_id} has already been forked")
         if launch_info.rootfs or launch_info.clone_namespaces or launch_info.enter_namespaces:

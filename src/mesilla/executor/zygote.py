@@ -214,20 +214,34 @@ def _rlimit(value: int) -> int:
     return resource.RLIM_INFINITY if value >= (1 << 64) - 1 else value
 
 
+def _inherit_if_empty(parent: str, current: str, name: str) -> None:
+    try:
+        with open(os.path.join(current, name)) as f:
+            if f.read().strip():
+                return
+    except FileNotFoundError:  # not the cpuset hierarchy
+        return
+    with open(os.path.join(parent, name)) as f:
+        value = f.read().strip()
+    if value:
+        with open(os.path.join(current, name), "w") as f:
+            f.write(value)
+
+
 def _join_cgroup(hierarchy: str, path: str) -> None:
     """Creates (as runc does) and joins `path` in one v1 hierarchy."""
     current = hierarchy
     for part in path.strip("/").split("/"):
         parent, current = current, os.path.join(current, part)
         if not os.path.isdir(current):
-            os.mkdir(current)
-            # A new cpuset has no cpus nor memory nodes: nothing could join it.
-            if os.path.exists(os.path.join(current, "cpuset.cpus")):
-                for name in ("cpuset.cpus", "cpuset.mems"):
-                    with open(os.path.join(parent, name)) as f:
-                        value = f.read().strip()
-                    with open(os.path.join(current, name), "w") as f:
-                        f.write(value)
+            try:
+                os.mkdir(current)
+            except FileExistsError:  # made meanwhile by another launch (runc's, or a fork)
+                pass
+        # A new cpuset has no cpus nor memory nodes: nothing could join it. Also one
+        # that another launch made and has not filled yet.
+        for name in ("cpuset.cpus", "cpuset.mems"):
+            _inherit_if_empty(parent, current, name)
     if os.path.exists(os.path.join(current, "devices.deny")):
         with open(os.path.join(current, "devices.deny"), "w") as f:
             f.write("a")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -14,6 +15,7 @@ from mesilla.common.flags import parse
 from mesilla.containerizer.flags import CONTAINERIZER_FLAGS
 from mesilla.containerizer.launcher import monitor, zygote
 from mesilla.containerizer.launcher.base import LaunchError
+from mesilla.containerizer.launcher.linux import MONITOR_DIR, _Container, _signal_init
 from mesilla.containerizer.types import ContainerConfig, ContainerLaunchInfo, ForkRequest
 from mesilla.executor import zygote as process
 from mesilla.v1.mesos import CommandInfo, ContainerID
@@ -122,3 +124,23 @@ def test_the_forked_marker_is_what_recovery_reads(tmp_path: Path) -> None:
     assert not zygote.is_forked(str(tmp_path))
     zygote._mark(str(tmp_path))
     assert zygote.is_forked(str(tmp_path))
+
+
+async def test_a_forked_executor_whose_monitor_died_is_still_signalled_by_its_identity(
+    tmp_path: Path,
+) -> None:
+    orphan = subprocess.Popen(["sleep", "60"])  # the executor, its monitor gone
+    try:
+        (tmp_path / MONITOR_DIR).mkdir()
+        container = _Container(
+            id=ContainerID(value="pod"), directory=str(tmp_path), pid=orphan.pid,
+            monitor_pid=None, forked=True,
+        )  # fmt: skip
+        # No identity recorded: not known to be that process, so not signalled.
+        assert not _signal_init(container, signal.SIGTERM)
+        process._record(str(tmp_path / MONITOR_DIR), "init.pid", orphan.pid)
+        assert _signal_init(container, signal.SIGTERM)
+        assert orphan.wait(timeout=10) == -signal.SIGTERM
+    finally:
+        orphan.kill()
+        orphan.wait()

@@ -546,18 +546,16 @@ def _enters_parent(config: ContainerConfig) -> bool:
 
 
 def _signal_init(container: _Container, number: int) -> bool:
-    """Signals the container's init through a pidfd, if it still is that process
-    (its monitor's child); False when it could not be signalled that way."""
-    if container.pid is None or container.monitor_pid is None:
+    """Signals the container's init through a pidfd, if it still is that process; False
+    when it could not be signalled that way."""
+    if container.pid is None or (container.monitor_pid is None and not container.forked):
         return False
     try:
         fd = os.pidfd_open(container.pid)
     except OSError:
         return False
     try:
-        with open(f"/proc/{container.pid}/stat") as f:
-            parent = int(f.read().rsplit(")", 1)[1].split()[1])
-        if parent != container.monitor_pid:
+        if not _is_init(container, container.pid):
             return False
         signal.pidfd_send_signal(fd, number)
         return True
@@ -566,6 +564,15 @@ def _signal_init(container: _Container, number: int) -> bool:
     finally:
         os.close(fd)
 
+
+def _is_init(container: _Container, pid: int) -> bool:
+    """Whether `pid` (pinned by a pidfd) is the container's init: a forked executor's
+    recorded identity, which outlives its monitor; else the monitor's child."""
+    if container.forked:
+        return monitor.identified(pid, container.monitor_dir, "init.identity")
+    with open(f"/proc/{pid}/stat") as f:
+        parent = int(f.read().rsplit(")", 1)[1].split()[1])
+    return parent == container.monitor_pid
 
 
 def _remove_trees(root: str, paths: list[str]) -> None:

@@ -173,43 +173,31 @@ async def two_agents_and_a_framework(master: Master) -> tuple[list[Agent], Frame
     return agents, framework, framework_stream
 
 
+@pytest.mark.parametrize("gone", ["before its offer is made", "once its offer is booked, before it is sent"])
 async def test_offers_are_made_a_slice_at_a_time_and_skip_an_agent_gone_meanwhile(
-    master: Master, monkeypatch: pytest.MonkeyPatch
+    master: Master, monkeypatch: pytest.MonkeyPatch, gone: str
 ) -> None:
     # A slice of no time: the offerer hands the loop back before each agent.
     monkeypatch.setattr(offers_module, "SLICE", 0.0)
     agents, framework, framework_stream = await two_agents_and_a_framework(master)
     allocations = master.allocator.allocate()
     assert set(allocations[framework.id]) == {a.id for a in agents}
-    await asyncio.sleep(0)  # the offerer has started and handed the loop back
-    gone = next(a for a in agents if a.id != next(iter(allocations[framework.id])))
-    await master.agent_links.mark_unreachable(gone)
-    await until(lambda: framework_stream.of_type("OFFERS"))
-
-    [event] = framework_stream.of_type("OFFERS")
-    assert [o.agent_id.value for o in event.offers.offers] == [next(iter(allocations[framework.id]))]
-    assert set(master.offers) == {o.id.value for o in event.offers.offers}
-    # What the gone agent had been allocated went back to the allocator.
-    assert gone.id not in master.allocator.allocation(framework.id)
-
-
-async def test_an_offer_booked_but_not_yet_sent_is_dropped_without_a_rescind(
-    master: Master, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setattr(offers_module, "SLICE", 0.0)
-    agents, framework, framework_stream = await two_agents_and_a_framework(master)
-
-    allocations = master.allocator.allocate()
-    # The offerer starts and hands the loop back, then books the first agent's offer and
-    # hands it back again, before sending anything.
-    await asyncio.sleep(0)
-    await asyncio.sleep(0)
-    first = next(a for a in agents if a.id == next(iter(allocations[framework.id])))
-    assert first.offers and not framework_stream.of_type("OFFERS")
-    await master.agent_links.mark_unreachable(first)
-    await until(lambda: framework_stream.of_type("OFFERS"))
-
-    [event] = framework_stream.of_type("OFFERS")
+    [first] = [a for a in agents if a.id == next(iter(allocations[framework.id]))]
     [second] = [a for a in agents if a is not first]
-    assert [o.agent_id.value for o in event.offers.offers] == [second.id]
+    await asyncio.sleep(0)  # the offerer has started and handed the loop back
+    if gone.startswith("before"):
+        lost, kept = second, first
+    else:
+        await asyncio.sleep(0)  # it booked the first agent's offer and handed the loop back
+        assert first.offers and not framework_stream.of_type("OFFERS")
+        lost, kept = first, second
+    await master.agent_links.mark_unreachable(lost)
+    await until(lambda: framework_stream.of_type("OFFERS"))
+
+    [event] = framework_stream.of_type("OFFERS")
+    assert [o.agent_id.value for o in event.offers.offers] == [kept.id]
+    assert set(master.offers) == {o.id.value for o in event.offers.offers}
+    # What the gone agent had been allocated went back to the allocator, and its
+    # framework, never told of an offer for it, is told of no rescinding either.
+    assert lost.id not in master.allocator.allocation(framework.id)
     assert not framework_stream.of_type("RESCIND")

@@ -69,14 +69,20 @@ async def test_killed_by_a_signal(linux_env: LinuxEnv) -> None:
     await launcher.destroy(cid)
 
 
-async def test_first_process_is_held_before_exec_until_start(linux_env: LinuxEnv) -> None:
-    launcher = linux_env.launcher()
-    cid = ContainerID(value="held")
-    config = linux_env.config("held")
+async def fork_held(launcher: LinuxLauncher, linux_env: LinuxEnv, name: str) -> tuple[ContainerID, str, int]:
+    """A container forked and held before exec, whose command would create `marker`."""
+    cid = ContainerID(value=name)
+    config = linux_env.config(name)
     marker = os.path.join(config.sandbox, "ran")
     pid = await launcher.fork(ForkRequest(
         cid, ["/bin/sh", "-c", f"touch {marker}"], config, linux_env.launch_info(config)
     ))
+    return cid, marker, pid
+
+
+async def test_first_process_is_held_before_exec_until_start(linux_env: LinuxEnv) -> None:
+    launcher = linux_env.launcher()
+    cid, marker, pid = await fork_held(launcher, linux_env, "held")
     # Still the runtime's init waiting to exec, not the command.
     with open(f"/proc/{pid}/cmdline", "rb") as f:
         assert f.read().split(b"\0")[:2] == [b"/usr/sbin/runc", b"init"]
@@ -107,12 +113,7 @@ async def test_a_started_container_runs_its_command_and_the_runtime_says_so(
 
 async def test_starting_a_container_whose_init_was_killed_fails(linux_env: LinuxEnv) -> None:
     launcher = linux_env.launcher()
-    cid = ContainerID(value="gone")
-    config = linux_env.config("gone")
-    marker = os.path.join(config.sandbox, "ran")
-    pid = await launcher.fork(ForkRequest(
-        cid, ["/bin/sh", "-c", f"touch {marker}"], config, linux_env.launch_info(config)
-    ))
+    cid, marker, pid = await fork_held(launcher, linux_env, "gone")
     os.kill(pid, signal.SIGKILL)
     with pytest.raises(LaunchError, match="already dead"):
         await launcher.start(cid)

@@ -164,7 +164,7 @@ class LinuxLauncher(Launcher):
         monitor_dir = os.path.join(directory, MONITOR_DIR)
         rid = runtime_id(container_id)
         # Leftovers of an earlier container with this id would confuse recovery.
-        await self._release(rid, directory)
+        await self._release(container_id, directory)
         with contextlib.suppress(FileNotFoundError):
             files.remove_file(directory, STATUS_FILE)
         spawn: asyncio.Future[monitor.Monitored] | None = None
@@ -199,13 +199,13 @@ class LinuxLauncher(Launcher):
             if spawn is not None:
                 with contextlib.suppress(Exception):
                     await spawn
-            await self._release(rid, directory)
+            await self._release(container_id, directory)
             raise
         except (OSError, ValueError, LookupError) as exc:
-            await self._release(rid, directory)
+            await self._release(container_id, directory)
             raise LaunchError(f"Failed to create container {container_id}: {exc}") from exc
         except LaunchError:
-            await self._release(rid, directory)
+            await self._release(container_id, directory)
             raise
         container = _Container(container_id, directory, monitored.pid, monitored.monitor_pid)
         container.forked = forked
@@ -454,7 +454,7 @@ class LinuxLauncher(Launcher):
             if container.forked:
                 # A forked executor is pid 1 of its namespace; what joined its cgroups goes too.
                 if not _signal_init(container, signal.SIGKILL):
-                    await zygote.remove_cgroups(self._flags, rid)
+                    await zygote.remove_cgroups(self._flags, container_id)
             elif not (container.own_pid_namespace and _signal_init(container, signal.SIGKILL)):
                 await self._runtime.kill(rid, signal.SIGKILL, all_processes=True)
             try:
@@ -468,15 +468,15 @@ class LinuxLauncher(Launcher):
                 container.watcher.cancel()
             if not container.exited.done():
                 container.exited.set_result(self._read_status(container))
-        await self._release(rid, directory)
+        await self._release(container_id, directory)
 
-    async def _release(self, rid: str, directory: str) -> None:
+    async def _release(self, container_id: ContainerID, directory: str) -> None:
         """Removes the runtime's container (a forked one's cgroups), the bundle and the monitor's files."""
         # First: what the container's processes (and conmon, writing the exit) may still touch.
         if zygote.is_forked(os.path.join(directory, MONITOR_DIR)):
-            await zygote.remove_cgroups(self._flags, rid)
+            await zygote.remove_cgroups(self._flags, container_id)
         else:
-            await self._runtime.delete(rid)
+            await self._runtime.delete(runtime_id(container_id))
         shm = os.path.join(directory, SHM_DIR)
         if os.path.ismount(shm):
             files.unmount(self._flags.runtime_dir, shm, detach=True)

@@ -24,6 +24,7 @@ import sys
 from typing import Any
 
 from mesilla.common.blocking import in_thread
+from mesilla.common.fds import read_line
 from mesilla.containerizer.cgroups import CgroupsError, Hierarchy, cgroup_path, remove_everywhere
 from mesilla.containerizer.launcher import monitor, oci
 from mesilla.containerizer.launcher.base import LaunchError
@@ -42,9 +43,9 @@ NAMESPACES = {"mount", "pid", "ipc", "uts"}
 class Zygote:
     """The agent's zygote process and the socket its requests go through."""
 
-    def __init__(self, flags: Any) -> None:
+    def __init__(self, flags: Any, hierarchy: Hierarchy) -> None:
         self._flags = flags
-        self.hierarchy = Hierarchy.detect(flags.cgroups_hierarchy)
+        self.hierarchy = hierarchy
         self._socket, self._process = self._start()
 
     @staticmethod
@@ -66,11 +67,10 @@ class Zygote:
         if not flags.get("fork_default_executors", True) or os.uname().machine not in SYS_PIVOT_ROOT:
             return None
         try:
-            if Hierarchy.detect(flags.cgroups_hierarchy).version != 1:
-                return None
+            hierarchy = Hierarchy.detect(flags.cgroups_hierarchy)
         except (CgroupsError, OSError):
             return None
-        return cls(flags)
+        return cls(flags, hierarchy) if hierarchy.version == 1 else None
 
     @staticmethod
     def eligible(request: ForkRequest, spec: dict[str, Any]) -> bool:
@@ -104,7 +104,7 @@ class Zygote:
         finally:
             os.close(write_end)
         try:
-            line = await monitor.read_line(read_end)
+            line = await read_line(read_end)
         finally:
             os.close(read_end)
         try:
@@ -149,11 +149,11 @@ class Zygote:
             await in_thread(self._process.wait, 5)
 
 
-async def remove_cgroups(flags: Any, rid: str) -> None:
+async def remove_cgroups(flags: Any, container_id: ContainerID) -> None:
     """What `runc delete` does for runc's containers: kills what is left in the
     container's cgroups and removes them, in every hierarchy (also with the flag
     now off: a restarted agent still cleans up what an earlier one forked)."""
-    path = cgroup_path(flags, ContainerID.from_path(rid.split(".")))
+    path = cgroup_path(flags, container_id)
     await remove_everywhere(os.path.realpath(flags.cgroups_hierarchy), path)
 
 

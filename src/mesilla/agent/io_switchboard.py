@@ -31,7 +31,7 @@ from mesilla.agent.agent import Agent
 from mesilla.common import files
 from mesilla.common.blocking import in_thread
 from mesilla.common.errors import BadRequest
-from mesilla.common.fds import wait_readable
+from mesilla.common.fds import read_line, wait_readable
 from mesilla.common.validation import validate_container_id
 from mesilla.containerizer.types import ContainerClass
 from mesilla.v1 import codec
@@ -124,7 +124,7 @@ class Servers:
             os.close(ready_w)
             ready_w = -1
             async with asyncio.timeout(READY_TIMEOUT):
-                ready = await _read_line(ready_r)
+                ready = await read_line(ready_r)
             if ready != b"ready\n":
                 raise OSError(f"the I/O switchboard server of {container_id} failed to start")
         except BaseException:
@@ -206,18 +206,6 @@ class Servers:
             writer.close()
             raise
         return reader, writer
-
-
-async def _read_line(fd: int) -> bytes:
-    loop = asyncio.get_running_loop()
-    reader = asyncio.StreamReader()
-    transport, _ = await loop.connect_read_pipe(
-        lambda: asyncio.StreamReaderProtocol(reader), os.fdopen(os.dup(fd), "rb", buffering=0)
-    )
-    try:
-        return await reader.readline()
-    finally:
-        transport.close()
 
 
 async def _end(directory: str, grace: float) -> None:

@@ -1,8 +1,9 @@
-"""Waiting on a file descriptor from the event loop, without a thread."""
+"""Waiting on a file descriptor from the event loop, and reading a pipe there, without a thread."""
 
 from __future__ import annotations
 
 import asyncio
+import os
 
 
 async def wait_readable(fd: int) -> None:
@@ -24,3 +25,36 @@ async def wait_readable(fd: int) -> None:
         await ready
     finally:
         loop.remove_reader(fd)
+
+
+async def read_line(fd: int) -> bytes:
+    """The first line written to the pipe `fd`, its newline included (all of it, if the
+    pipe ends first); what follows it is dropped. `fd` is made non-blocking."""
+    os.set_blocking(fd, False)
+    line = b""
+    while b"\n" not in line:
+        await wait_readable(fd)
+        try:
+            chunk = os.read(fd, 4096)
+        except BlockingIOError:
+            continue
+        if not chunk:
+            return line
+        line += chunk
+    return line.partition(b"\n")[0] + b"\n"
+
+
+async def read_all(fd: int) -> bytes:
+    """Everything written to the pipe `fd` until its writers close it. `fd` is made
+    non-blocking."""
+    os.set_blocking(fd, False)
+    chunks: list[bytes] = []
+    while True:
+        await wait_readable(fd)
+        try:
+            data = os.read(fd, 4096)
+        except BlockingIOError:
+            continue
+        if not data:
+            return b"".join(chunks)
+        chunks.append(data)

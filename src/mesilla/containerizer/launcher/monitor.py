@@ -24,7 +24,7 @@ import subprocess
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from mesilla.common.fds import wait_readable
+from mesilla.common.fds import read_line, wait_readable
 from mesilla.containerizer.launcher.base import LaunchError
 from mesilla.containerizer.launcher.runtime import OciRuntime, reap
 from mesilla.executor.zygote import start_time
@@ -164,23 +164,6 @@ def _open_stream(path: str | None, flags: int) -> int:
     fd = os.open(path, flags | os.O_NONBLOCK, 0o644)
     os.set_blocking(fd, True)
     return fd
-
-
-async def read_line(fd: int) -> bytes:
-    """The first line written to the pipe `fd` (all of it, if it ends first), read from the
-    loop without a transport."""
-    os.set_blocking(fd, False)
-    line = b""
-    while b"\n" not in line:
-        await wait_readable(fd)
-        try:
-            chunk = os.read(fd, 4096)
-        except BlockingIOError:
-            continue
-        if not chunk:
-            break
-        line += chunk
-    return line.partition(b"\n")[0]
 
 
 def _last_line(path: str) -> str:

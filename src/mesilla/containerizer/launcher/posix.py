@@ -18,7 +18,7 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any
 
-from mesilla.common.fds import wait_readable
+from mesilla.common.fds import read_all
 from mesilla.containerizer import console
 from mesilla.containerizer.isolators.posix.procfs import session_processes
 from mesilla.containerizer.launcher.base import Launcher, LaunchError
@@ -144,7 +144,7 @@ class PosixLauncher(Launcher):
         self._containers[container_id] = container
         self._watch(container_id, container)
         try:
-            line = await _read_all(report_r)
+            line = await read_all(report_r)
         finally:
             os.close(report_r)
         if not line.strip().isdigit():
@@ -281,15 +281,3 @@ def _allocate_terminal(config: ContainerConfig) -> tuple[int, str]:
     finally:
         os.close(master)
     return slave, path
-
-
-async def _read_all(fd: int) -> bytes:
-    """Reads a pipe until EOF without blocking the loop."""
-    os.set_blocking(fd, False)
-    chunks: list[bytes] = []
-    while True:
-        await wait_readable(fd)
-        data = os.read(fd, 64)
-        if not data:
-            return b"".join(chunks)
-        chunks.append(data)

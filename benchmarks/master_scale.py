@@ -15,9 +15,10 @@ For each agent count (``--agents=1000,10000``) it measures:
    frameworks speaking the v1 scheduler API (ACCEPT with LAUNCH, ACKNOWLEDGE).
    For ``--duration`` seconds the frameworks launch tasks as fast as offers
    come, with at most ``--max_in_flight`` launched but not yet running. It
-   reports tasks/s from ACCEPT to TASK_RUNNING arriving at the scheduler, the
-   latency of each, and the master's own ``allocator/mesos/allocation_run_ms``
-   percentiles from ``/metrics/snapshot``.
+   reports the tasks that reached TASK_RUNNING at the scheduler per second of
+   that window (sustained), and over the whole run from the first ACCEPT to the
+   last TASK_RUNNING (the tail included), the ACCEPT-to-RUNNING latency of
+   each, and the master's own ``allocator/mesos/allocation_run_ms`` percentiles from ``/metrics/snapshot``.
 
 Targets (issue #2): at 10,000 agents a cycle p50 under 100 ms and at least
 1,000 task launches per second. Usage::
@@ -559,9 +560,16 @@ class SimulatedFramework:
             self.framework_id = event["subscribed"]["framework_id"]
             subscribed.set_result(None)
 
+    def _room_for(self, count: int) -> bool:
+        return self.in_flight + count <= self.max_in_flight
+
     def stop_launching(self) -> None:
-        """Offers from now on are declined, also those waiting for room."""
+        """No more launches; the offers held and those still to come wait for `decline_all`,
+        so that their DECLINE calls do not queue ahead of the last tasks' updates."""
         self.launching = False
+
+    def decline_all(self) -> None:
+        """Declines every offer held back (once the tasks in flight are running)."""
         while self._waiting:
             self._decline(self._waiting.popleft()[0])
 
@@ -575,9 +583,9 @@ class SimulatedFramework:
     def _use(self, offer: Json) -> None:
         scalars = {r["name"]: r["scalar"]["value"] for r in offer["resources"] if r.get("scalar")}
         count = int(min(scalars.get("cpus", 0) / TASK_CPUS, scalars.get("mem", 0) / TASK_MEM, 10))
-        if not self.launching or count == 0:
+        if count == 0 or (not self.launching and not self._waiting and not self.in_flight):
             self._decline(offer)
-        elif self.in_flight + count > self.max_in_flight or self._waiting:
+        elif not self.launching or not self._room_for(count) or self._waiting:
             # All of an offer's tasks at once: taking slots one by one would spread
             # them over the waiting offers until none can launch.
             self._waiting.append((offer, count))
@@ -628,7 +636,7 @@ class SimulatedFramework:
                 self.stats.latencies.append((now - accepted) * 1000)
                 self.stats.last_running = now
                 self.in_flight -= 1
-                while self._waiting and self.in_flight + self._waiting[0][1] <= self.max_in_flight:
+                while self.launching and self._waiting and self._room_for(self._waiting[0][1]):
                     self._launch(*self._waiting.popleft())
         if "uuid" in status:
             ack = {
@@ -705,6 +713,8 @@ async def bench_cluster(
                 deadline = time.monotonic() + 30
                 while stats.accepted_at and time.monotonic() < deadline:
                     await asyncio.sleep(0.2)
+                for fw in fws:
+                    fw.decline_all()
                 async with streams.get(base + "/metrics/snapshot") as response:
                     metrics = await response.json()
                 async with py_spy(master.pid, profile and f"{profile}-reads.speedscope.json"):
@@ -726,6 +736,7 @@ async def bench_cluster(
         "tasks_running": float(launched),
         "tasks_lost_in_flight": float(len(stats.accepted_at)),
         "launch_rate": launched / elapsed if elapsed > 0 else 0.0,
+        "sustained_rate": window_tasks / wall,
         "latency_p50": percentile(latencies, 0.5),
         "latency_p99": percentile(latencies, 0.99),
         "master_cycle_p50": metrics.get("allocator/mesos/allocation_run_ms/p50", float("nan")),
@@ -845,10 +856,12 @@ def main() -> int:
             f"p99 {live['master_cycle_p99']:7.1f} ms over {live['master_cycles']:.0f} cycles"
         )
         print(
-            f"  task launch, ACCEPT -> TASK_RUNNING at the scheduler: {live['launch_rate']:7.0f} tasks/s "
-            f"({live['tasks_running']:.0f} tasks; latency p50 {live['latency_p50']:.0f} ms, "
+            f"  task launch, ACCEPT -> TASK_RUNNING at the scheduler: {live['sustained_rate']:7.0f} tasks/s "
+            f"sustained over the {args.duration:g} s window ({live['launch_rate']:.0f}/s from the "
+            f"first ACCEPT to the last TASK_RUNNING, {live['tasks_running']:.0f} tasks; "
+            f"latency p50 {live['latency_p50']:.0f} ms, "
             f"p99 {live['latency_p99']:.0f} ms)   target >= {LAUNCH_TARGET_PER_S:g}/s: "
-            f"{verdict(live['launch_rate'], LAUNCH_TARGET_PER_S, lower_is_better=False)}"
+            f"{verdict(live['sustained_rate'], LAUNCH_TARGET_PER_S, lower_is_better=False)}"
         )
         print(
             f"  CPU while launching (cores busy): master {live['master_cpu']:.2f}, "

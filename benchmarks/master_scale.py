@@ -18,7 +18,8 @@ For each agent count (``--agents=1000,10000``) it measures:
    reports the tasks that reached TASK_RUNNING at the scheduler per second of
    that window (sustained), and over the whole run from the first ACCEPT to the
    last TASK_RUNNING (the tail included), the ACCEPT-to-RUNNING latency of
-   each, and the master's own ``allocator/mesos/allocation_run_ms`` percentiles from ``/metrics/snapshot``.
+   each, and the master's own ``allocator/mesos/allocation_run_ms``
+   percentiles from ``/metrics/snapshot``.
 
 Targets (issue #2): at 10,000 agents a cycle p50 under 100 ms and at least
 1,000 task launches per second. Usage::

@@ -4,6 +4,7 @@ the rootfs checked from inside with chroot + busybox."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import os
 import subprocess
@@ -13,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from mesilla.common.flags import Flags, parse
-from mesilla.containerizer.flags import CONTAINERIZER_FLAGS
+from mesilla.common.flags import parse
+from mesilla.containerizer.flags import CONTAINERIZER_FLAGS, ContainerizerFlags
 from mesilla.containerizer.provisioner.backends import choose_backend
 from mesilla.containerizer.provisioner.backends._mount import mount_points_under
 from mesilla.containerizer.provisioner.errors import BackendError
@@ -29,7 +30,7 @@ def docker_image(name: str) -> Image:
     return Image(type="DOCKER", docker=ImageDocker(name=name))
 
 
-def provisioner_flags(tmp_path: Path, backend: str | None) -> Flags:
+def provisioner_flags(tmp_path: Path, backend: str | None) -> ContainerizerFlags:
     argv = [
         "--image_providers=docker",
         f"--docker_store_dir={tmp_path / 'store' / 'docker'}",
@@ -37,7 +38,7 @@ def provisioner_flags(tmp_path: Path, backend: str | None) -> Flags:
     ]
     if backend:
         argv.append(f"--image_provisioner_backend={backend}")
-    return parse(CONTAINERIZER_FLAGS, argv, environ={})
+    return ContainerizerFlags.of(parse(CONTAINERIZER_FLAGS, argv, environ={}))
 
 
 @pytest.fixture
@@ -255,10 +256,8 @@ async def test_agents_sharing_a_store_keep_their_own_rootfses(
 ) -> None:
     # Two agents of one host, one image store: each keeps its rootfses under its own
     # --work_dir (as Mesos), so one's recovery cannot take the other's for orphans.
-    def agent_flags(name: str) -> Flags:
-        flags = provisioner_flags(tmp_path, "overlay")
-        flags.set("work_dir", str(tmp_path / name))
-        return flags
+    def agent_flags(name: str) -> ContainerizerFlags:
+        return dataclasses.replace(provisioner_flags(tmp_path, "overlay"), work_dir=str(tmp_path / name))
 
     first = await Provisioner.create(agent_flags("agent-a"))
     running = ContainerID(value="running")
@@ -366,7 +365,7 @@ async def test_automatic_backend_with_the_shared_image_dir(
         ],
         environ={},
     )
-    provisioner = await Provisioner.create(flags)
+    provisioner = await Provisioner.create(ContainerizerFlags.of(flags))
     container_id = ContainerID(value="auto")
     destroy_after.append((provisioner, container_id))
 

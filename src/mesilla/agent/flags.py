@@ -14,6 +14,7 @@ from dataclasses import dataclass, fields
 from typing import Any
 
 from mesilla.common.flags import FlagError, Flags
+from mesilla.containerizer.flags import ContainerizerFlags
 from mesilla.containerizer.isolators.network.cni import default_network
 
 
@@ -40,16 +41,19 @@ class AgentFlags:
     http_executor_domain_sockets: bool
     domain_socket: str | None  # where executors reach the agent, if on a unix socket
     default_network: str | None  # --network_cni_default_network, with network/cni on
+    containerizer: ContainerizerFlags  # what the containerizer's parts read
     parsed: Flags
 
     @classmethod
     def from_flags(cls, flags: Flags) -> AgentFlags:
         """Every field but the derived ones is the flag of its name, as its type (str, int,
         float or bool); a field of another type is derived here."""
+        containerizer = ContainerizerFlags.of(flags)
         values: dict[str, Any] = {
             "executor_environment": executor_environment_variables(flags),
             "domain_socket": domain_socket(flags),
-            "default_network": default_network(flags),
+            "default_network": default_network(containerizer),
+            "containerizer": containerizer,
             "parsed": flags,
         }
         for f in fields(cls):

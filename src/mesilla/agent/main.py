@@ -230,7 +230,7 @@ async def _run(
     except FlagError as exc:
         # A start-up error, not a crash: the message is all the operator needs.
         raise SystemExit(f"mesilla agent: {exc}") from None
-    containerizer = await Containerizer.create(flags)
+    containerizer = await Containerizer.create(agent_flags.containerizer)
     link = MasterLink(
         flags.master, float(flags.registration_backoff_factor), credential,
         tls_config.client_context() if tls_config is not None else None,

@@ -28,10 +28,10 @@ import os
 import signal
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any
 
 from mesilla.common import files
 from mesilla.common.fds import wait_readable
+from mesilla.containerizer.flags import ContainerizerFlags
 from mesilla.v1.mesos import ContainerID, ContainerInfo
 
 CGROUP2_MAGIC = "cgroup2"
@@ -54,7 +54,7 @@ def shares_cgroups(container_info: ContainerInfo | None) -> bool:
     return linux is None or linux.share_cgroups is None or bool(linux.share_cgroups)
 
 
-def own_cgroup_path(flags: Any, container_id: ContainerID) -> str:
+def own_cgroup_path(flags: ContainerizerFlags, container_id: ContainerID) -> str:
     """The directory of this very container: `<cgroups_root>/<root id>/.../<id>`."""
     chain: list[str] = []
     node: ContainerID | None = container_id
@@ -66,7 +66,7 @@ def own_cgroup_path(flags: Any, container_id: ContainerID) -> str:
 
 
 def cgroup_path(
-    flags: Any,
+    flags: ContainerizerFlags,
     container_id: ContainerID,
     share_cgroups_of: SharesCgroups | None = None,
 ) -> str:
@@ -83,7 +83,7 @@ def cgroup_path(
     return own_cgroup_path(flags, own)
 
 
-def oci_cgroups_path(flags: Any, container_id: ContainerID) -> str:
+def oci_cgroups_path(flags: ContainerizerFlags, container_id: ContainerID) -> str:
     """The OCI `linux.cgroupsPath` for a container: absolute, so the runtime does not
     resolve it under its own cgroup; on v2 the processes go to the `leaf` child."""
     path = "/" + own_cgroup_path(flags, container_id)

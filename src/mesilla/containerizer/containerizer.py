@@ -40,8 +40,10 @@ from mesilla.common.errors import (
     InvalidContainer,
     UnknownContainer,
 )
+from mesilla.common.flags import Flags
 from mesilla.common.tasks import TaskOwner
 from mesilla.containerizer import fetcher
+from mesilla.containerizer.flags import ContainerizerFlags
 from mesilla.containerizer.interface import LaunchResult, ResourceStatistics
 from mesilla.containerizer.isolator import Isolator
 from mesilla.containerizer.isolators import load_isolators
@@ -108,7 +110,7 @@ class _Container:
 class Containerizer:
     def __init__(
         self,
-        flags: Any,
+        flags: ContainerizerFlags,
         launcher: Launcher,
         isolators: list[Isolator],
         provisioner: Provisioner | None,
@@ -130,12 +132,14 @@ class Containerizer:
         self._closing = False
 
     @classmethod
-    async def create(cls, flags: Any) -> Containerizer:
+    async def create(cls, given: ContainerizerFlags | Flags) -> Containerizer:
+        """From the typed flags, or from a parsed command line (the agent's)."""
+        flags = ContainerizerFlags.of(given)
         launcher_class = load_launcher(flags.launcher or _default_launcher(flags))
         launcher = await _construct(launcher_class, flags)
-        isolators = await load_isolators(flags.isolation or "", flags)
+        isolators = await load_isolators(flags.isolation, flags)
         provisioner = None
-        if flags.get("image_providers"):
+        if flags.image_providers:
             from mesilla.containerizer.provisioner.provisioner import Provisioner
 
             provisioner = await Provisioner.create(flags)
@@ -652,7 +656,7 @@ def _launch_error(cause: Exception) -> type[ContainerLaunchError]:
     return InvalidContainer
 
 
-def _default_launcher(flags: Any) -> str:
+def _default_launcher(flags: ContainerizerFlags) -> str:
     """linux when root and the linux launcher works here, else posix (as Mesos)."""
     if os.geteuid() != 0:
         return "posix"
@@ -665,7 +669,7 @@ def _default_launcher(flags: Any) -> str:
     return "linux" if available else "posix"
 
 
-async def _construct(cls: type[Launcher], flags: Any) -> Launcher:
+async def _construct(cls: type[Launcher], flags: ContainerizerFlags) -> Launcher:
     """`await cls.create(flags)` when the class defines it, else `cls(flags)`."""
     create = getattr(cls, "create", None)
     if create is not None and asyncio.iscoroutinefunction(create):

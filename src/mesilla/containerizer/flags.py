@@ -1,8 +1,17 @@
-"""The agent flags that configure the containerizer (Mesos's names and defaults)."""
+"""The agent flags that configure the containerizer (Mesos's names and defaults).
+
+`CONTAINERIZER_FLAGS` are their specs, parsed with the agent's; `ContainerizerFlags`
+is what the containerizer's parts (launchers, isolators, provisioner) read: one
+frozen, typed value built once by `ContainerizerFlags.of` from the parsed command
+line, so a misspelt or mistyped flag is mypy's error, not a silent None.
+"""
 
 from __future__ import annotations
 
-from mesilla.common.flags import Flag
+from dataclasses import dataclass, fields
+from typing import Any
+
+from mesilla.common.flags import Flag, Flags
 
 CONTAINERIZER_FLAGS = [
     Flag("launcher", "The launcher: 'linux' (OCI runtime; default when root with a working "
@@ -53,4 +62,60 @@ CONTAINERIZER_FLAGS = [
          "'ports' resources.", False, "bool"),
     Flag("container_ports_isolated_range", "network/ports: check only ports in this range, "
          "e.g. [0-35000]."),
+    Flag("disallow_sharing_agent_ipc_namespace", "namespaces/ipc: refuse a top-level container "
+         "that asks to share the agent's IPC namespace.", False, "bool"),
+    Flag("disallow_sharing_agent_pid_namespace", "namespaces/pid: refuse a top-level container "
+         "that asks to share the agent's pid namespace.", False, "bool"),
 ]
+
+
+@dataclass(frozen=True)
+class ContainerizerFlags:
+    """The flags above, typed, with the few agent flags the containerizer reads too
+    (`work_dir`, `resources`, `default_role`). The defaults are the specs'."""
+
+    launcher: str | None = None
+    oci_runtime: str | None = None
+    fork_default_executors: bool = True
+    isolation: str = "posix/cpu,posix/mem"
+    runtime_dir: str = "/var/run/mesilla"
+    sandbox_directory: str = "/mnt/mesos/sandbox"
+    image_providers: tuple[str, ...] = ()
+    docker_store_dir: str = "/tmp/mesilla/store/docker"
+    docker_registry: str = "https://registry-1.docker.io"
+    image_provisioner_backend: str | None = None
+    container_disk_watch_interval: float = 15.0
+    enforce_container_disk_quota: bool = False
+    cgroups_root: str = "mesilla"
+    cgroups_hierarchy: str = "/sys/fs/cgroup"
+    cgroups_enable_cfs: bool = False
+    cgroups_max_pids: int | None = None
+    network_cni_config_dir: str | None = None
+    network_cni_plugins_dir: str | None = None
+    network_cni_root_dir_persist: bool = False
+    network_cni_default_network: str | None = None
+    network_cni_plugin_timeout: float = 60.0
+    container_ports_watch_interval: float = 30.0
+    enforce_container_ports: bool = False
+    check_agent_port_range_only: bool = False
+    container_ports_isolated_range: str | None = None
+    disallow_sharing_agent_ipc_namespace: bool = False
+    disallow_sharing_agent_pid_namespace: bool = False
+    # The agent's own, when the containerizer runs in one.
+    work_dir: str | None = None
+    resources: str | None = None
+    default_role: str = "*"
+
+    @classmethod
+    def of(cls, flags: Flags | ContainerizerFlags) -> ContainerizerFlags:
+        """From a parsed command line (the agent's, or `CONTAINERIZER_FLAGS` alone): a flag
+        it lacks or leaves unset keeps its default here."""
+        if isinstance(flags, ContainerizerFlags):
+            return flags
+        values: dict[str, Any] = {}
+        for f in fields(cls):
+            value = flags.get(f.name)
+            if value is not None:
+                values[f.name] = tuple(value) if f.name == "image_providers" else value
+        return cls(**values)
+

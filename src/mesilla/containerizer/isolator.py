@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+from mesilla.containerizer.flags import ContainerizerFlags
 from mesilla.containerizer.types import (
     ContainerConfig,
     ContainerLaunchInfo,
@@ -29,7 +30,7 @@ class Isolator:
     # (not what it runs in) applies to them.
     supports_debug: bool = False
 
-    def __init__(self, flags: Any = None) -> None:
+    def __init__(self, flags: ContainerizerFlags | None = None) -> None:
         """Every isolator is made from the agent's flags (`cls(flags)`); these hooks need none."""
 
     async def recover(

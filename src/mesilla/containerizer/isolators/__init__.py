@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Iterable
-from typing import Any
 
 from mesilla.common.errors import ConfigurationError
 from mesilla.common.plugins import load_class
+from mesilla.containerizer.flags import ContainerizerFlags
 from mesilla.containerizer.isolator import Isolator
 
 ISOLATORS: dict[str, str] = {
@@ -142,7 +142,7 @@ def load_isolator_class(name: str) -> type[Isolator]:
     return load_class(ISOLATORS[name], Isolator)
 
 
-async def load_isolators(names: str | Iterable[str], flags: Any) -> list[Isolator]:
+async def load_isolators(names: str | Iterable[str], flags: ContainerizerFlags) -> list[Isolator]:
     """Creates the isolators for `--isolation`, in run order."""
     isolators: list[Isolator] = []
     for name in resolve_isolation(names):

@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
-
+from mesilla.containerizer.flags import ContainerizerFlags
 from mesilla.containerizer.types import ContainerRuntimeState, ForkRequest
 from mesilla.v1.mesos import ContainerID
 
@@ -17,11 +16,11 @@ class Launcher:
 
     name: str = ""
 
-    def __init__(self, flags: Any) -> None:
+    def __init__(self, flags: ContainerizerFlags) -> None:
         pass
 
     @staticmethod
-    def available(flags: Any = None) -> bool:
+    def available(flags: ContainerizerFlags | None = None) -> bool:
         """Whether the launcher works on this host with these flags."""
         return True
 

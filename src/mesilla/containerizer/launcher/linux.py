@@ -41,6 +41,7 @@ from mesilla.common import files
 from mesilla.common.blocking import in_thread
 from mesilla.common.files import write_atomically
 from mesilla.containerizer.cgroups import cgroup_path
+from mesilla.containerizer.flags import ContainerizerFlags
 from mesilla.containerizer.launcher import host_rootfs, monitor, oci, zygote
 from mesilla.containerizer.launcher.base import Launcher, LaunchError
 from mesilla.containerizer.launcher.bundle import (
@@ -120,19 +121,19 @@ def runtime_id(container_id: ContainerID) -> str:
 class LinuxLauncher(Launcher):
     name = "linux"
 
-    def __init__(self, flags: Any) -> None:
+    def __init__(self, flags: ContainerizerFlags) -> None:
         if not monitor.available():
             raise LaunchError(
                 "The linux launcher needs conmon: apt-get install conmon, or use --launcher=posix"
             )
-        binary = find_runtime(flags.get("oci_runtime"), flags.runtime_dir)
+        binary = find_runtime(flags.oci_runtime, flags.runtime_dir)
         self._flags = flags
         self._runtime = OciRuntime(binary, os.path.join(flags.runtime_dir, os.path.basename(binary)))
         self._containers: dict[ContainerID, _Container] = {}
         self._zygote = zygote.Zygote.create(flags)
 
     @staticmethod
-    def available(flags: Any = None) -> bool:
+    def available(flags: ContainerizerFlags | None = None) -> bool:
         """Root, conmon, and a runtime that really runs a container here."""
         if os.geteuid() != 0 or not monitor.available():
             return False
@@ -140,7 +141,7 @@ class LinuxLauncher(Launcher):
             if flags is None:
                 find_runtime(None)
             else:
-                find_runtime(flags.get("oci_runtime"), flags.get("runtime_dir"))
+                find_runtime(flags.oci_runtime, flags.runtime_dir)
         except NoOciRuntime:
             return False
         return True

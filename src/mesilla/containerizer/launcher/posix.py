@@ -16,10 +16,10 @@ import os
 import signal
 import sys
 from dataclasses import dataclass, field
-from typing import Any
 
 from mesilla.common.fds import read_all
 from mesilla.containerizer import console
+from mesilla.containerizer.flags import ContainerizerFlags
 from mesilla.containerizer.isolators.posix.procfs import session_processes
 from mesilla.containerizer.launcher.base import Launcher, LaunchError
 from mesilla.containerizer.runtime_paths import (
@@ -69,7 +69,7 @@ def _is_nanny_of(nanny_pid: int, status_path: str) -> bool:
 class PosixLauncher(Launcher):
     name = "posix"
 
-    def __init__(self, flags: Any) -> None:
+    def __init__(self, flags: ContainerizerFlags) -> None:
         self._runtime = RuntimeDir(flags.runtime_dir)
         self._containers: dict[ContainerID, _Container] = {}
 

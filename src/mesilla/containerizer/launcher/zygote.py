@@ -26,6 +26,7 @@ from typing import Any
 from mesilla.common.blocking import in_thread
 from mesilla.common.fds import read_line
 from mesilla.containerizer.cgroups import CgroupsError, Hierarchy, cgroup_path, remove_everywhere
+from mesilla.containerizer.flags import ContainerizerFlags
 from mesilla.containerizer.launcher import monitor, oci
 from mesilla.containerizer.launcher.base import LaunchError
 from mesilla.containerizer.types import ForkRequest
@@ -43,7 +44,7 @@ NAMESPACES = {"mount", "pid", "ipc", "uts"}
 class Zygote:
     """The agent's zygote process and the socket its requests go through."""
 
-    def __init__(self, flags: Any, hierarchy: Hierarchy) -> None:
+    def __init__(self, flags: ContainerizerFlags, hierarchy: Hierarchy) -> None:
         self._flags = flags
         self.hierarchy = hierarchy
         self._socket, self._process = self._start()
@@ -62,9 +63,9 @@ class Zygote:
         return ours, process
 
     @classmethod
-    def create(cls, flags: Any) -> Zygote | None:
+    def create(cls, flags: ContainerizerFlags) -> Zygote | None:
         """A zygote where forked executors are on and possible here; else None."""
-        if not flags.get("fork_default_executors", True) or os.uname().machine not in SYS_PIVOT_ROOT:
+        if not flags.fork_default_executors or os.uname().machine not in SYS_PIVOT_ROOT:
             return None
         try:
             hierarchy = Hierarchy.detect(flags.cgroups_hierarchy)
@@ -149,7 +150,7 @@ class Zygote:
             await in_thread(self._process.wait, 5)
 
 
-async def remove_cgroups(flags: Any, container_id: ContainerID) -> None:
+async def remove_cgroups(flags: ContainerizerFlags, container_id: ContainerID) -> None:
     """What `runc delete` does for runc's containers: kills what is left in the
     container's cgroups and removes them, in every hierarchy (also with the flag
     now off: a restarted agent still cleans up what an earlier one forked)."""

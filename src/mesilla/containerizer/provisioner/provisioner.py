@@ -27,8 +27,8 @@ from typing import Any
 from mesilla.common.blocking import in_thread
 from mesilla.common.errors import BadRequest
 from mesilla.common.files import write_atomically
-from mesilla.common.flags import Flags
 from mesilla.common.validation import validate_container_id
+from mesilla.containerizer.flags import ContainerizerFlags
 from mesilla.containerizer.provisioner._fs import remove
 from mesilla.containerizer.provisioner.backends import choose_backend, load_backend
 from mesilla.containerizer.provisioner.backends._mount import (
@@ -68,16 +68,16 @@ class Provisioner:
 
     @classmethod
     async def create(
-        cls, flags: Flags, progress: ProgressCallback | None = None
+        cls, flags: ContainerizerFlags, progress: ProgressCallback | None = None
     ) -> Provisioner:
-        providers = flags.get("image_providers") or []
+        providers = flags.image_providers
         unknown = [p for p in providers if p.lower() not in SUPPORTED_PROVIDERS]
         if unknown:
             raise UnsupportedImageProviders(
                 f"Unsupported --image_providers {', '.join(unknown)}: only 'docker' is supported"
             )
         store_dir = os.path.abspath(flags.docker_store_dir)
-        backend = choose_backend(flags.get("image_provisioner_backend"), store_dir)
+        backend = choose_backend(flags.image_provisioner_backend, store_dir)
         log.info("Provisioning rootfses with the %s backend", backend.name)
         store = DockerStore(store_dir, flags.docker_registry, progress=progress)
         await store.recover()
@@ -223,10 +223,10 @@ class Provisioner:
         await in_thread(remove, self.provisioner_dir, container_dir)
 
 
-def provisioner_dir(flags: Flags, store_dir: str) -> str:
+def provisioner_dir(flags: ContainerizerFlags, store_dir: str) -> str:
     """The agent's own directory of rootfses: under its `--work_dir`, as Mesos's, so that
     two agents sharing one image store never take each other's rootfses for orphans."""
-    work_dir = flags.get("work_dir")
+    work_dir = flags.work_dir
     base = os.path.abspath(work_dir) if work_dir else os.path.dirname(store_dir)
     return os.path.join(base, "provisioner")
 

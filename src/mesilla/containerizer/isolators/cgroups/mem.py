@@ -14,7 +14,8 @@ import asyncio
 import math
 from typing import Any
 
-from mesilla.containerizer.cgroups import Cgroup, CgroupsError, OomListener
+from mesilla.containerizer.cgroups import Cgroup, CgroupsError, Hierarchy, OomListener
+from mesilla.containerizer.flags import ContainerizerFlags
 from mesilla.containerizer.isolators.cgroups.subsystem import (
     CgroupsIsolator,
     CgroupState,
@@ -56,7 +57,7 @@ class CgroupsMemIsolator(CgroupsIsolator[tuple[int, int | None]]):
     name = "cgroups/mem"
     controller = "memory"
 
-    def __init__(self, flags: Any, hierarchy: Any = None) -> None:
+    def __init__(self, flags: ContainerizerFlags, hierarchy: Hierarchy | None = None) -> None:
         super().__init__(flags, hierarchy)
         self._listeners: dict[ContainerID, OomListener] = {}
         self._listening: dict[ContainerID, asyncio.Event] = {}

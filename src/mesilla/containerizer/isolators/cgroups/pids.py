@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from mesilla.containerizer.cgroups import Hierarchy
+from mesilla.containerizer.flags import ContainerizerFlags
 from mesilla.containerizer.isolators.cgroups.subsystem import (
     CgroupsIsolator,
     CgroupState,
@@ -22,9 +24,9 @@ class CgroupsPidsIsolator(CgroupsIsolator[int | str]):
     name = "cgroups/pids"
     controller = "pids"
 
-    def __init__(self, flags: Any, hierarchy: Any = None) -> None:
+    def __init__(self, flags: ContainerizerFlags, hierarchy: Hierarchy | None = None) -> None:
         super().__init__(flags, hierarchy)
-        maximum = flags.get("cgroups_max_pids")
+        maximum = flags.cgroups_max_pids
         if maximum is not None and maximum < 1:
             raise IsolatorConfigError(
                 f"--cgroups_max_pids={maximum} must be at least 1 (or unset)"

@@ -24,6 +24,7 @@ from mesilla.containerizer.cgroups import (
     own_cgroup_path,
     shares_cgroups,
 )
+from mesilla.containerizer.flags import ContainerizerFlags
 from mesilla.containerizer.isolator import Isolator
 from mesilla.containerizer.types import (
     ContainerConfig,
@@ -59,7 +60,7 @@ class CgroupsIsolator(Isolator, Generic[S]):
     controller: str = ""  # the v2 name (`cpu`, `memory`, `pids`)
     supports_nesting = True
 
-    def __init__(self, flags: Any, hierarchy: Hierarchy | None = None) -> None:
+    def __init__(self, flags: ContainerizerFlags, hierarchy: Hierarchy | None = None) -> None:
         self.flags = flags
         self.hierarchy = hierarchy or Hierarchy.detect(flags.cgroups_hierarchy)
         if not self.hierarchy.has(self.controller):

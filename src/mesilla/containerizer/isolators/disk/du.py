@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from mesilla.common.resources import Resources
+from mesilla.containerizer.flags import ContainerizerFlags
 from mesilla.containerizer.isolator import Isolator
 from mesilla.containerizer.types import (
     ContainerConfig,
@@ -87,7 +88,7 @@ class DiskDuIsolator(Isolator):
     name = "disk/du"
     supports_nesting = True
 
-    def __init__(self, flags: Any) -> None:
+    def __init__(self, flags: ContainerizerFlags) -> None:
         self.interval = float(flags.container_disk_watch_interval)
         self.enforce = bool(flags.enforce_container_disk_quota)
         if self.interval <= 0:

@@ -18,8 +18,8 @@ Volumes are the volume isolators' (`volume/*`), which Mesos enables with this on
 from __future__ import annotations
 
 import os
-from typing import Any
 
+from mesilla.containerizer.flags import ContainerizerFlags
 from mesilla.containerizer.isolator import Isolator
 from mesilla.containerizer.launcher.oci import UserNotFound, resolve_user
 from mesilla.containerizer.types import ContainerConfig, ContainerLaunchInfo, Mount
@@ -34,7 +34,7 @@ class LinuxFilesystemIsolator(Isolator):
     name = "filesystem/linux"
     supports_nesting = True
 
-    def __init__(self, flags: Any) -> None:
+    def __init__(self, flags: ContainerizerFlags) -> None:
         self._sandbox_directory: str = flags.sandbox_directory
 
     async def prepare(

@@ -8,8 +8,9 @@ forbids it.
 from __future__ import annotations
 
 import os
-from typing import Any, ClassVar
+from typing import ClassVar
 
+from mesilla.containerizer.flags import ContainerizerFlags
 from mesilla.containerizer.isolator import Isolator
 from mesilla.containerizer.types import ContainerConfig, ContainerLaunchInfo
 from mesilla.v1.mesos import ContainerID, LinuxInfo
@@ -23,10 +24,10 @@ class NamespaceIsolator(Isolator):
     # How a container asks for its own namespace instead, for the refusal's message.
     own_namespace_hint: ClassVar[str]
 
-    def __init__(self, flags: Any = None) -> None:
-        self._disallow_agent = bool(
-            flags is not None
-            and flags.get(f"disallow_sharing_agent_{self.namespace}_namespace")
+    def __init__(self, flags: ContainerizerFlags | None = None) -> None:
+        # --disallow_sharing_agent_ipc_namespace, ..._pid_namespace: typed fields of their own.
+        self._disallow_agent = flags is not None and bool(
+            getattr(flags, f"disallow_sharing_agent_{self.namespace}_namespace")
         )
 
     async def prepare(

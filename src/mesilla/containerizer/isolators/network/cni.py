@@ -32,6 +32,7 @@ import msgspec
 
 from mesilla.common import files
 from mesilla.common.blocking import in_thread
+from mesilla.containerizer.flags import ContainerizerFlags
 from mesilla.containerizer.isolator import Isolator
 from mesilla.containerizer.isolators.network import netns
 from mesilla.containerizer.isolators.network.cni_plugin import Attachment, PluginRunner
@@ -62,7 +63,6 @@ CONF_FILE = "network.conf"
 INFO_FILE = "network.info"
 RUNTIME_CONFIG_FILE = "runtime.config"
 ETC_FILES = ("hosts", "hostname", "resolv.conf")
-DEFAULT_PLUGIN_TIMEOUT = 60.0
 
 
 @dataclass
@@ -100,32 +100,35 @@ def named_networks(config: ContainerConfig) -> list[NetworkInfo]:
     return [n for n in (info.network_infos if info else []) if n.name]
 
 
-def default_network(flags: Any) -> str | None:
+def default_network(flags: ContainerizerFlags) -> str | None:
     """`--network_cni_default_network`, where network/cni is on."""
-    if "network/cni" not in (flags.get("isolation") or ""):
+    if "network/cni" not in flags.isolation:
         return None
-    return flags.get("network_cni_default_network") or None
+    return flags.network_cni_default_network or None
 
 
 class NetworkCniIsolator(Isolator):
     name = "network/cni"
     supports_nesting = True
 
-    def __init__(self, flags: Any) -> None:
-        self._config_dir: str | None = flags.get("network_cni_config_dir")
-        plugins_dir: str | None = flags.get("network_cni_plugins_dir")
+    def __init__(self, flags: ContainerizerFlags) -> None:
+        self._config_dir: str | None = flags.network_cni_config_dir
+        plugins_dir: str | None = flags.network_cni_plugins_dir
         if bool(self._config_dir) != bool(plugins_dir):
             raise CniError(
                 "network/cni needs both --network_cni_config_dir and --network_cni_plugins_dir "
                 "(or neither, for host networking only)"
             )
-        if flags.get("launcher") == "posix" or os.geteuid() != 0:
+        if flags.launcher == "posix" or os.geteuid() != 0:
             # As Mesos: only the linux launcher puts a container into a namespace by path.
             raise CniError("network/cni needs the linux launcher (root, --launcher=linux)")
-        timeout = flags.get("network_cni_plugin_timeout") or DEFAULT_PLUGIN_TIMEOUT
-        self._plugins = PluginRunner(plugins_dir or "", float(timeout))
-        persist = flags.get("network_cni_root_dir_persist")
-        base = flags.get("work_dir") if persist else flags.runtime_dir
+        self._plugins = PluginRunner(plugins_dir or "", flags.network_cni_plugin_timeout)
+        if flags.network_cni_root_dir_persist:
+            if not flags.work_dir:
+                raise CniError("--network_cni_root_dir_persist needs the agent's --work_dir")
+            base = flags.work_dir
+        else:
+            base = flags.runtime_dir
         self.root = os.path.join(base, CNI_DIR)
         # Read at start-up, so a broken configuration stops the agent, as Mesos.
         self._networks: dict[str, NetworkConfig] = (

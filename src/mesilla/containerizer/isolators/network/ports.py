@@ -22,6 +22,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
+from mesilla.containerizer.flags import ContainerizerFlags
 from mesilla.containerizer.isolator import Isolator
 from mesilla.containerizer.isolators.network.cni import named_networks
 from mesilla.containerizer.types import (
@@ -126,22 +127,21 @@ class NetworkPortsIsolator(Isolator):
     name = "network/ports"
     supports_nesting = True
 
-    def __init__(self, flags: Any) -> None:
-        if flags.get("check_agent_port_range_only") and flags.get("container_ports_isolated_range"):
+    def __init__(self, flags: ContainerizerFlags) -> None:
+        if flags.check_agent_port_range_only and flags.container_ports_isolated_range:
             raise ValueError(
                 "Only one of --check_agent_port_range_only or --container_ports_isolated_range "
                 "should be specified"
             )
-        self._interval = float(flags.get("container_ports_watch_interval") or 30.0)
-        self._enforce = bool(flags.get("enforce_container_ports"))
+        self._interval = flags.container_ports_watch_interval
+        self._enforce = flags.enforce_container_ports
         self._isolated: PortSet | None = None
-        if flags.get("container_ports_isolated_range"):
+        if flags.container_ports_isolated_range:
             self._isolated = parse_range(flags.container_ports_isolated_range)
-        elif flags.get("check_agent_port_range_only"):
+        elif flags.check_agent_port_range_only:
             from mesilla.agent.host import detect_resources  # the agent's own `ports`
 
-            total = detect_resources(flags.get("resources"), flags.get("work_dir") or "/",
-                                     flags.get("default_role") or "*")  # fmt: skip
+            total = detect_resources(flags.resources, flags.work_dir or "/", flags.default_role)
             self._isolated = ranges_of(total.to_list())
         self._infos: dict[ContainerID, _Info] = {}
         self._loop: asyncio.Task[None] | None = None

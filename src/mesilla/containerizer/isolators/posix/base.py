@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from mesilla.common.blocking import in_thread
+from mesilla.containerizer.flags import ContainerizerFlags
 from mesilla.containerizer.isolator import Isolator
 from mesilla.containerizer.types import ContainerRuntimeState
 from mesilla.v1.mesos import ContainerID
@@ -15,7 +16,7 @@ class PosixUsageIsolator(Isolator):
 
     supports_nesting = True
 
-    def __init__(self, flags: Any = None) -> None:
+    def __init__(self, flags: ContainerizerFlags | None = None) -> None:
         self._pids: dict[ContainerID, int] = {}
 
     async def recover(self, states: list[ContainerRuntimeState], orphans: set[ContainerID]) -> None:

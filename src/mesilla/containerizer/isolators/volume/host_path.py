@@ -10,8 +10,8 @@ does. RO volumes are mounted read-only.
 from __future__ import annotations
 
 import os
-from typing import Any
 
+from mesilla.containerizer.flags import ContainerizerFlags
 from mesilla.containerizer.isolator import Isolator
 from mesilla.containerizer.isolators.volume.mount_point import (
     VolumeError,
@@ -40,7 +40,7 @@ class VolumeHostPathIsolator(Isolator):
     name = "volume/host_path"
     supports_nesting = True
 
-    def __init__(self, flags: Any) -> None:
+    def __init__(self, flags: ContainerizerFlags) -> None:
         self.flags = flags
 
     async def prepare(

@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import os
 import unicodedata
-from typing import Any
 
 from mesilla.common import files
+from mesilla.containerizer.flags import ContainerizerFlags
 from mesilla.containerizer.types import ContainerConfig, Mount
 
 
@@ -40,7 +40,7 @@ def _printable(path: str, what: str) -> None:
 
 
 def mount_target(
-    flags: Any, config: ContainerConfig, container_path: str, source: str
+    flags: ContainerizerFlags, config: ContainerConfig, container_path: str, source: str
 ) -> str:
     """The target inside the container; creates the mount point for sandbox-relative paths."""
     _printable(container_path, "Volume container_path")

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import os
 import pwd
-from typing import Any
 
 from mesilla.common import files
+from mesilla.containerizer.flags import ContainerizerFlags
 from mesilla.containerizer.isolator import Isolator
 from mesilla.containerizer.isolators.volume.mount_point import (
     VolumeError,
@@ -34,7 +34,7 @@ class VolumeSandboxPathIsolator(Isolator):
     name = "volume/sandbox_path"
     supports_nesting = True
 
-    def __init__(self, flags: Any) -> None:
+    def __init__(self, flags: ContainerizerFlags) -> None:
         self.flags = flags
         self.sandboxes: dict[ContainerID, str] = {}
 

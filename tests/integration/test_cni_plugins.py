@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from mesilla.containerizer.flags import ContainerizerFlags
 from mesilla.containerizer.isolators.network import netns
 from mesilla.containerizer.isolators.network.cni import NetworkCniIsolator
 from mesilla.containerizer.isolators.network.cni_plugin import (
@@ -209,19 +210,12 @@ def test_result_file_round_trip(tmp_path: Path) -> None:
     assert parse_result(json.loads((tmp_path / "network.info").read_text())).ips[0].ip == "10.99.0.7"
 
 
-class _Flags(dict):
-    """The agent flags the isolator reads."""
-
-    def __getattr__(self, name: str) -> object:
-        return self[name]
-
-
 async def test_isolator_layout_under_the_persistent_root(host_side: str, tmp_path: Path) -> None:
     """--network_cni_root_dir_persist keeps Mesos's layout under --work_dir; cleanup removes it."""
     config_dir = tmp_path / "cni"
     config_dir.mkdir()
     (config_dir / "testnet.conf").write_text(json.dumps(bridge_network("0.4.0", tmp_path / "ipam")))
-    isolator = NetworkCniIsolator(_Flags(
+    isolator = NetworkCniIsolator(ContainerizerFlags(
         network_cni_config_dir=str(config_dir), network_cni_plugins_dir=PLUGINS,
         network_cni_root_dir_persist=True, work_dir=str(tmp_path / "work"),
         runtime_dir=str(tmp_path / "run"),

@@ -25,8 +25,9 @@ from tests.integration.faults.workload import (
     tid,
 )
 
+from mesilla.common import procfs
 from mesilla.testing.cluster import free_port
-from mesilla.testing.processes import Cluster, process_start_ticks
+from mesilla.testing.processes import Cluster
 from mesilla.testing.scheduler import Framework
 
 pytestmark = [pytest.mark.root, pytest.mark.integration, pytest.mark.slow, pytest.mark.registry]
@@ -38,7 +39,7 @@ MakeFramework = Callable[..., Awaitable[Framework]]
 def identities(cluster: Cluster) -> dict[str, tuple[int | None, int | None]]:
     """Every container but transient check containers -> (pid, that process's start time)."""
     return {
-        name: (pid, process_start_ticks(pid) if pid else None)
+        name: (pid, procfs.start_time(pid) if pid else None)
         for name, pid in cluster.container_pids().items()
         if "check-" not in name
     }
@@ -46,7 +47,7 @@ def identities(cluster: Cluster) -> dict[str, tuple[int | None, int | None]]:
 
 def executor_processes(cluster: Cluster) -> set[tuple[int, int | None]]:
     return {
-        (pid, process_start_ticks(pid))
+        (pid, procfs.start_time(pid))
         for pid, cmd in cluster.processes().items()
         if "mesilla.executor" in cmd
     }

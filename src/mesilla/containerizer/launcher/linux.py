@@ -37,7 +37,7 @@ import signal
 from dataclasses import dataclass, field
 from typing import Any
 
-from mesilla.common import files
+from mesilla.common import files, procfs
 from mesilla.common.blocking import in_thread
 from mesilla.common.files import write_atomically
 from mesilla.containerizer.cgroups import cgroup_path
@@ -570,9 +570,8 @@ def _is_init(container: _Container, pid: int) -> bool:
     recorded identity, which outlives its monitor; else the monitor's child."""
     if container.forked:
         return monitor.identified(pid, container.monitor_dir, "init.identity")
-    with open(f"/proc/{pid}/stat") as f:
-        parent = int(f.read().rsplit(")", 1)[1].split()[1])
-    return parent == container.monitor_pid
+    process = procfs.stat(pid)
+    return process is not None and process.ppid == container.monitor_pid
 
 
 def _remove_trees(root: str, paths: list[str]) -> None:

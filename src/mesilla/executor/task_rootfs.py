@@ -28,7 +28,8 @@ is taken as "killed by signal N" (the linux launcher's convention), so the
 executor reports signals as Mesos does. Signals sent to the task's process
 group reach the task's init directly; one sent before tini could take it is
 held here and passed on. It runs outside the package before the Python path
-is set up (`-S`): standard library only.
+is set up (`-S`): standard library only, and `mesilla/common/capabilities.py`
+loaded by its path.
 """
 
 from __future__ import annotations
@@ -37,11 +38,20 @@ import contextlib
 import ctypes
 import json
 import os
+import runpy
 import shutil
 import signal
 import sys
 import time
-from typing import Any
+from types import SimpleNamespace
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from mesilla.common import capabilities
+else:  # outside the package (see the docstring): the module's file, by its path
+    capabilities = SimpleNamespace(
+        **runpy.run_path(os.path.join(os.path.dirname(__file__), "..", "common", "capabilities.py"))
+    )
 
 CLONE_NEWNS = 0x00020000
 CLONE_NEWPID = 0x20000000
@@ -54,7 +64,6 @@ MS_REC = 0x4000
 MS_PRIVATE = 0x40000
 MNT_DETACH = 0x2
 PR_SET_PDEATHSIG = 1
-PR_CAPBSET_DROP = 24
 
 # As the linux launcher: Debian's static tini, and where containers see it.
 INIT = shutil.which("tini-static")
@@ -70,16 +79,10 @@ DEVICES = ("null", "zero", "full", "random", "urandom", "tty")
 _libc = ctypes.CDLL(None, use_errno=True)
 
 
-def _check(result: int, what: str) -> None:
-    if result != 0:
-        errno = ctypes.get_errno()
-        raise OSError(errno, f"{what}: {os.strerror(errno)}")
-
-
 def _mount(
     source: str | None, target: str, fstype: str | None, flags: int, data: str | None = None
 ) -> None:
-    _check(
+    capabilities.check(
         _libc.mount(
             source.encode() if source else None, target.encode(),
             fstype.encode() if fstype else None, ctypes.c_ulong(flags),
@@ -148,7 +151,7 @@ def _pivot(spec: dict[str, Any]) -> None:
     """Makes the rootfs this process's root, in a mount namespace of its own."""
     rootfs, sandbox, inside = spec["rootfs"], spec["sandbox"], spec["sandbox_directory"]
     streams = _sandbox_streams(sandbox)
-    _check(_libc.unshare(CLONE_NEWNS), "unshare(CLONE_NEWNS)")
+    capabilities.check(_libc.unshare(CLONE_NEWNS), "unshare(CLONE_NEWNS)")
     # Nothing mounted here may propagate back to the executor's namespace.
     _mount(None, "/", None, MS_REC | MS_PRIVATE)
     # pivot_root needs a mount point; binding it onto itself keeps what the
@@ -163,9 +166,9 @@ def _pivot(spec: dict[str, Any]) -> None:
     for path in ("/proc", "/sys"):
         _mount_point(rootfs, path)
     os.chdir(rootfs)
-    _check(_libc.pivot_root(b".", b"."), f"pivot_root into {rootfs}")
+    capabilities.check(_libc.pivot_root(b".", b"."), f"pivot_root into {rootfs}")
     # The old root is stacked on the new one: detached, no path leads to the host.
-    _check(_libc.umount2(b".", MNT_DETACH), "detaching the host's root")
+    capabilities.check(_libc.umount2(b".", MNT_DETACH), "detaching the host's root")
     os.chdir("/")
     # Fresh: this /proc shows the new pid namespace only.
     _mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
@@ -177,12 +180,7 @@ def _pivot(spec: dict[str, Any]) -> None:
 def _bound_capabilities(spec: dict[str, Any]) -> None:
     if spec.get("bounding") is None:
         return
-    bounding = int(spec["bounding"])
-    with open("/proc/sys/kernel/cap_last_cap") as f:
-        last = int(f.read())
-    for number in range(last + 1):
-        if not bounding >> number & 1:
-            _check(_libc.prctl(PR_CAPBSET_DROP, number, 0, 0, 0), f"dropping capability {number}")
+    capabilities.drop_bounding(int(spec["bounding"]))
 
 
 def _become(spec: dict[str, Any]) -> None:
@@ -202,7 +200,7 @@ def _task(spec: dict[str, Any], argv: list[str]) -> None:
         _bound_capabilities(spec)
         _become(spec)
         # Set after the user change, which clears it: the task dies with this program.
-        _check(_libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0), "prctl(PDEATHSIG)")
+        capabilities.check(_libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0), "prctl(PDEATHSIG)")
         if INIT is not None:
             argv = [INIT_PATH, "-g", "--", *argv]
         os.execvp(argv[0], argv)
@@ -258,7 +256,7 @@ def main(argv: list[str]) -> None:
     if len(argv) < 2:
         sys.exit("usage: task_rootfs.py '<json>' <program> [args...]")
     spec = json.loads(argv[0])
-    _check(_libc.unshare(CLONE_NEWPID), "unshare(CLONE_NEWPID)")
+    capabilities.check(_libc.unshare(CLONE_NEWPID), "unshare(CLONE_NEWPID)")
     early: list[int] = []
     for number in GROUP_SIGNALS:
         signal.signal(number, lambda received, _frame: early.append(received))

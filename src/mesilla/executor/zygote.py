@@ -26,7 +26,6 @@ The zygote exits when the agent's end of the socket closes; monitors outlive it.
 
 from __future__ import annotations
 
-import ctypes
 import gc
 import importlib
 import json
@@ -37,19 +36,30 @@ import socket
 import sys
 from typing import Any
 
-from mesilla.common import capabilities, procfs
-from mesilla.common.capabilities import check
+from mesilla.common import procfs, syscalls
 from mesilla.common.files import write_atomically
+from mesilla.common.syscalls import (
+    CLONE_NEWIPC,
+    CLONE_NEWNS,
+    CLONE_NEWPID,
+    CLONE_NEWUTS,
+    MNT_DETACH,
+    MS_BIND,
+    MS_NODEV,
+    MS_NOEXEC,
+    MS_NOSUID,
+    MS_PRIVATE,
+    MS_RDONLY,
+    MS_REC,
+    MS_REMOUNT,
+    MS_SLAVE,
+    MS_STRICTATIME,
+    SYS_PIVOT_ROOT,
+    check,
+    libc,
+    mount,
+)
 
-_libc = ctypes.CDLL(None, use_errno=True)
-
-MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 0x1, 0x2, 0x4, 0x8
-MS_REMOUNT, MS_BIND, MS_REC = 0x20, 0x1000, 0x4000
-MS_PRIVATE, MS_SLAVE, MS_STRICTATIME = 1 << 18, 1 << 19, 1 << 24
-MNT_DETACH = 2
-# pivot_root(2) has no libc wrapper; its number by architecture (others keep runc).
-SYS_PIVOT_ROOT = {"x86_64": 155, "aarch64": 41}
-CLONE_NEWNS, CLONE_NEWUTS, CLONE_NEWIPC, CLONE_NEWPID = 0x20000, 0x4000000, 0x8000000, 0x20000000
 _FLAGS = {
     "ro": MS_RDONLY, "nosuid": MS_NOSUID, "nodev": MS_NODEV, "noexec": MS_NOEXEC,
     "strictatime": MS_STRICTATIME, "bind": MS_BIND, "rbind": MS_BIND | MS_REC,
@@ -70,16 +80,6 @@ _LINKS = {
     "ptmx": "pts/ptmx", "fd": "/proc/self/fd", "stdin": "/proc/self/fd/0",
     "stdout": "/proc/self/fd/1", "stderr": "/proc/self/fd/2",
 }  # fmt: skip
-
-
-def _mount(source: str | None, target: str, fstype: str | None, flags: int, data: str = "") -> None:
-    check(
-        _libc.mount(
-            source.encode() if source else None, target.encode(),
-            fstype.encode() if fstype else None, flags, data.encode() if data else None,
-        ),
-        f"mount {source} on {target}",
-    )  # fmt: skip
 
 
 def _record(directory: str, name: str, pid: int) -> None:
@@ -124,7 +124,7 @@ def monitor(request: dict[str, Any], reply: int) -> int:
     if not os.path.exists(gate):
         os.mkfifo(gate, 0o600)
     ready_r, ready_w = os.pipe()
-    check(_libc.unshare(CLONE_NEWPID), "unsharing a pid namespace")
+    check(libc.unshare(CLONE_NEWPID), "unsharing a pid namespace")
     child = os.fork()
     if child == 0:
         os.close(ready_r)
@@ -166,8 +166,8 @@ def _executor(request: dict[str, Any], ready: int) -> None:
             os.dup2(fd, target)
             os.close(fd)
         masks = request["capabilities"]
-        capabilities.drop_bounding(masks["bounding"])
-        capabilities.set_capabilities(masks["effective"], masks["permitted"], masks["inheritable"])
+        syscalls.drop_bounding(masks["bounding"])
+        syscalls.set_capabilities(masks["effective"], masks["permitted"], masks["inheritable"])
         code = _run(request)
     finally:
         os._exit(code)
@@ -179,7 +179,7 @@ def _prepare(request: dict[str, Any]) -> list[int]:
         _join_cgroup(hierarchy, path)
     kinds = {"mount": CLONE_NEWNS, "uts": CLONE_NEWUTS, "ipc": CLONE_NEWIPC}
     flags = sum(flag for kind, flag in kinds.items() if kind in request["namespaces"])
-    check(_libc.unshare(flags), "unsharing namespaces")
+    check(libc.unshare(flags), "unsharing namespaces")
     if request["hostname"] is not None:
         socket.sethostname(request["hostname"])
     # Opened on the host, before the pivot hides their paths.
@@ -239,8 +239,8 @@ def _join_cgroup(hierarchy: str, path: str) -> None:
 def _filesystem(rootfs: str, mounts: list[dict[str, Any]], readonly: bool) -> None:
     """The OCI mounts into `rootfs` (a bind of itself), /dev's nodes, then pivot_root;
     the new root read-only at the end when `readonly`, as runc's `root.readonly`."""
-    _mount(None, "/", None, MS_REC | MS_SLAVE)
-    _mount(rootfs, rootfs, None, MS_BIND | MS_REC)
+    mount(None, "/", None, MS_REC | MS_SLAVE)
+    mount(rootfs, rootfs, None, MS_BIND | MS_REC)
     for spec in mounts:
         _mount_one(rootfs, spec)
     dev = os.path.join(rootfs, "dev")
@@ -250,12 +250,12 @@ def _filesystem(rootfs: str, mounts: list[dict[str, Any]], readonly: bool) -> No
     for name, target in _LINKS.items():
         os.symlink(target, os.path.join(dev, name))
     os.chdir(rootfs)
-    check(_libc.syscall(SYS_PIVOT_ROOT[os.uname().machine], b".", b"."), "pivot_root")
-    check(_libc.umount2(b".", MNT_DETACH), "unmounting the host's root")
+    check(libc.syscall(SYS_PIVOT_ROOT[os.uname().machine], b".", b"."), "pivot_root")
+    check(libc.umount2(b".", MNT_DETACH), "unmounting the host's root")
     os.chdir("/")
     if readonly:
         # The shared host view (the launcher's HOST_ROOTFS_DIR): nothing written at its top.
-        _mount(None, "/", None, MS_REMOUNT | MS_BIND | MS_RDONLY)
+        mount(None, "/", None, MS_REMOUNT | MS_BIND | MS_RDONLY)
 
 
 def _mount_one(rootfs: str, spec: dict[str, Any]) -> None:
@@ -279,17 +279,17 @@ def _mount_one(rootfs: str, spec: dict[str, Any]) -> None:
     else:
         os.makedirs(target, exist_ok=True)
     try:
-        _mount(source, target, None if bind else kind, flags & ~MS_RDONLY if bind else flags, ",".join(data))
+        mount(source, target, None if bind else kind, flags & ~MS_RDONLY if bind else flags, ",".join(data))
     except PermissionError:
         if kind != "sysfs":
             raise
         # sysfs needs a network namespace of our own; runc binds the host's then.
-        _mount("/sys", target, None, MS_BIND | MS_REC)
+        mount("/sys", target, None, MS_BIND | MS_REC)
         bind, flags = True, flags | MS_BIND
     if bind:
-        _mount(None, target, None, MS_REC | MS_PRIVATE)
+        mount(None, target, None, MS_REC | MS_PRIVATE)
         if flags & MS_RDONLY:
-            _mount(None, target, None, MS_REMOUNT | MS_BIND | (flags & ~MS_REC))
+            mount(None, target, None, MS_REMOUNT | MS_BIND | (flags & ~MS_REC))
 
 
 def _run(request: dict[str, Any]) -> int:

@@ -20,14 +20,13 @@ controlling terminal of its session, drops to the user and capabilities, and
 execs the command, which so holds nothing its parent task did not.
 
 It runs before the Python path is set up (`-S`) and outside the package, so
-it uses the standard library only, and `mesilla/common/capabilities.py` loaded
-by its path.
+it uses the standard library only, and `mesilla/common/syscalls.py` loaded by
+its path.
 """
 
 from __future__ import annotations
 
 import array
-import ctypes
 import fcntl
 import json
 import os
@@ -40,28 +39,24 @@ from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from mesilla.common import capabilities
+    from mesilla.common import syscalls
 else:  # outside the package (see the docstring): the module's file, by its path
-    capabilities = SimpleNamespace(
-        **runpy.run_path(os.path.join(os.path.dirname(__file__), "..", "..", "common", "capabilities.py"))
-    )
+    syscalls = SimpleNamespace(**runpy.run_path(f"{os.path.dirname(__file__)}/../../common/syscalls.py"))
 
-CLONE_NEWNS = 0x00020000
 PR_SET_KEEPCAPS = 8
 PR_CAP_AMBIENT = 47
 PR_CAP_AMBIENT_RAISE = 2
 TIOCGPTN = 0x80045430  # the pty's number
 TIOCSPTLCK = 0x40045431  # (un)lock its slave
 
-_libc = ctypes.CDLL(None, use_errno=True)
-
-
 def enter_filesystem(target: int) -> None:
     """Joins `target`'s mount namespace, then its root and working directory."""
     mnt = os.open(f"/proc/{target}/ns/mnt", os.O_RDONLY | os.O_CLOEXEC)
     root = os.open(f"/proc/{target}/root", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     cwd = os.open(f"/proc/{target}/cwd", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-    capabilities.check(_libc.setns(mnt, CLONE_NEWNS), f"setns into the mount namespace of {target}")
+    syscalls.check(
+        syscalls.libc.setns(mnt, syscalls.CLONE_NEWNS), f"setns into the mount namespace of {target}"
+    )
     os.fchdir(root)
     os.chroot(".")
     os.fchdir(cwd)
@@ -117,19 +112,19 @@ def take_terminal() -> None:
 
 def drop_privileges(spec: dict[str, Any]) -> None:
     """Becomes the spec's user holding exactly its capability sets (bit masks)."""
-    capabilities.drop_bounding(int(spec["bounding"]))
-    capabilities.check(_libc.prctl(PR_SET_KEEPCAPS, 1, 0, 0, 0), "keeping capabilities across setuid")
+    syscalls.drop_bounding(int(spec["bounding"]))
+    syscalls.check(syscalls.libc.prctl(PR_SET_KEEPCAPS, 1, 0, 0, 0), "keeping capabilities across setuid")
     uid, gid = int(spec["uid"]), int(spec["gid"])
     os.setgroups([int(g) for g in spec.get("additional_gids", [])])
     os.setresgid(gid, gid, gid)
     os.setresuid(uid, uid, uid)
-    capabilities.check(_libc.prctl(PR_SET_KEEPCAPS, 0, 0, 0, 0), "resetting keep-capabilities")
-    capabilities.set_capabilities(*(int(spec[name]) for name in ("effective", "permitted", "inheritable")))
+    syscalls.check(syscalls.libc.prctl(PR_SET_KEEPCAPS, 0, 0, 0, 0), "resetting keep-capabilities")
+    syscalls.set_capabilities(*(int(spec[name]) for name in ("effective", "permitted", "inheritable")))
     ambient = int(spec["ambient"])
-    for number in range(capabilities.last_capability() + 1):
+    for number in range(syscalls.last_capability() + 1):
         if ambient >> number & 1:
-            capabilities.check(
-                _libc.prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_RAISE, number, 0, 0),
+            syscalls.check(
+                syscalls.libc.prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_RAISE, number, 0, 0),
                 f"raising ambient capability {number}",
             )
 

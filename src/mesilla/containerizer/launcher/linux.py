@@ -42,7 +42,7 @@ from mesilla.common.blocking import in_thread
 from mesilla.common.files import write_atomically
 from mesilla.containerizer.cgroups import cgroup_path
 from mesilla.containerizer.launcher import host_rootfs, monitor, oci, zygote
-from mesilla.containerizer.launcher.base import Launcher, LaunchError
+from mesilla.containerizer.launcher.base import Launcher, LaunchError, wait_exited
 from mesilla.containerizer.launcher.bundle import (
     forget_secrets,
     mount_tmpfs,
@@ -431,10 +431,7 @@ class LinuxLauncher(Launcher):
         return status
 
     async def wait(self, container_id: ContainerID) -> int | None:
-        container = self._containers.get(container_id)
-        if container is None:
-            return None
-        return await asyncio.shield(container.exited)
+        return await wait_exited(self._containers.get(container_id))
 
     async def kill(self, container_id: ContainerID, signal_number: int) -> None:
         container = self._get(container_id)

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Awaitable, Callable
 
 import pytest
+from tests.fixtures.clusters import MakeCluster, MakeFramework
 from tests.fixtures.images import PushedImage
 from tests.integration.faults.workload import (
     await_gone,
@@ -28,12 +28,8 @@ from tests.integration.faults.workload import (
 from mesilla.common import procfs
 from mesilla.testing.cluster import free_port
 from mesilla.testing.processes import Cluster
-from mesilla.testing.scheduler import Framework
 
 pytestmark = [pytest.mark.root, pytest.mark.integration, pytest.mark.slow, pytest.mark.registry]
-
-MakeCluster = Callable[..., Cluster]
-MakeFramework = Callable[..., Awaitable[Framework]]
 
 
 def identities(cluster: Cluster) -> dict[str, tuple[int | None, int | None]]:

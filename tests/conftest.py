@@ -16,7 +16,7 @@ import pytest
 IN_CI = bool(os.environ.get("CI"))
 
 # Session-wide real parts: a docker-registry and busybox test images.
-pytest_plugins = ["tests.fixtures.images", "tests.fixtures.linux_launcher"]
+pytest_plugins = ["tests.fixtures.images", "tests.fixtures.linux_launcher", "tests.fixtures.clusters"]
 
 
 def _missing(marker: str) -> str | None:

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from mesilla.common import procfs
 from mesilla.containerizer.flags import ContainerizerFlags
 from mesilla.containerizer.isolators.network import netns
 from mesilla.containerizer.isolators.network.cni import NetworkCniIsolator
@@ -174,19 +175,10 @@ async def test_a_hanging_plugin_is_killed_with_what_it_started(pod_ns: str, tmp_
     for pid in pids.read_text().split():
         # SIGKILL went to the whole group; an orphan may take a moment to finish dying.
         for _ in range(200):
-            if process_state(pid) in (None, "Z"):
+            if procfs.start_time(pid) is None:  # gone, or a zombie
                 break
             await asyncio.sleep(0.05)
-        assert process_state(pid) in (None, "Z"), f"process {pid} of the plugin survived"
-
-
-def process_state(pid: str) -> str | None:
-    """None when gone; "Z" once killed but not yet reaped by pid 1 (it was orphaned)."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0]
-    except FileNotFoundError:
-        return None
+        assert procfs.start_time(pid) is None, f"process {pid} of the plugin survived"
 
 
 async def test_an_unsupported_version_or_missing_plugin_is_refused(pod_ns: str, tmp_path: Path) -> None:

@@ -7,14 +7,12 @@ import os
 import signal
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable, Iterator
-from pathlib import Path
 
 import pytest
-from tests.integration.faults.workload import alive
+from tests.fixtures.clusters import MakeCluster, MakeFramework
 
+from mesilla.common import procfs
 from mesilla.containerizer.launcher import monitor
-from mesilla.containerizer.launcher.linux import LinuxLauncher
 from mesilla.testing.processes import Cluster
 from mesilla.testing.scheduler import Framework, Json, scalar
 
@@ -29,43 +27,11 @@ AGENT_FLAGS = [
 ]
 MB = 1024 * 1024
 
-MakeCluster = Callable[..., Cluster]
-
 
 @pytest.fixture
-def make_cluster(tmp_path: Path) -> Iterator[MakeCluster]:
-    if not LinuxLauncher.available():
-        pytest.skip("needs root, conmon and runc that run containers here")
-    clusters: list[Cluster] = []
-
-    def make(*extra: str) -> Cluster:
-        cluster = Cluster(tmp_path / f"cluster-{len(clusters)}", agent_flags=[*AGENT_FLAGS, *extra])
-        clusters.append(cluster)
-        cluster.start()
-        return cluster
-
-    try:
-        yield make
-    finally:
-        for cluster in clusters:
-            cluster.cleanup()
-
-
-@pytest.fixture
-async def frameworks() -> AsyncIterator[list[Framework]]:
-    opened: list[Framework] = []
-    try:
-        yield opened
-    finally:
-        for framework in opened:
-            await framework.close()
-
-
-async def subscribed(cluster: Cluster, opened: list[Framework]) -> Framework:
-    framework = Framework(cluster.master_address, failover_timeout=3600.0)
-    opened.append(framework)
-    await framework.subscribe()
-    return framework
+def cluster_agent_flags() -> list[str]:
+    """`make_cluster`'s agents: no images, so no registry."""
+    return AGENT_FLAGS
 
 
 def task(name: str, command: str, mem: float = 32) -> Json:
@@ -109,25 +75,18 @@ def innermost_pid(pid: int) -> str:
 
 
 def await_dead(pid: int, timeout: float = 30.0) -> None:
+    """Until `pid` is gone or a zombie."""
     deadline = time.monotonic() + timeout
-    while alive(pid) and monitor_state(pid) != "Z":
+    while procfs.start_time(pid) is not None:
         assert time.monotonic() < deadline, f"process {pid} still alive after {timeout}s"
         time.sleep(0.05)
 
 
-def monitor_state(pid: int) -> str:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return "gone"
-
-
 async def test_a_pod_runs_on_a_forked_executor_in_its_namespaces_and_limits(
-    make_cluster: MakeCluster, frameworks: list[Framework]
+    make_cluster: MakeCluster, make_framework: MakeFramework
 ) -> None:
     cluster = make_cluster()
-    framework = await subscribed(cluster, frameworks)
+    framework = await make_framework(cluster)
     executor_id = await launch_pod(framework, task("a", "sleep 3600", mem=48), task("b", "sleep 3600"))
     rid, pid, nested = pod_containers(cluster, executor_id)
 
@@ -161,10 +120,10 @@ async def test_a_pod_runs_on_a_forked_executor_in_its_namespaces_and_limits(
 
 
 async def test_a_forked_executor_survives_an_agent_kill_and_its_exit_is_recorded(
-    make_cluster: MakeCluster, frameworks: list[Framework]
+    make_cluster: MakeCluster, make_framework: MakeFramework
 ) -> None:
     cluster = make_cluster()
-    framework = await subscribed(cluster, frameworks)
+    framework = await make_framework(cluster)
     tasks = [task("a", "sleep 3600")]
     executor_id = await launch_pod(framework, *tasks)
     rid, pid, _ = pod_containers(cluster, executor_id)
@@ -194,10 +153,10 @@ async def test_a_forked_executor_survives_an_agent_kill_and_its_exit_is_recorded
 
 
 async def test_without_the_flag_the_executor_is_a_runc_container(
-    make_cluster: MakeCluster, frameworks: list[Framework]
+    make_cluster: MakeCluster, make_framework: MakeFramework
 ) -> None:
-    cluster = make_cluster("--no-fork_default_executors")
-    framework = await subscribed(cluster, frameworks)
+    cluster = make_cluster(agent_flags=["--no-fork_default_executors"])
+    framework = await make_framework(cluster)
     executor_id = await launch_pod(framework, task("a", "sleep 3600"))
     rid, _pid, nested = pod_containers(cluster, executor_id)
     assert cluster.forked_containers() == []

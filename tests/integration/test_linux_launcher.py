@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 from tests.fixtures.linux_launcher import LinuxEnv
 
+from mesilla.common import procfs
 from mesilla.containerizer.launcher import monitor
 from mesilla.containerizer.launcher.base import LaunchError
 from mesilla.containerizer.launcher.linux import LinuxLauncher
@@ -26,11 +27,8 @@ pytestmark = pytest.mark.root
 
 def _alive(pid: int) -> bool:
     """A process that exists and is not a zombie."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
+    process = procfs.stat(pid)
+    return process is not None and process.state != "Z"
 
 
 async def _await_file(path: str) -> None:

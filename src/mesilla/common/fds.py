@@ -33,11 +33,7 @@ async def read_line(fd: int) -> bytes:
     os.set_blocking(fd, False)
     line = b""
     while b"\n" not in line:
-        await wait_readable(fd)
-        try:
-            chunk = os.read(fd, 4096)
-        except BlockingIOError:
-            continue
+        chunk = await _read_some(fd)
         if not chunk:
             return line
         line += chunk
@@ -49,12 +45,16 @@ async def read_all(fd: int) -> bytes:
     non-blocking."""
     os.set_blocking(fd, False)
     chunks: list[bytes] = []
+    while chunk := await _read_some(fd):
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+async def _read_some(fd: int) -> bytes:
+    """What the non-blocking pipe `fd` holds once it has any, b"" at its end."""
     while True:
         await wait_readable(fd)
         try:
-            data = os.read(fd, 4096)
+            return os.read(fd, 4096)
         except BlockingIOError:
-            continue
-        if not data:
-            return b"".join(chunks)
-        chunks.append(data)
+            continue  # another reader was first

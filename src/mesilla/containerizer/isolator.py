@@ -10,7 +10,7 @@ the containers live on for a restarted agent to recover.
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from mesilla.containerizer.flags import ContainerizerFlags
 from mesilla.containerizer.types import (
@@ -20,6 +20,8 @@ from mesilla.containerizer.types import (
     ContainerRuntimeState,
 )
 from mesilla.v1.mesos import ContainerID
+
+Section = TypeVar("Section")
 
 
 class Isolator:
@@ -69,3 +71,22 @@ class Isolator:
 
     async def close(self) -> None:
         """Stops the isolator's background work; its containers keep running."""
+
+
+class SectionIsolator(Isolator, Generic[Section]):
+    """An isolator whose `prepare` reads one optional section of the container's config
+    (`section`), and has nothing to do for a container without it."""
+
+    def section(self, config: ContainerConfig) -> Section | None:
+        raise NotImplementedError
+
+    async def prepare(
+        self, container_id: ContainerID, config: ContainerConfig
+    ) -> ContainerLaunchInfo | None:
+        section = self.section(config)
+        return None if section is None else self.prepare_section(container_id, section)
+
+    def prepare_section(
+        self, container_id: ContainerID, section: Section
+    ) -> ContainerLaunchInfo | None:
+        raise NotImplementedError

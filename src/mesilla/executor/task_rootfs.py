@@ -28,33 +28,29 @@ is taken as "killed by signal N" (the linux launcher's convention), so the
 executor reports signals as Mesos does. Signals sent to the task's process
 group reach the task's init directly; one sent before tini could take it is
 held here and passed on. It runs outside the package before the Python path
-is set up (`-S`): standard library only.
+is set up (`-S`): standard library only, and `mesilla/common/syscalls.py` loaded
+by its path.
 """
 
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import json
 import os
+import runpy
 import shutil
 import signal
 import sys
 import time
-from typing import Any
+from types import SimpleNamespace
+from typing import TYPE_CHECKING, Any
 
-CLONE_NEWNS = 0x00020000
-CLONE_NEWPID = 0x20000000
-MS_RDONLY = 0x1
-MS_NOSUID = 0x2
-MS_NODEV = 0x4
-MS_NOEXEC = 0x8
-MS_BIND = 0x1000
-MS_REC = 0x4000
-MS_PRIVATE = 0x40000
-MNT_DETACH = 0x2
+if TYPE_CHECKING:
+    from mesilla.common import syscalls
+else:  # outside the package (see the docstring): the module's file, by its path
+    syscalls = SimpleNamespace(**runpy.run_path(f"{os.path.dirname(__file__)}/../common/syscalls.py"))
+
 PR_SET_PDEATHSIG = 1
-PR_CAPBSET_DROP = 24
 
 # As the linux launcher: Debian's static tini, and where containers see it.
 INIT = shutil.which("tini-static")
@@ -66,28 +62,6 @@ GROUP_SIGNALS = (signal.SIGHUP, signal.SIGINT, signal.SIGQUIT, signal.SIGTERM,
 
 # The devices of the task's /dev, as OCI runtimes give a container.
 DEVICES = ("null", "zero", "full", "random", "urandom", "tty")
-
-_libc = ctypes.CDLL(None, use_errno=True)
-
-
-def _check(result: int, what: str) -> None:
-    if result != 0:
-        errno = ctypes.get_errno()
-        raise OSError(errno, f"{what}: {os.strerror(errno)}")
-
-
-def _mount(
-    source: str | None, target: str, fstype: str | None, flags: int, data: str | None = None
-) -> None:
-    _check(
-        _libc.mount(
-            source.encode() if source else None, target.encode(),
-            fstype.encode() if fstype else None, ctypes.c_ulong(flags),
-            data.encode() if data else None,
-        ),
-        f"mount {source or fstype} on {target}",
-    )  # fmt: skip
-
 
 def _mount_point(rootfs: str, path: str, directory: bool = True) -> str:
     target = os.path.join(rootfs, path.lstrip("/"))
@@ -133,12 +107,13 @@ def _reopen(streams: dict[int, str], sandbox_directory: str) -> None:
 def _fresh_dev(dev: str) -> None:
     """A /dev of the harmless devices only, whatever the executor's is (the host's
     under the posix launcher); /dev/shm stays the executor's, as its IPC namespace."""
-    _mount("tmpfs", dev, "tmpfs", MS_NOSUID | MS_NOEXEC, "mode=755,size=65536k")
+    nosuid_noexec = syscalls.MS_NOSUID | syscalls.MS_NOEXEC
+    syscalls.mount("tmpfs", dev, "tmpfs", nosuid_noexec, "mode=755,size=65536k")
     for name in DEVICES:
-        _mount(f"/dev/{name}", _mount_point(dev, name, directory=False), None, MS_BIND)
+        syscalls.mount(f"/dev/{name}", _mount_point(dev, name, directory=False), None, syscalls.MS_BIND)
     pts = _mount_point(dev, "pts")
-    _mount("devpts", pts, "devpts", MS_NOSUID | MS_NOEXEC, "newinstance,ptmxmode=0666,mode=0620")
-    _mount("/dev/shm", _mount_point(dev, "shm"), None, MS_BIND | MS_REC)
+    syscalls.mount("devpts", pts, "devpts", nosuid_noexec, "newinstance,ptmxmode=0666,mode=0620")
+    syscalls.mount("/dev/shm", _mount_point(dev, "shm"), None, syscalls.MS_BIND | syscalls.MS_REC)
     for name, target in (("ptmx", "pts/ptmx"), ("fd", "/proc/self/fd"), ("stdin", "/proc/self/fd/0"),
                          ("stdout", "/proc/self/fd/1"), ("stderr", "/proc/self/fd/2")):  # fmt: skip
         os.symlink(target, os.path.join(dev, name))
@@ -148,28 +123,29 @@ def _pivot(spec: dict[str, Any]) -> None:
     """Makes the rootfs this process's root, in a mount namespace of its own."""
     rootfs, sandbox, inside = spec["rootfs"], spec["sandbox"], spec["sandbox_directory"]
     streams = _sandbox_streams(sandbox)
-    _check(_libc.unshare(CLONE_NEWNS), "unshare(CLONE_NEWNS)")
+    syscalls.check(syscalls.libc.unshare(syscalls.CLONE_NEWNS), "unshare(CLONE_NEWNS)")
     # Nothing mounted here may propagate back to the executor's namespace.
-    _mount(None, "/", None, MS_REC | MS_PRIVATE)
+    syscalls.mount(None, "/", None, syscalls.MS_REC | syscalls.MS_PRIVATE)
     # pivot_root needs a mount point; binding it onto itself keeps what the
     # linux launcher already mounted inside (sandbox, volumes).
-    _mount(rootfs, rootfs, None, MS_BIND | MS_REC)
+    syscalls.mount(rootfs, rootfs, None, syscalls.MS_BIND | syscalls.MS_REC)
     sandbox_target = _mount_point(rootfs, inside)
     if not _same_file(sandbox, sandbox_target):
-        _mount(sandbox, sandbox_target, None, MS_BIND | MS_REC)
+        syscalls.mount(sandbox, sandbox_target, None, syscalls.MS_BIND | syscalls.MS_REC)
     _fresh_dev(_mount_point(rootfs, "/dev"))
     if INIT is not None:
-        _mount(INIT, _mount_point(rootfs, INIT_PATH, directory=False), None, MS_BIND)
+        syscalls.mount(INIT, _mount_point(rootfs, INIT_PATH, directory=False), None, syscalls.MS_BIND)
     for path in ("/proc", "/sys"):
         _mount_point(rootfs, path)
     os.chdir(rootfs)
-    _check(_libc.pivot_root(b".", b"."), f"pivot_root into {rootfs}")
+    syscalls.check(syscalls.libc.pivot_root(b".", b"."), f"pivot_root into {rootfs}")
     # The old root is stacked on the new one: detached, no path leads to the host.
-    _check(_libc.umount2(b".", MNT_DETACH), "detaching the host's root")
+    syscalls.check(syscalls.libc.umount2(b".", syscalls.MNT_DETACH), "detaching the host's root")
     os.chdir("/")
     # Fresh: this /proc shows the new pid namespace only.
-    _mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
-    _mount("sysfs", "/sys", "sysfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC)
+    harmless = syscalls.MS_NOSUID | syscalls.MS_NODEV | syscalls.MS_NOEXEC
+    syscalls.mount("proc", "/proc", "proc", harmless)
+    syscalls.mount("sysfs", "/sys", "sysfs", syscalls.MS_RDONLY | harmless)
     _reopen(streams, inside)
     os.chdir(spec.get("working_directory") or inside)
 
@@ -177,12 +153,7 @@ def _pivot(spec: dict[str, Any]) -> None:
 def _bound_capabilities(spec: dict[str, Any]) -> None:
     if spec.get("bounding") is None:
         return
-    bounding = int(spec["bounding"])
-    with open("/proc/sys/kernel/cap_last_cap") as f:
-        last = int(f.read())
-    for number in range(last + 1):
-        if not bounding >> number & 1:
-            _check(_libc.prctl(PR_CAPBSET_DROP, number, 0, 0, 0), f"dropping capability {number}")
+    syscalls.drop_bounding(int(spec["bounding"]))
 
 
 def _become(spec: dict[str, Any]) -> None:
@@ -202,7 +173,7 @@ def _task(spec: dict[str, Any], argv: list[str]) -> None:
         _bound_capabilities(spec)
         _become(spec)
         # Set after the user change, which clears it: the task dies with this program.
-        _check(_libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0), "prctl(PDEATHSIG)")
+        syscalls.check(syscalls.libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0), "prctl(PDEATHSIG)")
         if INIT is not None:
             argv = [INIT_PATH, "-g", "--", *argv]
         os.execvp(argv[0], argv)
@@ -258,7 +229,7 @@ def main(argv: list[str]) -> None:
     if len(argv) < 2:
         sys.exit("usage: task_rootfs.py '<json>' <program> [args...]")
     spec = json.loads(argv[0])
-    _check(_libc.unshare(CLONE_NEWPID), "unshare(CLONE_NEWPID)")
+    syscalls.check(syscalls.libc.unshare(syscalls.CLONE_NEWPID), "unshare(CLONE_NEWPID)")
     early: list[int] = []
     for number in GROUP_SIGNALS:
         signal.signal(number, lambda received, _frame: early.append(received))

@@ -26,7 +26,6 @@ The zygote exits when the agent's end of the socket closes; monitors outlive it.
 
 from __future__ import annotations
 
-import ctypes
 import gc
 import importlib
 import json
@@ -37,16 +36,30 @@ import socket
 import sys
 from typing import Any
 
-_libc = ctypes.CDLL(None, use_errno=True)
+from mesilla.common import procfs, syscalls
+from mesilla.common.files import write_atomically
+from mesilla.common.syscalls import (
+    CLONE_NEWIPC,
+    CLONE_NEWNS,
+    CLONE_NEWPID,
+    CLONE_NEWUTS,
+    MNT_DETACH,
+    MS_BIND,
+    MS_NODEV,
+    MS_NOEXEC,
+    MS_NOSUID,
+    MS_PRIVATE,
+    MS_RDONLY,
+    MS_REC,
+    MS_REMOUNT,
+    MS_SLAVE,
+    MS_STRICTATIME,
+    SYS_PIVOT_ROOT,
+    check,
+    libc,
+    mount,
+)
 
-MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 0x1, 0x2, 0x4, 0x8
-MS_REMOUNT, MS_BIND, MS_REC = 0x20, 0x1000, 0x4000
-MS_PRIVATE, MS_SLAVE, MS_STRICTATIME = 1 << 18, 1 << 19, 1 << 24
-MNT_DETACH = 2
-# pivot_root(2) has no libc wrapper; its number by architecture (others keep runc).
-SYS_PIVOT_ROOT = {"x86_64": 155, "aarch64": 41}
-PR_CAPBSET_DROP = 24
-CLONE_NEWNS, CLONE_NEWUTS, CLONE_NEWIPC, CLONE_NEWPID = 0x20000, 0x4000000, 0x8000000, 0x20000000
 _FLAGS = {
     "ro": MS_RDONLY, "nosuid": MS_NOSUID, "nodev": MS_NODEV, "noexec": MS_NOEXEC,
     "strictatime": MS_STRICTATIME, "bind": MS_BIND, "rbind": MS_BIND | MS_REC,
@@ -69,42 +82,11 @@ _LINKS = {
 }  # fmt: skip
 
 
-def _check(result: int, what: str) -> None:
-    if result != 0:
-        errno = ctypes.get_errno()
-        raise OSError(errno, f"{what}: {os.strerror(errno)}")
-
-
-def _mount(source: str | None, target: str, fstype: str | None, flags: int, data: str = "") -> None:
-    _check(
-        _libc.mount(
-            source.encode() if source else None, target.encode(),
-            fstype.encode() if fstype else None, flags, data.encode() if data else None,
-        ),
-        f"mount {source} on {target}",
-    )  # fmt: skip
-
-
-def start_time(pid: int | str) -> str | None:
-    """Field 22 of /proc/<pid>/stat (clock ticks since boot): with the pid, one process."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            fields = f.read().rsplit(")", 1)[1].split()
-    except OSError:
-        return None
-    return None if fields[0] in ("Z", "X") else fields[19]
-
-
-def write_atomically(path: str, text: str) -> None:
-    temporary = f"{path}.tmp"
-    with open(temporary, "w") as f:
-        f.write(text)
-    os.rename(temporary, path)
-
-
 def _record(directory: str, name: str, pid: int) -> None:
-    write_atomically(os.path.join(directory, name), f"{pid}\n")
-    write_atomically(os.path.join(directory, name.replace("pid", "identity")), f"{pid} {start_time(pid)}\n")
+    # conmon's files are not fsynced either: they live under --runtime_dir.
+    write_atomically(os.path.join(directory, name), b"%d\n" % pid, durable=False)
+    identity = f"{pid} {procfs.start_time(pid)}\n".encode()
+    write_atomically(os.path.join(directory, name.replace("pid", "identity")), identity, durable=False)
 
 
 # --- the zygote ---------------------------------------------------------------------
@@ -142,7 +124,7 @@ def monitor(request: dict[str, Any], reply: int) -> int:
     if not os.path.exists(gate):
         os.mkfifo(gate, 0o600)
     ready_r, ready_w = os.pipe()
-    _check(_libc.unshare(CLONE_NEWPID), "unsharing a pid namespace")
+    check(libc.unshare(CLONE_NEWPID), "unsharing a pid namespace")
     child = os.fork()
     if child == 0:
         os.close(ready_r)
@@ -161,7 +143,7 @@ def monitor(request: dict[str, Any], reply: int) -> int:
     _pid, status = os.waitpid(child, 0)
     code = 128 + os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status)
     os.makedirs(os.path.join(directory, "exit"), exist_ok=True)
-    write_atomically(os.path.join(directory, "exit", request["rid"]), f"{code}\n")
+    write_atomically(os.path.join(directory, "exit", request["rid"]), b"%d\n" % code, durable=False)
     return 0
 
 
@@ -183,7 +165,9 @@ def _executor(request: dict[str, Any], ready: int) -> None:
         for target, fd in enumerate(streams):
             os.dup2(fd, target)
             os.close(fd)
-        _capabilities(request["capabilities"])
+        masks = request["capabilities"]
+        syscalls.drop_bounding(masks["bounding"])
+        syscalls.set_capabilities(masks["effective"], masks["permitted"], masks["inheritable"])
         code = _run(request)
     finally:
         os._exit(code)
@@ -195,7 +179,7 @@ def _prepare(request: dict[str, Any]) -> list[int]:
         _join_cgroup(hierarchy, path)
     kinds = {"mount": CLONE_NEWNS, "uts": CLONE_NEWUTS, "ipc": CLONE_NEWIPC}
     flags = sum(flag for kind, flag in kinds.items() if kind in request["namespaces"])
-    _check(_libc.unshare(flags), "unsharing namespaces")
+    check(libc.unshare(flags), "unsharing namespaces")
     if request["hostname"] is not None:
         socket.sethostname(request["hostname"])
     # Opened on the host, before the pivot hides their paths.
@@ -255,8 +239,8 @@ def _join_cgroup(hierarchy: str, path: str) -> None:
 def _filesystem(rootfs: str, mounts: list[dict[str, Any]], readonly: bool) -> None:
     """The OCI mounts into `rootfs` (a bind of itself), /dev's nodes, then pivot_root;
     the new root read-only at the end when `readonly`, as runc's `root.readonly`."""
-    _mount(None, "/", None, MS_REC | MS_SLAVE)
-    _mount(rootfs, rootfs, None, MS_BIND | MS_REC)
+    mount(None, "/", None, MS_REC | MS_SLAVE)
+    mount(rootfs, rootfs, None, MS_BIND | MS_REC)
     for spec in mounts:
         _mount_one(rootfs, spec)
     dev = os.path.join(rootfs, "dev")
@@ -266,12 +250,12 @@ def _filesystem(rootfs: str, mounts: list[dict[str, Any]], readonly: bool) -> No
     for name, target in _LINKS.items():
         os.symlink(target, os.path.join(dev, name))
     os.chdir(rootfs)
-    _check(_libc.syscall(SYS_PIVOT_ROOT[os.uname().machine], b".", b"."), "pivot_root")
-    _check(_libc.umount2(b".", MNT_DETACH), "unmounting the host's root")
+    check(libc.syscall(SYS_PIVOT_ROOT[os.uname().machine], b".", b"."), "pivot_root")
+    check(libc.umount2(b".", MNT_DETACH), "unmounting the host's root")
     os.chdir("/")
     if readonly:
         # The shared host view (the launcher's HOST_ROOTFS_DIR): nothing written at its top.
-        _mount(None, "/", None, MS_REMOUNT | MS_BIND | MS_RDONLY)
+        mount(None, "/", None, MS_REMOUNT | MS_BIND | MS_RDONLY)
 
 
 def _mount_one(rootfs: str, spec: dict[str, Any]) -> None:
@@ -295,31 +279,17 @@ def _mount_one(rootfs: str, spec: dict[str, Any]) -> None:
     else:
         os.makedirs(target, exist_ok=True)
     try:
-        _mount(source, target, None if bind else kind, flags & ~MS_RDONLY if bind else flags, ",".join(data))
+        mount(source, target, None if bind else kind, flags & ~MS_RDONLY if bind else flags, ",".join(data))
     except PermissionError:
         if kind != "sysfs":
             raise
         # sysfs needs a network namespace of our own; runc binds the host's then.
-        _mount("/sys", target, None, MS_BIND | MS_REC)
+        mount("/sys", target, None, MS_BIND | MS_REC)
         bind, flags = True, flags | MS_BIND
     if bind:
-        _mount(None, target, None, MS_REC | MS_PRIVATE)
+        mount(None, target, None, MS_REC | MS_PRIVATE)
         if flags & MS_RDONLY:
-            _mount(None, target, None, MS_REMOUNT | MS_BIND | (flags & ~MS_REC))
-
-
-def _capabilities(masks: dict[str, int]) -> None:
-    """Drops what is not in the bounding set, then sets effective, permitted, inheritable."""
-    last = int(open("/proc/sys/kernel/cap_last_cap").read())
-    for number in range(last + 1):
-        if not masks["bounding"] & (1 << number):
-            _check(_libc.prctl(PR_CAPBSET_DROP, number, 0, 0, 0), "dropping a capability")
-    header = (ctypes.c_uint32 * 2)(0x20080522, 0)  # _LINUX_CAPABILITY_VERSION_3, this process
-    data = (ctypes.c_uint32 * 6)()
-    for word in range(2):
-        for index, kind in enumerate(("effective", "permitted", "inheritable")):
-            data[word * 3 + index] = (masks[kind] >> (32 * word)) & 0xFFFFFFFF
-    _check(_libc.capset(header, data), "capset")
+            mount(None, target, None, MS_REMOUNT | MS_BIND | (flags & ~MS_REC))
 
 
 def _run(request: dict[str, Any]) -> int:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import ipaddress
 import itertools
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from mesilla.network import errors
 
@@ -123,21 +123,18 @@ def validate_pools(cidr: IPNetwork, pools: Sequence[Pool], gateway: IPAddress | 
                 raise errors.GatewayConflictWithAllocationPools(str(gateway), str(pool))
 
 
+@dataclass
 class SubnetAddresses:
     """What a subnet has handed out, and the next address it would hand out."""
 
-    def __init__(
-        self,
-        subnet_id: str,
-        cidr: IPNetwork,
-        pools: Sequence[Pool],
-        gateway: IPAddress | None,
-    ) -> None:
-        self.subnet_id = subnet_id
-        self.cidr = cidr
-        self.pools = sorted(pools, key=lambda p: int(p.start))
-        self.gateway = gateway
-        self.allocated: set[IPAddress] = set()
+    subnet_id: str
+    cidr: IPNetwork
+    pools: Sequence[Pool]  # in address order once made
+    gateway: IPAddress | None
+    allocated: set[IPAddress] = field(default_factory=set)
+
+    def __post_init__(self) -> None:
+        self.pools = sorted(self.pools, key=lambda p: int(p.start))
 
     def check_requested(self, ip: IPAddress, reserved: Iterable[IPAddress] = ()) -> None:
         """A port may ask for any host address of the subnet, in a pool or not, but the

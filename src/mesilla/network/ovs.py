@@ -32,7 +32,7 @@ import subprocess
 import time
 from collections.abc import Iterable
 
-from mesilla.common import files
+from mesilla.common import files, procfs
 
 SCHEMA = "/usr/share/openvswitch/vswitch.ovsschema"
 DAEMONS = ("ovs-vswitchd", "ovsdb-server")
@@ -231,14 +231,16 @@ def _widen(pidfd: int, fd: int) -> None:
 
 def _is_daemon_of(pid: int, daemon: str, directory: str) -> bool:
     """Whether `pid` is a live (not zombie) `daemon` whose command line names `directory`."""
+    process = procfs.stat(pid)
+    if process is None or process.state == "Z":
+        return False
     try:
-        with open(f"/proc/{pid}/stat") as f:
-            if f.read().rsplit(")", 1)[1].split()[0] == "Z":
-                return False
         with open(f"/proc/{pid}/cmdline", "rb") as f:
             argv = f.read().split(b"\0")
-    except (OSError, IndexError):
+    except OSError:
         return False
-    return bool(argv) and os.path.basename(argv[0].decode(errors="replace")) == daemon and any(
-        directory.encode() in arg for arg in argv
+    return (
+        bool(argv)
+        and os.path.basename(argv[0].decode(errors="replace")) == daemon
+        and any(directory.encode() in arg for arg in argv)
     )

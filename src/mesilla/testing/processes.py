@@ -35,7 +35,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from mesilla.common import files
+from mesilla.common import files, procfs
 from mesilla.containerizer.launcher import monitor, zygote
 from mesilla.testing.cluster import free_port
 
@@ -311,16 +311,17 @@ class Cluster:
         for entry in os.listdir("/proc"):
             if not entry.isdigit() or int(entry) in daemons or int(entry) == mine:
                 continue
+            process = procfs.stat(entry)
+            if process is None or process.state == "Z":
+                continue  # a zombie holds nothing; its parent reaps it
             try:
-                if process_state(int(entry)) == "Z":
-                    continue  # a zombie holds nothing; its parent reaps it
                 with open(f"/proc/{entry}/cmdline", "rb") as f:
                     cmdline = f.read()
                 with open(f"/proc/{entry}/cgroup", "rb") as f:
                     cgroups = f.read()
                 with open(f"/proc/{entry}/environ", "rb") as f:
                     environ = f.read()
-            except (OSError, ValueError):
+            except OSError:
                 continue
             paths = [line.split(b":", 2)[-1] for line in cgroups.splitlines()]
             in_cgroup = any(p == cgroup_marker or p.startswith(cgroup_marker + b"/") for p in paths)
@@ -348,8 +349,10 @@ class Cluster:
         for i in range(len(self.agents)):
             for directory in sorted(self.runtime_dir(i).glob("containers/*/monitor")):
                 pid = monitor.read_pid(str(directory), "init.pid")
-                if zygote.is_forked(str(directory)) and pid is not None and (
-                    monitor.identified(pid, str(directory), "init.identity")
+                if (
+                    zygote.is_forked(str(directory))
+                    and pid is not None
+                    and (monitor.identified(pid, str(directory), "init.identity"))
                 ):
                     found.append(directory.parent.name)
         return found
@@ -423,17 +426,3 @@ class Cluster:
                     time.sleep(0.05)
         files.remove_tree(str(self.root.parent), str(self.root), ignore_errors=True)
         return removed
-
-
-def process_state(pid: int) -> str:
-    with open(f"/proc/{pid}/stat") as f:
-        return f.read().rsplit(")", 1)[1].split()[0]
-
-
-def process_start_ticks(pid: int) -> int | None:
-    """The process's start time in clock ticks since boot: tells a pid reused apart."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return int(f.read().rsplit(")", 1)[1].split()[19])
-    except (OSError, ValueError, IndexError):
-        return None

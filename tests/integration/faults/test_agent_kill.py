@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Awaitable, Callable
 
 import pytest
+from tests.fixtures.clusters import MakeCluster, MakeFramework
 from tests.fixtures.images import PushedImage
 from tests.integration.faults.workload import (
     await_gone,
@@ -25,20 +25,17 @@ from tests.integration.faults.workload import (
     tid,
 )
 
+from mesilla.common import procfs
 from mesilla.testing.cluster import free_port
-from mesilla.testing.processes import Cluster, process_start_ticks
-from mesilla.testing.scheduler import Framework
+from mesilla.testing.processes import Cluster
 
 pytestmark = [pytest.mark.root, pytest.mark.integration, pytest.mark.slow, pytest.mark.registry]
-
-MakeCluster = Callable[..., Cluster]
-MakeFramework = Callable[..., Awaitable[Framework]]
 
 
 def identities(cluster: Cluster) -> dict[str, tuple[int | None, int | None]]:
     """Every container but transient check containers -> (pid, that process's start time)."""
     return {
-        name: (pid, process_start_ticks(pid) if pid else None)
+        name: (pid, procfs.start_time(pid) if pid else None)
         for name, pid in cluster.container_pids().items()
         if "check-" not in name
     }
@@ -46,7 +43,7 @@ def identities(cluster: Cluster) -> dict[str, tuple[int | None, int | None]]:
 
 def executor_processes(cluster: Cluster) -> set[tuple[int, int | None]]:
     return {
-        (pid, process_start_ticks(pid))
+        (pid, procfs.start_time(pid))
         for pid, cmd in cluster.processes().items()
         if "mesilla.executor" in cmd
     }

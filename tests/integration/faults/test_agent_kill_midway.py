@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from tests.fixtures.clusters import MakeCluster, MakeFramework
 from tests.fixtures.images import PushedImage
 from tests.integration.faults.workload import (
     container,
@@ -26,9 +27,6 @@ from mesilla.testing.processes import Cluster
 from mesilla.testing.scheduler import TERMINAL_STATES, Framework
 
 pytestmark = [pytest.mark.root, pytest.mark.integration, pytest.mark.slow, pytest.mark.registry]
-
-MakeCluster = Callable[..., Cluster]
-MakeFramework = Callable[..., Awaitable[Framework]]
 
 
 async def poll(predicate: Callable[[], bool], what: str, timeout: float = 60.0) -> None:

@@ -11,18 +11,15 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable
 
 import pytest
+from tests.fixtures.clusters import MakeCluster, MakeFramework
 from tests.integration.faults.workload import task, tid
 
 from mesilla.testing.processes import Cluster, http_json
 from mesilla.testing.scheduler import Framework, Json
 
 pytestmark = [pytest.mark.root, pytest.mark.integration, pytest.mark.slow, pytest.mark.registry]
-
-MakeCluster = Callable[..., Cluster]
-MakeFramework = Callable[..., Awaitable[Framework]]
 
 SHORT_PINGS = ["--agent_ping_timeout=500ms", "--max_agent_ping_timeouts=2"]
 # How long executors wait for an agent that went away (MESOS_RECOVERY_TIMEOUT).

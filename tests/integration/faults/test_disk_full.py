@@ -14,20 +14,17 @@ from __future__ import annotations
 
 import asyncio
 import subprocess
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from tests.fixtures.clusters import MakeCluster, MakeFramework
 from tests.integration.faults.workload import idle_in_master, pod_executor, task, tid
 
 from mesilla.testing.chaos.inject import FILL, fill, mount_disks
 from mesilla.testing.processes import Cluster
-from mesilla.testing.scheduler import Framework
 
 pytestmark = [pytest.mark.root, pytest.mark.integration, pytest.mark.slow, pytest.mark.registry]
-
-MakeCluster = Callable[..., Cluster]
-MakeFramework = Callable[..., Awaitable[Framework]]
 
 
 @pytest.fixture

@@ -4,19 +4,13 @@ from __future__ import annotations
 
 import os
 import signal
-from collections.abc import Awaitable, Callable
 
 import pytest
+from tests.fixtures.clusters import MakeCluster, MakeFramework
 from tests.fixtures.images import PushedImage
 from tests.integration.faults.workload import container, executor_pid, pod_executor, task, tid
 
-from mesilla.testing.processes import Cluster
-from mesilla.testing.scheduler import Framework
-
 pytestmark = [pytest.mark.root, pytest.mark.integration, pytest.mark.slow, pytest.mark.registry]
-
-MakeCluster = Callable[..., Cluster]
-MakeFramework = Callable[..., Awaitable[Framework]]
 
 
 async def test_executors_killed_by_a_signal_fail_their_tasks_once(

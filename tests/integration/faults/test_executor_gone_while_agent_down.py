@@ -14,9 +14,9 @@ import asyncio
 import os
 import signal
 import time
-from collections.abc import Awaitable, Callable
 
 import pytest
+from tests.fixtures.clusters import MakeCluster, MakeFramework
 from tests.fixtures.images import PushedImage
 from tests.integration.faults.workload import (
     alive,
@@ -29,13 +29,7 @@ from tests.integration.faults.workload import (
     tid,
 )
 
-from mesilla.testing.processes import Cluster
-from mesilla.testing.scheduler import Framework
-
 pytestmark = [pytest.mark.root, pytest.mark.integration, pytest.mark.slow, pytest.mark.registry]
-
-MakeCluster = Callable[..., Cluster]
-MakeFramework = Callable[..., Awaitable[Framework]]
 
 
 async def test_executor_that_died_with_its_agent_down_leaves_the_master(

@@ -5,19 +5,16 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable
 
 import pytest
+from tests.fixtures.clusters import MakeCluster, MakeFramework
 from tests.fixtures.images import PushedImage
 from tests.integration.faults.workload import container, pod_executor, task, tid
 
-from mesilla.testing.processes import Cluster, http_json
+from mesilla.testing.processes import http_json
 from mesilla.testing.scheduler import Framework, FrameworkError
 
 pytestmark = [pytest.mark.root, pytest.mark.integration, pytest.mark.slow, pytest.mark.registry]
-
-MakeCluster = Callable[..., Cluster]
-MakeFramework = Callable[..., Awaitable[Framework]]
 
 
 async def launch_workload(framework: Framework, image: str) -> list[str]:

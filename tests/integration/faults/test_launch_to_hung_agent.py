@@ -15,18 +15,15 @@ import contextlib
 import os
 import signal
 import time
-from collections.abc import Awaitable, Callable
 
 import pytest
+from tests.fixtures.clusters import MakeCluster, MakeFramework
 from tests.integration.faults.workload import task, tid
 
-from mesilla.testing.processes import Cluster, http_json
-from mesilla.testing.scheduler import Framework
+from mesilla.testing.processes import http_json
 
 pytestmark = [pytest.mark.root, pytest.mark.integration, pytest.mark.slow, pytest.mark.registry]
 
-MakeCluster = Callable[..., Cluster]
-MakeFramework = Callable[..., Awaitable[Framework]]
 
 SHORT_PINGS = ["--agent_ping_timeout=500ms", "--max_agent_ping_timeouts=2"]
 

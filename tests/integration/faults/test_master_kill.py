@@ -9,18 +9,15 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable
 
 import pytest
+from tests.fixtures.clusters import MakeCluster, MakeFramework
 from tests.integration.faults.workload import task, tid
 
 from mesilla.testing.processes import Cluster
 from mesilla.testing.scheduler import Framework
 
 pytestmark = [pytest.mark.root, pytest.mark.integration, pytest.mark.slow, pytest.mark.registry]
-
-MakeCluster = Callable[..., Cluster]
-MakeFramework = Callable[..., Awaitable[Framework]]
 
 
 def agent_tasks(cluster: Cluster) -> dict[str, list[str]]:

@@ -4,19 +4,13 @@ container is killed, the agent exits, and nothing of the workload is left."""
 from __future__ import annotations
 
 import time
-from collections.abc import Awaitable, Callable
 
 import pytest
+from tests.fixtures.clusters import MakeCluster, MakeFramework
 from tests.fixtures.images import PushedImage
 from tests.integration.faults.workload import container, pod_executor, task, tid
 
-from mesilla.testing.processes import Cluster
-from mesilla.testing.scheduler import Framework
-
 pytestmark = [pytest.mark.root, pytest.mark.integration, pytest.mark.slow, pytest.mark.registry]
-
-MakeCluster = Callable[..., Cluster]
-MakeFramework = Callable[..., Awaitable[Framework]]
 
 
 async def test_recover_cleanup_kills_every_old_container_and_exits(

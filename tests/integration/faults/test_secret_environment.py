@@ -12,20 +12,17 @@ import json
 import sys
 import time
 import uuid
-from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import pytest
+from tests.fixtures.clusters import MakeCluster, MakeFramework
 from tests.fixtures.images import PushedImage
 from tests.integration.faults.workload import container, pod_executor, task, tid
 
 from mesilla.testing.processes import Cluster, http_json
-from mesilla.testing.scheduler import Framework, Json, scalar
+from mesilla.testing.scheduler import Json, scalar
 
 pytestmark = [pytest.mark.root, pytest.mark.integration, pytest.mark.slow, pytest.mark.registry]
-
-MakeCluster = Callable[..., Cluster]
-MakeFramework = Callable[..., Awaitable[Framework]]
 
 
 def _secret_environment(encoded: str) -> Json:

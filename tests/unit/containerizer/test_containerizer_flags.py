@@ -8,7 +8,8 @@ from mesilla.cli import _daemon_flags
 from mesilla.common import mesos_flags
 from mesilla.common.flags import parse
 from mesilla.containerizer.flags import CONTAINERIZER_FLAGS, ContainerizerFlags
-from mesilla.containerizer.isolators.namespaces.pid import PidNamespaceError, PidNamespaceIsolator
+from mesilla.containerizer.isolators.namespaces.base import NamespaceSharingError
+from mesilla.containerizer.isolators.namespaces.pid import PidNamespaceIsolator
 from mesilla.containerizer.types import ContainerConfig
 from mesilla.v1.mesos import CommandInfo, ContainerID, ContainerInfo, LinuxInfo
 
@@ -49,5 +50,5 @@ async def test_disallow_sharing_agent_pid_namespace_takes_effect() -> None:
     allowed = PidNamespaceIsolator(_agent_flags())
     assert await allowed.prepare(container_id, config) is not None
     refused = PidNamespaceIsolator(_agent_flags("--disallow_sharing_agent_pid_namespace"))
-    with pytest.raises(PidNamespaceError, match="disallow_sharing_agent_pid_namespace"):
+    with pytest.raises(NamespaceSharingError, match="disallow_sharing_agent_pid_namespace"):
         await refused.prepare(container_id, config)

@@ -10,6 +10,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from mesilla.common.procfs import Stat
 from mesilla.containerizer.isolators.posix import procfs
 
 
@@ -37,7 +38,7 @@ def test_containers_of_one_listing_share_one_walk(session: int, monkeypatch: pyt
     walks = 0
     walk = procfs._live_processes
 
-    def counted() -> Iterator[procfs.ProcessSample]:
+    def counted() -> Iterator[Stat]:
         nonlocal walks
         walks += 1
         return walk()

@@ -2,9 +2,24 @@
 
 from __future__ import annotations
 
+import asyncio
+from typing import Protocol
+
 from mesilla.containerizer.flags import ContainerizerFlags
 from mesilla.containerizer.types import ContainerRuntimeState, ForkRequest
 from mesilla.v1.mesos import ContainerID
+
+
+class Exiting(Protocol):
+    """A launcher's record of a container: its first process's raw wait status, once known."""
+
+    exited: asyncio.Future[int | None]
+
+
+async def wait_exited(container: Exiting | None) -> int | None:
+    """`Launcher.wait` of a launcher that keeps such records: None for a container it does
+    not know. Shielded: a cancelled waiter leaves the status to the others."""
+    return None if container is None else await asyncio.shield(container.exited)
 
 
 class LaunchError(Exception):

@@ -20,59 +20,43 @@ controlling terminal of its session, drops to the user and capabilities, and
 execs the command, which so holds nothing its parent task did not.
 
 It runs before the Python path is set up (`-S`) and outside the package, so
-it uses the standard library only.
+it uses the standard library only, and `mesilla/common/syscalls.py` loaded by
+its path.
 """
 
 from __future__ import annotations
 
 import array
-import ctypes
 import fcntl
 import json
 import os
+import runpy
 import socket
 import struct
 import sys
 import termios
-from typing import Any
+from types import SimpleNamespace
+from typing import TYPE_CHECKING, Any
 
-CLONE_NEWNS = 0x00020000
+if TYPE_CHECKING:
+    from mesilla.common import syscalls
+else:  # outside the package (see the docstring): the module's file, by its path
+    syscalls = SimpleNamespace(**runpy.run_path(f"{os.path.dirname(__file__)}/../../common/syscalls.py"))
+
 PR_SET_KEEPCAPS = 8
-PR_CAPBSET_DROP = 24
 PR_CAP_AMBIENT = 47
 PR_CAP_AMBIENT_RAISE = 2
-LINUX_CAPABILITY_VERSION_3 = 0x20080522
-LAST_CAP_PATH = "/proc/sys/kernel/cap_last_cap"
 TIOCGPTN = 0x80045430  # the pty's number
 TIOCSPTLCK = 0x40045431  # (un)lock its slave
-
-_libc = ctypes.CDLL(None, use_errno=True)
-
-
-class _CapHeader(ctypes.Structure):
-    _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
-
-
-class _CapData(ctypes.Structure):
-    _fields_ = [
-        ("effective", ctypes.c_uint32),
-        ("permitted", ctypes.c_uint32),
-        ("inheritable", ctypes.c_uint32),
-    ]
-
-
-def _check(result: int, what: str) -> None:
-    if result != 0:
-        errno = ctypes.get_errno()
-        raise OSError(errno, f"{what}: {os.strerror(errno)}")
-
 
 def enter_filesystem(target: int) -> None:
     """Joins `target`'s mount namespace, then its root and working directory."""
     mnt = os.open(f"/proc/{target}/ns/mnt", os.O_RDONLY | os.O_CLOEXEC)
     root = os.open(f"/proc/{target}/root", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     cwd = os.open(f"/proc/{target}/cwd", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-    _check(_libc.setns(mnt, CLONE_NEWNS), f"setns into the mount namespace of {target}")
+    syscalls.check(
+        syscalls.libc.setns(mnt, syscalls.CLONE_NEWNS), f"setns into the mount namespace of {target}"
+    )
     os.fchdir(root)
     os.chroot(".")
     os.fchdir(cwd)
@@ -128,34 +112,19 @@ def take_terminal() -> None:
 
 def drop_privileges(spec: dict[str, Any]) -> None:
     """Becomes the spec's user holding exactly its capability sets (bit masks)."""
-    bounding = int(spec["bounding"])
-    with open(LAST_CAP_PATH) as f:
-        last = int(f.read())
-    for number in range(last + 1):
-        if not bounding >> number & 1:
-            _check(
-                _libc.prctl(PR_CAPBSET_DROP, number, 0, 0, 0),
-                f"dropping capability {number}",
-            )
-    _check(
-        _libc.prctl(PR_SET_KEEPCAPS, 1, 0, 0, 0), "keeping capabilities across setuid"
-    )
+    syscalls.drop_bounding(int(spec["bounding"]))
+    syscalls.check(syscalls.libc.prctl(PR_SET_KEEPCAPS, 1, 0, 0, 0), "keeping capabilities across setuid")
     uid, gid = int(spec["uid"]), int(spec["gid"])
     os.setgroups([int(g) for g in spec.get("additional_gids", [])])
     os.setresgid(gid, gid, gid)
     os.setresuid(uid, uid, uid)
-    _check(_libc.prctl(PR_SET_KEEPCAPS, 0, 0, 0, 0), "resetting keep-capabilities")
-    header = _CapHeader(LINUX_CAPABILITY_VERSION_3, 0)
-    sets = [int(spec[name]) for name in ("effective", "permitted", "inheritable")]
-    data = (_CapData * 2)(
-        *(_CapData(*(bits >> shift & 0xFFFFFFFF for bits in sets)) for shift in (0, 32))
-    )
-    _check(_libc.capset(ctypes.byref(header), data), "setting capabilities")
+    syscalls.check(syscalls.libc.prctl(PR_SET_KEEPCAPS, 0, 0, 0, 0), "resetting keep-capabilities")
+    syscalls.set_capabilities(*(int(spec[name]) for name in ("effective", "permitted", "inheritable")))
     ambient = int(spec["ambient"])
-    for number in range(last + 1):
+    for number in range(syscalls.last_capability() + 1):
         if ambient >> number & 1:
-            _check(
-                _libc.prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_RAISE, number, 0, 0),
+            syscalls.check(
+                syscalls.libc.prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_RAISE, number, 0, 0),
                 f"raising ambient capability {number}",
             )
 

@@ -37,13 +37,13 @@ import signal
 from dataclasses import dataclass, field
 from typing import Any
 
-from mesilla.common import files
+from mesilla.common import files, procfs
 from mesilla.common.blocking import in_thread
 from mesilla.common.files import write_atomically
 from mesilla.containerizer.cgroups import cgroup_path
 from mesilla.containerizer.flags import ContainerizerFlags
 from mesilla.containerizer.launcher import host_rootfs, monitor, oci, zygote
-from mesilla.containerizer.launcher.base import Launcher, LaunchError
+from mesilla.containerizer.launcher.base import Launcher, LaunchError, wait_exited
 from mesilla.containerizer.launcher.bundle import (
     forget_secrets,
     mount_tmpfs,
@@ -432,10 +432,7 @@ class LinuxLauncher(Launcher):
         return status
 
     async def wait(self, container_id: ContainerID) -> int | None:
-        container = self._containers.get(container_id)
-        if container is None:
-            return None
-        return await asyncio.shield(container.exited)
+        return await wait_exited(self._containers.get(container_id))
 
     async def kill(self, container_id: ContainerID, signal_number: int) -> None:
         container = self._get(container_id)
@@ -571,9 +568,8 @@ def _is_init(container: _Container, pid: int) -> bool:
     recorded identity, which outlives its monitor; else the monitor's child."""
     if container.forked:
         return monitor.identified(pid, container.monitor_dir, "init.identity")
-    with open(f"/proc/{pid}/stat") as f:
-        parent = int(f.read().rsplit(")", 1)[1].split()[1])
-    return parent == container.monitor_pid
+    process = procfs.stat(pid)
+    return process is not None and process.ppid == container.monitor_pid
 
 
 def _remove_trees(root: str, paths: list[str]) -> None:

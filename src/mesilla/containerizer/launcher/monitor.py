@@ -24,10 +24,10 @@ import subprocess
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from mesilla.common import procfs
 from mesilla.common.fds import read_line, wait_readable
 from mesilla.containerizer.launcher.base import LaunchError
 from mesilla.containerizer.launcher.runtime import OciRuntime, reap
-from mesilla.executor.zygote import start_time
 
 CONMON = "conmon"
 
@@ -210,12 +210,14 @@ def is_monitor(pid: int, runtime_id: str, directory: str | None = None) -> bool:
     try:
         with open(f"/proc/{pid}/cmdline", "rb") as f:
             argv = f.read().split(b"\0")
-        with open(f"/proc/{pid}/stat") as f:
-            state = f.read().rsplit(")", 1)[1].split()[0]
     except OSError:
         return False
-    return state != "Z" and os.path.basename(argv[0]) == CONMON.encode() and (
-        runtime_id.encode() in argv
+    process = procfs.stat(pid)
+    return (
+        process is not None
+        and process.state != "Z"
+        and os.path.basename(argv[0]) == CONMON.encode()
+        and (runtime_id.encode() in argv)
     )
 
 
@@ -226,7 +228,7 @@ def identified(pid: int, directory: str, name: str) -> bool:
             recorded = f.read().split()
     except OSError:
         return False
-    return recorded == [str(pid), str(start_time(pid))]
+    return recorded == [str(pid), str(procfs.start_time(pid))]
 
 
 async def wait_exit(pid: int, identity: Callable[[int], bool] | None = None) -> bool:

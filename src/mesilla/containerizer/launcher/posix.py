@@ -21,7 +21,7 @@ from mesilla.common.fds import read_all
 from mesilla.containerizer import console
 from mesilla.containerizer.flags import ContainerizerFlags
 from mesilla.containerizer.isolators.posix.procfs import session_processes
-from mesilla.containerizer.launcher.base import Launcher, LaunchError
+from mesilla.containerizer.launcher.base import Launcher, LaunchError, wait_exited
 from mesilla.containerizer.runtime_paths import (
     PID_FILE,
     STATUS_FILE,
@@ -168,10 +168,7 @@ class PosixLauncher(Launcher):
             container.gate = None
 
     async def wait(self, container_id: ContainerID) -> int | None:
-        container = self._containers.get(container_id)
-        if container is None:
-            return None
-        return await asyncio.shield(container.exited)
+        return await wait_exited(self._containers.get(container_id))
 
     async def kill(self, container_id: ContainerID, sig: int) -> None:
         container = self._containers.get(container_id)

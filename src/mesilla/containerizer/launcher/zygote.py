@@ -25,12 +25,12 @@ from typing import Any
 
 from mesilla.common.blocking import in_thread
 from mesilla.common.fds import read_line
+from mesilla.common.syscalls import SYS_PIVOT_ROOT
 from mesilla.containerizer.cgroups import CgroupsError, Hierarchy, cgroup_path, remove_everywhere
 from mesilla.containerizer.flags import ContainerizerFlags
 from mesilla.containerizer.launcher import monitor, oci
 from mesilla.containerizer.launcher.base import LaunchError
 from mesilla.containerizer.types import ForkRequest
-from mesilla.executor.zygote import SYS_PIVOT_ROOT
 from mesilla.v1.mesos import ContainerID
 
 log = logging.getLogger(__name__)

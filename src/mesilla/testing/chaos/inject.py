@@ -25,7 +25,7 @@ from collections import Counter
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
-from mesilla.common import files
+from mesilla.common import files, procfs
 from mesilla.containerizer.launcher.linux import INIT_PATH
 from mesilla.containerizer.launcher.monitor import is_monitor
 from mesilla.testing.chaos.history import History
@@ -36,8 +36,6 @@ from mesilla.testing.processes import (
     Daemon,
     DaemonError,
     answers,
-    process_start_ticks,
-    process_state,
 )
 from mesilla.testing.registry import Registry
 
@@ -49,17 +47,7 @@ FILL = ".chaos-fill"
 
 
 def children(pid: int) -> list[int]:
-    found = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat") as f:
-                if int(f.read().rsplit(")", 1)[1].split()[1]) == pid:
-                    found.append(int(entry))
-        except (OSError, ValueError, IndexError):
-            continue
-    return sorted(found)
+    return sorted(process.pid for process in procfs.processes() if process.ppid == pid)
 
 
 def executor_process(pid: int) -> int:
@@ -410,7 +398,7 @@ class Injector:
             return False
         container, entry = found[int(fault.pick * len(found))]
         pid = executor_process(entry["container_status"]["executor_pid"])
-        started = process_start_ticks(pid)
+        started = procfs.start_time(pid)
         try:
             os.kill(pid, signal.SIGSTOP)
         except ProcessLookupError:
@@ -446,10 +434,8 @@ def _gone(pid: int, started: int | None, timeout: float = 5.0) -> bool:
     (a destroy may be under way)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        try:
-            if process_start_ticks(pid) != started or process_state(pid) == "Z":
-                return True
-        except OSError:
-            return True
+        now = procfs.start_time(pid)
+        if now is None or now != started:
+            return True  # gone, a zombie, or another process by now
         time.sleep(0.1)
     return False

@@ -12,9 +12,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from mesilla.containerizer.isolator import Isolator
+from mesilla.containerizer.isolator import SectionIsolator
 from mesilla.containerizer.types import ContainerConfig, ContainerLaunchInfo
-from mesilla.v1.mesos import ContainerID
+from mesilla.v1.mesos import ContainerID, LinuxInfo
 
 # In kernel order: Mesos's enum value is 1000 + the kernel's capability number.
 CAPABILITIES = (
@@ -89,20 +89,16 @@ def capability_names(info: Any, field: str) -> set[str] | None:
     return names
 
 
-class LinuxCapabilitiesIsolator(Isolator):
+class LinuxCapabilitiesIsolator(SectionIsolator[LinuxInfo]):
     name = "linux/capabilities"
     supports_nesting = True
     supports_debug = True
 
-    async def prepare(
-        self, container_id: ContainerID, config: ContainerConfig
-    ) -> ContainerLaunchInfo | None:
-        linux = config.info.linux_info
-        if linux is None:
-            return None
-        effective = capability_names(
-            linux.effective_capabilities, "effective_capabilities"
-        )
+    def section(self, config: ContainerConfig) -> LinuxInfo | None:
+        return config.info.linux_info
+
+    def prepare_section(self, container_id: ContainerID, linux: LinuxInfo) -> ContainerLaunchInfo | None:
+        effective = capability_names(linux.effective_capabilities, "effective_capabilities")
         if effective is None:
             effective = capability_names(linux.capability_info, "capability_info")
         bounding = capability_names(

@@ -20,14 +20,11 @@ SHARE_PARENT = "SHARE_PARENT"
 
 
 class IpcNamespaceError(ValueError):
-    """`LinuxInfo.ipc_mode`/`shm_size` are invalid or not allowed on this agent."""
+    """`LinuxInfo.ipc_mode`/`shm_size` are invalid."""
 
 
 class IpcNamespaceIsolator(NamespaceIsolator):
-    name = "namespaces/ipc"
     namespace = "ipc"
-    label = "IPC"
-    error = IpcNamespaceError
     own_namespace_hint = "use ipc_mode PRIVATE"
 
     def wants_own(self, container_id: ContainerID, linux: LinuxInfo | None) -> bool:

@@ -12,15 +12,8 @@ from mesilla.containerizer.isolators.namespaces.base import NamespaceIsolator
 from mesilla.v1.mesos import ContainerID, LinuxInfo
 
 
-class PidNamespaceError(Exception):
-    """The container asks for a pid namespace this agent does not allow."""
-
-
 class PidNamespaceIsolator(NamespaceIsolator):
-    name = "namespaces/pid"
     namespace = "pid"
-    label = "pid"
-    error = PidNamespaceError
     own_namespace_hint = "unset share_pid_namespace"
 
     def wants_own(self, container_id: ContainerID, linux: LinuxInfo | None) -> bool:

@@ -22,6 +22,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
+from mesilla.common import procfs
 from mesilla.containerizer.flags import ContainerizerFlags
 from mesilla.containerizer.isolator import Isolator
 from mesilla.containerizer.isolators.network.cni import named_networks
@@ -85,15 +86,8 @@ def listening_sockets() -> dict[int, int]:
 def process_tree(root: int) -> list[int]:
     """`root` and its descendants, from /proc's parent pids."""
     children: dict[int, list[int]] = {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat") as f:
-                parent = int(f.read().rsplit(")", 1)[1].split()[1])
-        except (OSError, ValueError, IndexError):
-            continue
-        children.setdefault(parent, []).append(int(entry))
+    for process in procfs.processes():
+        children.setdefault(process.ppid, []).append(process.pid)
     tree, pending = [], [root]
     while pending:
         pid = pending.pop()

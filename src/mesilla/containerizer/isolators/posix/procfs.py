@@ -13,51 +13,20 @@ import os
 import threading
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
+
+from mesilla.common import procfs
+from mesilla.common.procfs import Stat
 
 _CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 _PAGE_SIZE = os.sysconf("SC_PAGE_SIZE")
 
 
-@dataclass
-class ProcessSample:
-    pid: int
-    state: str
-    session: int
-    user_ticks: int
-    system_ticks: int
-    rss_pages: int
-
-
-def _read_stat(pid: int) -> ProcessSample | None:
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            data = f.read().decode(errors="replace")
-    except OSError:  # gone meanwhile
-        return None
-    # The command name may hold spaces and parentheses: split after the last ')'.
-    fields = data[data.rindex(")") + 2 :].split()
-    # fields[0] is field 3 (state) of proc(5).
-    return ProcessSample(
-        pid=pid,
-        state=fields[0],
-        session=int(fields[3]),
-        user_ticks=int(fields[11]),
-        system_ticks=int(fields[12]),
-        rss_pages=int(fields[21]),
-    )
-
-
-def _live_processes() -> Iterator[ProcessSample]:
+def _live_processes() -> Iterator[Stat]:
     """Every live process (zombies have nothing left to measure or kill)."""
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            sample = _read_stat(int(entry))
-            if sample is not None and sample.state != "Z":
-                yield sample
+    return (process for process in procfs.processes() if process.state != "Z")
 
 
-def session_processes(session: int) -> list[ProcessSample]:
+def session_processes(session: int) -> list[Stat]:
     """The session's live processes, read now (what a kill must see)."""
     return [sample for sample in _live_processes() if sample.session == session]
 
@@ -76,13 +45,13 @@ class _Sessions:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._taken = -math.inf
-        self._by_session: dict[int, list[ProcessSample]] = {}
+        self._by_session: dict[int, list[Stat]] = {}
 
-    def of(self, session: int) -> list[ProcessSample]:
+    def of(self, session: int) -> list[Stat]:
         with self._lock:
             stale = time.monotonic() - self._taken > self.MAX_AGE
             if stale or session not in self._by_session:
-                by_session: dict[int, list[ProcessSample]] = {}
+                by_session: dict[int, list[Stat]] = {}
                 for sample in _live_processes():
                     by_session.setdefault(sample.session, []).append(sample)
                 self._by_session, self._taken = by_session, time.monotonic()

@@ -9,9 +9,9 @@ each type appears once.
 
 from __future__ import annotations
 
-from mesilla.containerizer.isolator import Isolator
+from mesilla.containerizer.isolator import SectionIsolator
 from mesilla.containerizer.types import ContainerConfig, ContainerLaunchInfo
-from mesilla.v1.mesos import ContainerID, RLimit
+from mesilla.v1.mesos import ContainerID, RLimit, RLimitInfo
 
 RLIMIT_TYPES = (
     "AS",
@@ -58,16 +58,14 @@ def posix_rlimit(rlimit: RLimit) -> tuple[str, int | None, int | None]:
     return name, rlimit.soft, rlimit.hard
 
 
-class PosixRLimitsIsolator(Isolator):
+class PosixRLimitsIsolator(SectionIsolator[RLimitInfo]):
     name = "posix/rlimits"
     supports_nesting = True
 
-    async def prepare(
-        self, container_id: ContainerID, config: ContainerConfig
-    ) -> ContainerLaunchInfo | None:
-        info = config.info.rlimit_info
-        if info is None:
-            return None
+    def section(self, config: ContainerConfig) -> RLimitInfo | None:
+        return config.info.rlimit_info
+
+    def prepare_section(self, container_id: ContainerID, info: RLimitInfo) -> ContainerLaunchInfo:
         limits = [posix_rlimit(r) for r in info.rlimits]
         names = [name for name, _soft, _hard in limits]
         duplicates = sorted({n for n in names if names.count(n) > 1})

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import shutil
 import signal
@@ -20,7 +21,7 @@ from mesilla.containerizer.launcher.base import LaunchError
 from mesilla.containerizer.launcher.linux import LinuxLauncher
 from mesilla.containerizer.launcher.runtime import NoOciRuntime
 from mesilla.containerizer.types import ContainerRuntimeState, ForkRequest
-from mesilla.v1.mesos import ContainerID
+from mesilla.v1.mesos import ContainerID, ContainerInfo, LinuxInfo
 
 pytestmark = pytest.mark.root
 
@@ -151,6 +152,41 @@ async def test_destroy_leaves_no_process_mount_bundle_or_runtime_container(
     assert linux_env.mounts_under_root() == []
     leaf = [d for d in linux_env.cgroups() if d.endswith("/doomed")]
     assert leaf == []
+
+
+def _runc_cgroups(linux_env: LinuxEnv, rid: str) -> list[str]:
+    """The cgroup directories runc made for a container, in every hierarchy (its state)."""
+    with open(os.path.join(linux_env.runtime_root, rid, "state.json")) as f:
+        paths: dict[str, str] = json.load(f)["cgroup_paths"]
+    assert all(os.path.isdir(path) for path in paths.values())
+    return list(paths.values())
+
+
+async def test_destroy_leaves_no_cgroup_in_any_hierarchy_nor_runtime_state(linux_env: LinuxEnv) -> None:
+    # The parent goes without runc once its init is dead (its own pid namespace); the
+    # child shares that namespace, so runc deletes it: a process it left runs on.
+    launcher = linux_env.launcher()
+    parent, child = ContainerID(value="p"), ContainerID(value="c", parent=ContainerID(value="p"))
+    await linux_env.run(launcher, parent, "sleep 1000")
+    ready = os.path.join(linux_env.sandbox("c"), "ready")
+    shared = linux_env.config(
+        "c", container_info=ContainerInfo(linux_info=LinuxInfo(share_pid_namespace=True))
+    )
+    child_pid = await linux_env.run(launcher, child, f"sleep 1000 & touch {ready}; wait", shared)
+    await _await_file(ready)
+    left_behind = _descendants(child_pid)
+    cgroups = {rid: _runc_cgroups(linux_env, rid) for rid in ("p", "p.c")}
+    os.kill(child_pid, signal.SIGKILL)
+    await launcher.wait(child)
+
+    await launcher.destroy(child)
+    assert not any(_alive(pid) for pid in left_behind)
+    await launcher.destroy(parent)
+
+    assert [path for paths in cgroups.values() for path in paths if os.path.exists(path)] == []
+    assert linux_env.runtime_ids() == [] and os.listdir(linux_env.runtime_root) == []
+    tops = [d for d in linux_env.cgroups() if os.path.basename(d) == linux_env.flags.cgroups_root]
+    assert linux_env.cgroups() == tops and linux_env.monitors() == []  # the root is not theirs
 
 
 async def test_container_without_image_sees_the_host_and_its_sandbox(

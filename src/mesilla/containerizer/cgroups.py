@@ -22,6 +22,7 @@ Both cgroup versions are handled behind one `Hierarchy`:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import ctypes
 import errno
 import os
@@ -326,13 +327,23 @@ async def remove_everywhere(root: str, path: str, attempts: int = 50) -> None:
     """Removes cgroup `path` (killing what is left) in every hierarchy mounted under
     `root`, named and unified ones included: where an OCI runtime made it (as the
     parent of a nested container's) without any controller of ours asking."""
-    for entry in sorted(os.listdir(root)):
-        base = os.path.join(root, entry)
-        if not os.path.islink(base) and os.path.ismount(base):
-            await _remove_tree(root, os.path.join(base, path.strip("/")), attempts)
+    bases = [os.path.join(root, entry) for entry in sorted(os.listdir(root))]
+    mounted = [base for base in bases if not os.path.islink(base) and os.path.ismount(base)]
+    await remove_directories(root, [os.path.join(base, path.strip("/")) for base in mounted], attempts)
+
+
+async def remove_directories(root: str, directories: Iterable[str], attempts: int = 50) -> None:
+    """Removes each cgroup directory (absolute, within `root`) and its descendants,
+    killing what is left in them; one already gone is fine."""
+    for top in directories:
+        await _remove_tree(root, top, attempts)
 
 
 async def _remove_tree(root: str, top: str, attempts: int) -> None:
+    with contextlib.suppress(OSError):
+        # Most often empty (no child cgroup, no task left): one rmdir, no walk.
+        files.remove_dir(root, top)
+        return
     for attempt in range(attempts):
         if not os.path.isdir(top):
             return

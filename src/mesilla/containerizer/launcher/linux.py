@@ -130,6 +130,7 @@ class LinuxLauncher(Launcher):
         self._flags = flags
         self._runtime = OciRuntime(binary, os.path.join(flags.runtime_dir, os.path.basename(binary)))
         self._containers: dict[ContainerID, _Container] = {}
+        self._cgroups_root = os.path.realpath(flags.cgroups_hierarchy)
         self._zygote = zygote.Zygote.create(flags)
 
     @staticmethod
@@ -474,7 +475,8 @@ class LinuxLauncher(Launcher):
         if zygote.is_forked(os.path.join(directory, MONITOR_DIR)):
             await zygote.remove_cgroups(self._flags, container_id)
         else:
-            await self._runtime.delete(runtime_id(container_id))
+            # A stopped runc container goes without a runc process (OciRuntime.delete).
+            await self._runtime.delete(runtime_id(container_id), self._cgroups_root)
         shm = os.path.join(directory, SHM_DIR)
         if os.path.ismount(shm):
             files.unmount(self._flags.runtime_dir, shm, detach=True)

@@ -9,6 +9,10 @@ a binary that exists is not enough. The probe runs once per process and
 binary, and once per boot where the caller names a directory to remember it in
 (the agent's runtime directory): a restarted agent, which must re-register
 within moments, does not run a container first to learn what it knew.
+
+Two commands are done without a runtime process where runc's own files say
+exactly what it would do: `start` (its exec FIFO) and `delete` of a stopped
+container (its `state.json`: remove its cgroups and state directory).
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import logging
 import os
 import shutil
 import subprocess
@@ -26,6 +31,7 @@ from typing import Any
 from mesilla.common import files
 from mesilla.common.errors import ConfigurationError
 from mesilla.common.fds import wait_readable
+from mesilla.containerizer.cgroups import CgroupsError, remove_directories
 from mesilla.containerizer.launcher.base import LaunchError
 
 CANDIDATES = ("crun", "runc")
@@ -34,6 +40,10 @@ CANDIDATES = ("crun", "runc")
 # it for reading, takes the byte init writes just before it execs, and removes it
 # (runc tells a created container from a running one by the FIFO being there).
 EXEC_FIFO = "exec.fifo"
+# runc's record of a container (its config, init pid and start time, cgroups).
+STATE_FILE = "state.json"
+
+log = logging.getLogger(__name__)
 
 _probed: dict[str, tuple[str | None, str]] = {}
 
@@ -102,10 +112,67 @@ class OciRuntime:
         """Where the runtime keeps its own copy of a container's config (crun does)."""
         return os.path.join(self.root, runtime_id, "config.json")
 
-    async def delete(self, runtime_id: str) -> None:
-        """Removes the runtime's container (killing what is left); absent is fine."""
-        if self.knows(runtime_id):
+    async def delete(self, runtime_id: str, cgroups_root: str | None = None) -> None:
+        """Removes the runtime's container (killing what is left); absent is fine.
+
+        A runc container that runc would find stopped, and whose cgroups all lie
+        within `cgroups_root`, is removed here as `runc delete` does it (its
+        cgroups, then its state directory; see `_stopped_cgroups`): a runc
+        process less per teardown (~12 ms of CPU, a Go start-up). Anything else,
+        or a removal that fails, is left to `delete --force`."""
+        if not self.knows(runtime_id):
+            return
+        if cgroups_root is None or not await self._delete_stopped(runtime_id, cgroups_root):
             await self.run("delete", "--force", runtime_id)
+
+    async def _delete_stopped(self, runtime_id: str, cgroups_root: str) -> bool:
+        """`runc delete` of a stopped container, done here; False where runc must do it."""
+        cgroups = self._stopped_cgroups(runtime_id, cgroups_root)
+        if cgroups is None:
+            return False
+        try:
+            await remove_directories(cgroups_root, cgroups)
+            directory = os.path.join(self.root, runtime_id)
+            for name in os.listdir(directory):
+                files.remove_file(self.root, os.path.join(directory, name))
+            files.remove_dir(self.root, directory)
+        except (CgroupsError, OSError, files.OutsideRoot) as exc:
+            log.warning("Removing stopped container %s without runc failed (%s): "
+                        "runc deletes it", runtime_id, exc)  # fmt: skip
+            return False
+        return True
+
+    def _stopped_cgroups(self, runtime_id: str, cgroups_root: str) -> list[str] | None:
+        """The cgroup directories of a runc container whose removal is all `runc delete`
+        does to it, else None: its init is gone as runc tells it (no such pid, another
+        process's start time, a zombie) and it had a pid namespace of its own, so none
+        of its processes is left (runc signals nothing then either); no hooks to run,
+        nothing rootless, systemd-managed or Intel RDT; its state directory holds only
+        what runc writes (STATE_FILE, EXEC_FIFO when never started); every cgroup
+        inside `cgroups_root`."""
+        if self.name != "runc":
+            return None
+        directory = os.path.join(self.root, runtime_id)
+        try:
+            if not set(os.listdir(directory)) <= {STATE_FILE, EXEC_FIFO}:
+                return None
+            with open(os.path.join(directory, STATE_FILE), "rb") as f:
+                state = json.loads(f.read())
+            config = state["config"]
+            pid_namespaces = [n for n in config["namespaces"] if n["type"] == "NEWPID"]
+            paths = list(state["cgroup_paths"].values())
+            if (
+                state.get("rootless") or state.get("intel_rdt_path")
+                or config["cgroups"].get("Systemd") or config["cgroups"].get("Rootless")
+                or any((config.get("Hooks") or {}).values())
+                or [n.get("path") for n in pid_namespaces] != [""]
+                or not all(isinstance(p, str) and _strictly_inside(cgroups_root, p) for p in paths)
+                or _runs(int(state["init_process_pid"]), int(state["init_process_start"]))
+            ):  # fmt: skip
+                return None
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):
+            return None
+        return sorted(set(paths))
 
     async def state(self, runtime_id: str) -> dict[str, Any] | None:
         """The runtime's state of the container (`status`, `pid`, ...), None if unknown."""
@@ -122,6 +189,23 @@ class OciRuntime:
                 return [entry.name for entry in entries if entry.is_dir(follow_symlinks=False)]
         except FileNotFoundError:
             return []
+
+
+def _strictly_inside(root: str, path: str) -> bool:
+    """Lexically, and cheaply: the removal checks again, links resolved (`files`)."""
+    return os.path.normpath(path).startswith(root.rstrip("/") + "/")
+
+
+def _runs(pid: int, start_time: int) -> bool:
+    """Whether `pid` is still the process that started at `start_time` (clock ticks
+    since boot, /proc's field 22) and not a zombie: runc's test of a container's init."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            fields = f.read().rsplit(b")", 1)[1].split()
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+    # fields[0] is the state (the 3rd field), fields[19] the start time (the 22nd).
+    return fields[0] not in (b"Z", b"X") and int(fields[19]) == start_time
 
 
 async def communicate(argv: list[str]) -> tuple[int, bytes, bytes]:

@@ -28,6 +28,8 @@ import tempfile
 from dataclasses import dataclass
 from typing import Any
 
+import msgspec
+
 from mesilla.common import files
 from mesilla.common.errors import ConfigurationError
 from mesilla.common.fds import wait_readable
@@ -157,20 +159,19 @@ class OciRuntime:
             if not set(os.listdir(directory)) <= {STATE_FILE, EXEC_FIFO}:
                 return None
             with open(os.path.join(directory, STATE_FILE), "rb") as f:
-                state = json.loads(f.read())
-            config = state["config"]
-            pid_namespaces = [n for n in config["namespaces"] if n["type"] == "NEWPID"]
-            paths = list(state["cgroup_paths"].values())
+                state = _STATE.decode(f.read())
+            config = state.config
+            paths = list(state.cgroup_paths.values())
             if (
-                state.get("rootless") or state.get("intel_rdt_path")
-                or config["cgroups"].get("Systemd") or config["cgroups"].get("Rootless")
-                or any((config.get("Hooks") or {}).values())
-                or [n.get("path") for n in pid_namespaces] != [""]
-                or not all(isinstance(p, str) and _strictly_inside(cgroups_root, p) for p in paths)
-                or _runs(int(state["init_process_pid"]), int(state["init_process_start"]))
+                state.rootless or state.intel_rdt_path
+                or config.cgroups.Systemd or config.cgroups.Rootless
+                or any((config.Hooks or {}).values())
+                or [n.path for n in config.namespaces if n.type == "NEWPID"] != [""]
+                or not all(_strictly_inside(cgroups_root, p) for p in paths)
+                or _runs(state.init_process_pid, state.init_process_start)
             ):  # fmt: skip
                 return None
-        except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        except (OSError, ValueError):  # msgspec's errors too
             return None
         return sorted(set(paths))
 
@@ -189,6 +190,37 @@ class OciRuntime:
                 return [entry.name for entry in entries if entry.is_dir(follow_symlinks=False)]
         except FileNotFoundError:
             return []
+
+
+class _Namespace(msgspec.Struct):
+    type: str
+    path: str = ""
+
+
+class _CgroupsConfig(msgspec.Struct):
+    Systemd: bool = False
+    Rootless: bool = False
+
+
+class _Config(msgspec.Struct):
+    namespaces: list[_Namespace]
+    cgroups: _CgroupsConfig
+    Hooks: dict[str, Any] | None = None
+
+
+class _State(msgspec.Struct):
+    """What `_stopped_cgroups` reads of runc's STATE_FILE; the rest (most of it, the
+    whole config) is skipped unparsed: ~0.06 ms where json.loads took ~0.3-1 ms."""
+
+    init_process_pid: int
+    init_process_start: int
+    cgroup_paths: dict[str, str]
+    config: _Config
+    rootless: bool = False
+    intel_rdt_path: str = ""
+
+
+_STATE = msgspec.json.Decoder(_State)
 
 
 def _strictly_inside(root: str, path: str) -> bool:

@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from mesilla.common import procfs
 from mesilla.containerizer.launcher.runtime import OciRuntime, communicate
 
 
@@ -39,8 +40,9 @@ async def test_a_command_that_fills_its_pipes_is_read_to_its_end() -> None:
 
 
 def _start_time(pid: int) -> int:
-    with open(f"/proc/{pid}/stat") as f:
-        return int(f.read().rsplit(")", 1)[1].split()[19])
+    found = procfs.start_time(pid)
+    assert found is not None
+    return found
 
 
 def _ended_process() -> tuple[int, int]:

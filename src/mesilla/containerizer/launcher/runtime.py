@@ -30,7 +30,7 @@ from typing import Any
 
 import msgspec
 
-from mesilla.common import files
+from mesilla.common import files, procfs
 from mesilla.common.errors import ConfigurationError
 from mesilla.common.fds import wait_readable
 from mesilla.containerizer.cgroups import CgroupsError, remove_directories
@@ -229,15 +229,9 @@ def _strictly_inside(root: str, path: str) -> bool:
 
 
 def _runs(pid: int, start_time: int) -> bool:
-    """Whether `pid` is still the process that started at `start_time` (clock ticks
-    since boot, /proc's field 22) and not a zombie: runc's test of a container's init."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            fields = f.read().rsplit(b")", 1)[1].split()
-    except (FileNotFoundError, ProcessLookupError):
-        return False
-    # fields[0] is the state (the 3rd field), fields[19] the start time (the 22nd).
-    return fields[0] not in (b"Z", b"X") and int(fields[19]) == start_time
+    """Whether `pid` is still the process that started at `start_time` and not a
+    zombie: runc's test of a container's init."""
+    return procfs.start_time(pid) == start_time
 
 
 async def communicate(argv: list[str]) -> tuple[int, bytes, bytes]:

@@ -103,6 +103,11 @@ class AgentLinks:
             self._parts.counters["master/messages_reregister_slave"] += 1
             self._parts.counters["master/slave_reregistrations"] += 1
             known = self._parts.book.agents.get(info.id.value)
+            if known is not None and known.stream_id is not None:
+                # A REGISTER on a new stream means the old connection is gone, whether or
+                # not the stream watch has seen it yet: its disconnection comes first, so
+                # that what follows does not depend on which the master noticed first.
+                self.disconnected(known, known.stream_id)
             if known is not None:
                 reconcile = self._unknown_to_agent(known, call)
                 agent = await self._reregister_known(known, info, pid, call)

@@ -241,3 +241,20 @@ def test_ping_flags_out_of_range_are_refused(argv: list[str], tmp_path: Any) -> 
     flags = parse(MASTER_FLAGS, [f"--work_dir={tmp_path}", *argv], environ={})
     with pytest.raises(FlagError):
         validate_ping_flags(flags)
+
+
+async def test_a_reregistration_before_the_disconnection_was_seen_disconnects_first(
+    master: Master,
+) -> None:
+    # An agent killed and restarted at once: its new REGISTER may come before the master
+    # sees the old stream close. The outcome is the same either way: a framework without
+    # checkpointing loses its task as disconnected, and the old stream is closed.
+    first = AgentStream()
+    agent = await register(master, first)
+    plain, plain_task = running_task(master, agent, partition_aware=False)
+    second = AgentStream()
+    again = await register(master, second, agent.id)
+    assert again is agent and agent.connected and first.closed and not second.closed
+    assert plain_task.statuses[-1].state is TaskState.TASK_LOST
+    assert plain_task.statuses[-1].reason.value == "REASON_AGENT_DISCONNECTED"
+    assert plain_task.task_id.value not in plain.tasks

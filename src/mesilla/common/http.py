@@ -107,6 +107,21 @@ def make_app(router: Router, authentication: Authentication | None = None) -> we
     authentication = authentication or Authentication()
 
     async def dispatch(request: web.Request) -> web.StreamResponse:
+        # Errors are answered here rather than in a middleware: aiohttp then calls the
+        # handler directly, two coroutine layers fewer on every request.
+        try:
+            return await _route(request)
+        except HttpError as exc:
+            return _error_response(exc)
+        except web.HTTPException:
+            raise
+        except (asyncio.CancelledError, ConnectionResetError):
+            raise
+        except Exception:
+            log.exception("internal error serving %s %s", request.method, request.path)
+            return web.Response(status=500, text="Internal server error")
+
+    async def _route(request: web.Request) -> web.StreamResponse:
         route = router.resolve(request.path)
         if route is None:
             raise NotFound(f"No endpoint at '{request.path}'")
@@ -122,21 +137,7 @@ def make_app(router: Router, authentication: Authentication | None = None) -> we
             )
         return await _in_slices(request, await route.handler(request))
 
-    @web.middleware
-    async def errors(request: web.Request, handler: Handler) -> web.StreamResponse:
-        try:
-            return await handler(request)
-        except HttpError as exc:
-            return _error_response(exc)
-        except web.HTTPException:
-            raise
-        except (asyncio.CancelledError, ConnectionResetError):
-            raise
-        except Exception:
-            log.exception("internal error serving %s %s", request.method, request.path)
-            return web.Response(status=500, text="Internal server error")
-
-    app = web.Application(middlewares=[errors], client_max_size=MAX_BODY_SIZE)
+    app = web.Application(client_max_size=MAX_BODY_SIZE)
     app[AUTHENTICATION] = authentication
     app.router.add_route("*", "/{tail:.*}", dispatch)
     return app

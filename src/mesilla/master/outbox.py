@@ -70,6 +70,8 @@ class Outbox:
             self._observers.remove(callback)
 
     def notify(self, kind: ObserverKind, event: ObserverEvent) -> None:
+        if not self._observers:
+            return  # the common case, on every task added and updated
         for callback in list(self._observers):
             try:
                 callback(kind, event)

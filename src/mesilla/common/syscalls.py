@@ -1,4 +1,6 @@
-"""The checked libc calls of the processes that set themselves up, and their flags.
+"""Checked libc calls (mount, capabilities, ...) and their flags, for the agent's own
+mounts (bundles' tmpfs, network namespaces, the provisioner's backends) and for the
+processes that set themselves up.
 
 Three first processes make their own namespaces, mounts and capabilities: a
 forked default executor (`mesilla.executor.zygote`, which imports this), a
@@ -16,6 +18,7 @@ import ctypes
 import os
 
 CLONE_NEWNS, CLONE_NEWUTS, CLONE_NEWIPC, CLONE_NEWPID = 0x20000, 0x4000000, 0x8000000, 0x20000000
+CLONE_NEWNET = 0x40000000
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 0x1, 0x2, 0x4, 0x8
 MS_REMOUNT, MS_BIND, MS_REC = 0x20, 0x1000, 0x4000
 MS_PRIVATE, MS_SLAVE, MS_STRICTATIME = 1 << 18, 1 << 19, 1 << 24

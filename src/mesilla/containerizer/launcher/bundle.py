@@ -3,11 +3,11 @@ enters, its mounts, and its `config.json` (rewritten without secrets once read).
 
 from __future__ import annotations
 
-import ctypes
 import json
 import os
 from typing import Any
 
+from mesilla.common import syscalls
 from mesilla.containerizer.types import ContainerLaunchInfo, Mount
 from mesilla.v1.mesos import LinuxInfo
 
@@ -60,16 +60,9 @@ def oci_mount(mount: Mount) -> dict[str, Any]:
     }
 
 
-_libc = ctypes.CDLL(None, use_errno=True)
-_MS_NOSUID, _MS_NODEV = 0x2, 0x4
-
-
 def mount_tmpfs(path: str, size_mb: int | None) -> None:
     options = "mode=1777" + (f",size={size_mb}m" if size_mb is not None else "")
-    if _libc.mount(b"tmpfs", path.encode(), b"tmpfs", _MS_NOSUID | _MS_NODEV,
-                   options.encode()) != 0:  # fmt: skip
-        errno = ctypes.get_errno()
-        raise OSError(errno, f"mounting a tmpfs at {path} failed: {os.strerror(errno)}")
+    syscalls.mount("tmpfs", path, "tmpfs", syscalls.MS_NOSUID | syscalls.MS_NODEV, options)
 
 
 def write_spec(bundle: str, spec: dict[str, Any]) -> None:

@@ -10,18 +10,14 @@ thread then ends, so nothing else of the agent ever runs in the namespace.
 
 from __future__ import annotations
 
-import ctypes
 import fcntl
 import os
 import socket
 import struct
 import threading
 
-from mesilla.common import files
+from mesilla.common import files, syscalls
 
-_libc = ctypes.CDLL(None, use_errno=True)
-_CLONE_NEWNET = 0x40000000
-_MS_BIND = 0x1000
 _SIOCGIFFLAGS, _SIOCSIFFLAGS, _IFF_UP = 0x8913, 0x8914, 0x1
 
 
@@ -33,14 +29,10 @@ def create(path: str) -> None:
 
     def make() -> None:
         try:
-            if _libc.unshare(_CLONE_NEWNET) != 0:  # os.unshare is 3.12's
-                errno = ctypes.get_errno()
-                raise OSError(errno, f"unshare(CLONE_NEWNET): {os.strerror(errno)}")
+            # os.unshare is 3.12's.
+            syscalls.check(syscalls.libc.unshare(syscalls.CLONE_NEWNET), "unshare(CLONE_NEWNET)")
             _loopback_up()
-            source = b"/proc/thread-self/ns/net"
-            if _libc.mount(source, path.encode(), None, _MS_BIND, None) != 0:
-                errno = ctypes.get_errno()
-                raise OSError(errno, f"binding a network namespace on {path}: {os.strerror(errno)}")
+            syscalls.mount("/proc/thread-self/ns/net", path, None, syscalls.MS_BIND)
         except BaseException as exc:
             error.append(exc)
 

@@ -1,41 +1,28 @@
-"""mount(2) through libc, umount2(2) through `mesilla.common.files`: the backends' only privileged calls."""
+"""mount(2) through `mesilla.common.syscalls`, umount2(2) through `mesilla.common.files`: the
+backends' only privileged calls, failures as BackendError."""
 
 from __future__ import annotations
 
-import ctypes
-import ctypes.util
 import errno
 import os
 import re
 
-from mesilla.common import files
+from mesilla.common import files, syscalls
 from mesilla.containerizer.provisioner.errors import BackendError
 
-MS_RDONLY = 0x1
-MS_REMOUNT = 0x20
-MS_BIND = 0x1000
 # mountinfo writes space, tab, newline and backslash in paths as \ooo (octal).
 _OCTAL_ESCAPE = re.compile(r"\\([0-7]{3})")
-
-_libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
-
 
 def mount(
     source: str, target: str, fstype: str | None, flags: int, data: str | None
 ) -> None:
-    result = _libc.mount(
-        source.encode(),
-        target.encode(),
-        None if fstype is None else fstype.encode(),
-        ctypes.c_ulong(flags),
-        None if data is None else data.encode(),
-    )
-    if result != 0:
-        code = ctypes.get_errno()
+    try:
+        syscalls.mount(source, target, fstype, flags, data)
+    except OSError as exc:
         raise BackendError(
             f"Failed to mount {fstype or 'bind'} '{source}' at '{target}' "
-            f"({data or 'no options'}): {os.strerror(code)}"
-        )
+            f"({data or 'no options'}): {os.strerror(exc.errno or 0)}"
+        ) from None
 
 
 def unmount(root: str, target: str) -> None:

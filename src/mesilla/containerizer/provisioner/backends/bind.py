@@ -12,6 +12,7 @@ import asyncio
 import os
 from typing import ClassVar
 
+from mesilla.common import syscalls
 from mesilla.containerizer.provisioner import whiteouts
 from mesilla.containerizer.provisioner._fs import remove
 from mesilla.containerizer.provisioner.backends import _mount
@@ -40,14 +41,14 @@ class BindBackend(Backend):
                 "cannot hide: use --image_provisioner_backend=overlay or copy"
             )
         os.makedirs(rootfs, exist_ok=True)
-        _mount.mount(layers[0], rootfs, None, _mount.MS_BIND, None)
+        _mount.mount(layers[0], rootfs, None, syscalls.MS_BIND, None)
         try:
             # Read-only takes a second call: the first bind ignores MS_RDONLY.
             _mount.mount(
                 layers[0],
                 rootfs,
                 None,
-                _mount.MS_BIND | _mount.MS_REMOUNT | _mount.MS_RDONLY,
+                syscalls.MS_BIND | syscalls.MS_REMOUNT | syscalls.MS_RDONLY,
                 None,
             )
         except BackendError:

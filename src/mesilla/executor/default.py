@@ -230,7 +230,18 @@ class DefaultExecutor(Executor):
             result = await self.agent.wait_container(wait.container_id)
         except AgentCallError as exc:
             result = {"message": str(exc)}
-        self.feed(events.ContainerExited(wait.task_id, wait.container_id, result, loop.time() - started))
+        self.feed(
+            events.ContainerExited(
+                wait.task_id,
+                wait.container_id,
+                exit_status=result.get("exit_status"),
+                state=result.get("state"),
+                reason=result.get("reason"),
+                message=result.get("message"),
+                limitation=result.get("limitation"),
+                ran_for=loop.time() - started,
+            )
+        )
 
     async def _kill(self, kill: events.KillContainer) -> None:
         try:

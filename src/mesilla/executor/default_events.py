@@ -37,12 +37,15 @@ class ContainerLaunched(NamedTuple):
 
 
 class ContainerExited(NamedTuple):
-    """The WAIT_CONTAINER answer: `wait` as the agent sent it (`exit_status`, a raw wait(2)
-    status, and the agent's `state`, `reason`, `message` and `limitation`, each where known)."""
+    """The WAIT_CONTAINER answer; `exit_status` is a raw wait(2) status or None (unknown)."""
 
     task_id: str
     container_id: Json
-    wait: Json
+    exit_status: int | None = None
+    state: str | None = None
+    reason: str | None = None
+    message: str | None = None
+    limitation: Json | None = None
     ran_for: float | None = None  # seconds since the launch answered, when known
 
 

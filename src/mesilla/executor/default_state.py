@@ -227,22 +227,37 @@ class ExecutorState:
         out: list[Instruction] = []
         if self.abandoned:
             return out
-        _HANDLERS[type(event)](self, event, out)
+        match event:
+            case Subscribed():
+                self.container_id = event.container_id
+                self.capabilities = event.capabilities
+            case LaunchGroup():
+                self._launch_group(event.tasks, out)
+            case ContainerLaunched():
+                self._launched(event, out)
+            case ContainerExited():
+                self._exited(event, out)
+            case KillTask():
+                self._kill_requested(event, out)
+            case TimerFired():
+                self._timer_fired(event.timer, out)
+            case CheckUpdated():
+                self._check_updated(event, out)
+            case HealthUpdated():
+                self._health_updated(event, out)
+            case Shutdown():
+                self._shutdown(out)
         self._maybe_exit(out)
         return out
 
-    def _subscribed(self, event: Subscribed, out: list[Instruction]) -> None:
-        self.container_id = event.container_id
-        self.capabilities = event.capabilities
-
     # --- launching ---
 
-    def _launch_group(self, event: LaunchGroup, out: list[Instruction]) -> None:
+    def _launch_group(self, tasks: list[Json], out: list[Instruction]) -> None:
         if self.shutting_down or self.exiting:
             return
         if self.container_id is None:
             raise RuntimeError("LAUNCH_GROUP before SUBSCRIBED: the agent sends SUBSCRIBED first")
-        fresh = [t for t in event.tasks if t["task_id"]["value"] not in self.tasks]
+        fresh = [t for t in tasks if t["task_id"]["value"] not in self.tasks]
         group_index = len(self.groups)
         self.groups.append([t["task_id"]["value"] for t in fresh])
         if fresh:
@@ -333,24 +348,27 @@ class ExecutorState:
         out.append(StopChecks(record.task_id))
         out.append(CancelTimer(Timer(TimerKind.ESCALATE, record.task_id, record.attempt)))
         cause = record.kill_cause
-        exit_status = event.wait.get("exit_status")
         if cause is KillCause.MAX_COMPLETION:
             state, reason = "TASK_FAILED", "REASON_MAX_COMPLETION_TIME_REACHED"
             message = "Task exceeded its max_completion_time"
         else:
             if cause is not None:
                 state = "TASK_KILLED"
-            elif exit_status is not None and os.WIFEXITED(exit_status) and os.WEXITSTATUS(exit_status) == 0:
+            elif (
+                event.exit_status is not None
+                and os.WIFEXITED(event.exit_status)
+                and os.WEXITSTATUS(event.exit_status) == 0
+            ):
                 state = "TASK_FINISHED"
             else:
                 state = "TASK_FAILED"
             reason = None
-            message = describe_exit(exit_status)
+            message = describe_exit(event.exit_status)
         # The agent knows more (a memory limitation, say): its word wins.
-        state = event.wait.get("state") or state
-        reason = event.wait.get("reason") or reason
-        if event.wait.get("message"):
-            message = f"{message}: {event.wait['message']}"
+        state = event.state or state
+        reason = event.reason or reason
+        if event.message:
+            message = f"{message}: {event.message}"
         if cause is KillCause.UNHEALTHY and state == "TASK_KILLED":
             message = f"{message} (killed after failing its health check)"
 
@@ -359,8 +377,7 @@ class ExecutorState:
                 record.backoff_step = 0
             self._schedule_restart(record, state, message, out)
             return
-        limitation = event.wait.get("limitation")
-        self._ended(record, state=state, reason=reason, message=message, out=out, limitation=limitation)
+        self._ended(record, state=state, reason=reason, message=message, out=out, limitation=event.limitation)
 
     def _should_restart(self, record: TaskRecord, state: str) -> bool:
         if self.shutting_down or record.restarts_exhausted:
@@ -473,8 +490,7 @@ class ExecutorState:
         timer = Timer(TimerKind.ESCALATE, record.task_id, record.attempt)
         out.append(StartTimer(timer, grace_period(record.kill_policy, record.info)))
 
-    def _timer_fired(self, event: TimerFired, out: list[Instruction]) -> None:
-        timer = event.timer
+    def _timer_fired(self, timer: Timer, out: list[Instruction]) -> None:
         record = self.tasks.get(timer.task_id)
         if record is None or record.phase is Phase.DONE:
             return
@@ -505,7 +521,7 @@ class ExecutorState:
             return
         self._kill(record, KillCause.MAX_COMPLETION, None, out)
 
-    def _shutdown(self, _event: Shutdown, out: list[Instruction]) -> None:
+    def _shutdown(self, out: list[Instruction]) -> None:
         if self.shutting_down:
             return
         self.shutting_down = True
@@ -582,17 +598,3 @@ class ExecutorState:
 
     def active_tasks(self) -> list[str]:
         return [t for t, r in self.tasks.items() if r.phase is not Phase.DONE]
-
-
-# What `handle` calls for each type of event, with the event and the instructions so far.
-_HANDLERS: dict[type[Event], Callable[[ExecutorState, Any, list[Instruction]], None]] = {
-    Subscribed: ExecutorState._subscribed,
-    LaunchGroup: ExecutorState._launch_group,
-    ContainerLaunched: ExecutorState._launched,
-    ContainerExited: ExecutorState._exited,
-    KillTask: ExecutorState._kill_requested,
-    TimerFired: ExecutorState._timer_fired,
-    CheckUpdated: ExecutorState._check_updated,
-    HealthUpdated: ExecutorState._health_updated,
-    Shutdown: ExecutorState._shutdown,
-}

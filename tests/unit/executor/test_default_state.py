@@ -85,7 +85,7 @@ class Harness:
         return self.send(ContainerLaunched(task_id, self.cid(task_id), error, agent_lost))
 
     def exit(self, task_id: str, status: int | None, **extra: Any) -> list[Any]:
-        return self.send(ContainerExited(task_id, self.cid(task_id), {"exit_status": status, **extra}))
+        return self.send(ContainerExited(task_id, self.cid(task_id), status, **extra))
 
     def start(self, *tasks: dict[str, Any]) -> None:
         self.launch(*tasks)
@@ -215,7 +215,7 @@ def test_group_launch_without_an_answer_from_the_agent_exits_without_updates() -
     # No RUNNING for a or c, no FAILED for b: the restarted agent ends them all alike.
     assert out == [Exit()] and isinstance(out[0], Exit)
     assert h.machine.abandoned
-    for event in (KillTask("a"), ContainerExited("x", h.cid("x"), {"exit_status": exited(1)}), Shutdown()):
+    for event in (KillTask("a"), ContainerExited("x", h.cid("x"), exited(1)), Shutdown()):
         assert h.send(event) == []
 
 
@@ -235,9 +235,9 @@ def test_launch_held_for_the_group_sees_kills_that_came_meanwhile() -> None:
 def test_stale_events_of_another_container_are_ignored() -> None:
     h = Harness()
     h.start(task("a"))
-    assert h.send(ContainerExited("a", {"value": "other"}, {"exit_status": exited(1)})) == []
+    assert h.send(ContainerExited("a", {"value": "other"}, exited(1))) == []
     assert h.send(ContainerLaunched("a", h.cid("a"))) == []  # already launched
-    assert h.send(ContainerExited("nope", {"value": "c1"}, {"exit_status": 0})) == []
+    assert h.send(ContainerExited("nope", {"value": "c1"}, 0)) == []
 
 
 # --- kill ----------------------------------------------------------------------------------
@@ -392,7 +392,7 @@ def test_backoff_starts_over_after_a_long_run() -> None:
     h.start(task("a", restart_policy={"type": "ALWAYS", "min_restart_delay": seconds(1)}))
     delays = []
     for ran_for in (1.0, 1.0, 3600.0, 1.0):
-        h.send(ContainerExited("a", h.cid("a"), {"exit_status": exited(1)}, ran_for=ran_for))
+        h.send(ContainerExited("a", h.cid("a"), exited(1), ran_for=ran_for))
         delays += [t.delay for t in h.timers(TimerKind.RESTART)]
         h.fire(TimerKind.RESTART)
         h.launched("a")
